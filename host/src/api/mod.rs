@@ -1,0 +1,1 @@
+//! The HTTP APIs (axum): the Sequin-compatible pull API for now.

@@ -1,0 +1,172 @@
+//! The change model: what the source produces and every later stage consumes.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::lsn::Lsn;
+
+/// What happened to a row. `Read` marks rows emitted by a backfill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// A row was inserted.
+    Insert,
+    /// A row was updated.
+    Update,
+    /// A row was deleted.
+    Delete,
+    /// A row was read by a backfill.
+    Read,
+}
+
+impl Action {
+    /// The lowercase name used in messages, subjects and config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Insert => "insert",
+            Action::Update => "update",
+            Action::Delete => "delete",
+            Action::Read => "read",
+        }
+    }
+}
+
+/// A column of a [`Relation`], as the replication stream describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// The column's name.
+    pub name: String,
+    /// The OID of the column's type.
+    pub type_oid: u32,
+    /// The type modifier (`atttypmod`), -1 when none.
+    pub type_modifier: i32,
+    /// Whether the column is part of the replica identity.
+    pub is_identity_key: bool,
+}
+
+/// A table as the source knows it at the time of a change.
+///
+/// Relations are shared (`Arc`) between all changes decoded under the same
+/// schema version; a schema change produces a new `Relation`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    /// The table's OID.
+    pub oid: u32,
+    /// The schema (namespace) name.
+    pub schema: String,
+    /// The table name.
+    pub name: String,
+    /// The columns in table order.
+    pub columns: Vec<Column>,
+    /// Names of the primary-key columns in key order; empty when the table
+    /// has no primary key.
+    pub primary_key: Vec<String>,
+}
+
+impl Relation {
+    /// `schema.table`, the form used in `include_tables`.
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// A row's values as JSON, in column order, each rendered as Postgres's
+/// `to_jsonb()` renders it with `TimeZone = 'UTC'`.
+pub type Row = serde_json::Map<String, serde_json::Value>;
+
+/// One committed change to one row.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The table the row belongs to.
+    pub relation: Arc<Relation>,
+    /// What happened.
+    pub action: Action,
+    /// The LSN of the commit record of the change's transaction.
+    pub commit_lsn: Lsn,
+    /// The change's position within its transaction, from 0.
+    pub commit_idx: u32,
+    /// The transaction id.
+    pub xid: u32,
+    /// When the transaction committed.
+    pub commit_timestamp: DateTime<Utc>,
+    /// The new row, for insert, update and read; `None` for delete.
+    pub new: Option<Row>,
+    /// The old row when Postgres sent one: on delete, and on update when the
+    /// replica identity changed or is FULL. Under REPLICA IDENTITY FULL it is
+    /// the whole row; otherwise only the identity columns.
+    pub old: Option<Row>,
+}
+
+impl Change {
+    /// The row the message shows as `record`: the new row, or the old row for
+    /// a delete.
+    pub fn record(&self) -> &Row {
+        static EMPTY: std::sync::OnceLock<Row> = std::sync::OnceLock::new();
+        self.new
+            .as_ref()
+            .or(self.old.as_ref())
+            .unwrap_or_else(|| EMPTY.get_or_init(Row::new))
+    }
+
+    /// The message's `changes`: for an update, the old values of the columns
+    /// whose value changed (`{}` when Postgres sent no old row); `None` for
+    /// every other action.
+    pub fn changes(&self) -> Option<Row> {
+        if self.action != Action::Update {
+            return None;
+        }
+        let (Some(new), Some(old)) = (&self.new, &self.old) else {
+            return Some(Row::new());
+        };
+        Some(
+            old.iter()
+                .filter(|(column, old_value)| new.get(*column) != Some(*old_value))
+                .map(|(column, old_value)| (column.clone(), old_value.clone()))
+                .collect(),
+        )
+    }
+
+    /// The primary-key values of the row, as strings, in key order.
+    pub fn primary_key_values(&self) -> Vec<String> {
+        let record = self.record();
+        self.relation
+            .primary_key
+            .iter()
+            .map(|column| record.get(column).map(json_key_text).unwrap_or_default())
+            .collect()
+    }
+}
+
+/// The text of a JSON value as used in keys: strings bare, everything else as
+/// its JSON text.
+pub fn json_key_text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// What the source hands the pipeline: committed changes in commit order,
+/// each transaction closed by a [`SourceEvent::Commit`].
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    /// A change of a committed transaction.
+    Change(Change),
+    /// Every change of the transaction committed at `commit_lsn` has been sent.
+    /// Once the pipeline has stored them durably it may confirm `end_lsn`.
+    Commit {
+        /// The LSN of the commit record.
+        commit_lsn: Lsn,
+        /// The LSN just past the commit record; what the slot is confirmed to.
+        end_lsn: Lsn,
+    },
+    /// The server has sent everything before `wal_end` and no transaction is
+    /// open: once every earlier event is durable, `wal_end` may be confirmed.
+    Idle {
+        /// The server's WAL position when it went idle.
+        wal_end: Lsn,
+    },
+}

@@ -1,0 +1,27 @@
+//! weft: Postgres change-data-capture with sandboxed WebAssembly functions.
+//!
+//! The crate is both the library behind the `weft` binary and the home of
+//! every runtime module. Data flows one way through it:
+//!
+//! ```text
+//! source (replication) ──► pipeline (functions, grouping) ──► sinks ──► store / brokers
+//! ```
+//!
+//! * [`config`] parses and validates the sequin.yml-style configuration.
+//! * [`source`] speaks Postgres logical replication and decodes pgoutput into
+//!   [`change::Change`]s.
+//! * [`plugins`] hosts user functions as WebAssembly components.
+//! * [`pipeline`] runs each sink's function chain and hands messages to sinks.
+//! * [`store`] is weft's durable state (SQLite).
+//! * [`api`] serves the HTTP APIs.
+
+pub mod api;
+pub mod change;
+pub mod config;
+pub mod lsn;
+pub mod message;
+pub mod pipeline;
+pub mod plugins;
+pub mod sinks;
+pub mod source;
+pub mod store;

@@ -1,0 +1,5 @@
+//! The `weft` command-line interface.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! The message JSON every sink delivers, in Sequin's shape.
+//!
+//! This module is the one place that knows the envelope and the idempotency
+//! key: sinks never build either themselves.
+
+use base64::Engine;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::change::{Action, Change, Row};
+use crate::lsn::Lsn;
+
+/// The consumer (sink) a message is delivered to.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ConsumerRef {
+    /// A stable UUID derived from the sink's name.
+    pub id: String,
+    /// The sink's name.
+    pub name: String,
+}
+
+impl ConsumerRef {
+    /// The consumer reference for the sink called `name`.
+    pub fn for_sink(name: &str) -> Self {
+        ConsumerRef {
+            id: uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("weft.sink.{name}").as_bytes()).to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// `metadata` of a message.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Metadata {
+    /// Schema of the changed table.
+    pub table_schema: String,
+    /// Name of the changed table.
+    pub table_name: String,
+    /// Commit time, ISO-8601 in UTC with microseconds.
+    pub commit_timestamp: String,
+    /// LSN of the commit, as an integer.
+    pub commit_lsn: Lsn,
+    /// Position of the change within its transaction.
+    pub commit_idx: u32,
+    /// The key consumers deduplicate on; see [`idempotency_key`].
+    pub idempotency_key: String,
+    /// Primary-key values as strings, in key order.
+    pub record_pks: Vec<String>,
+    /// The database's `name` in the config (not the Postgres database name).
+    pub database_name: String,
+    /// Transaction annotations; weft does not set them yet.
+    pub transaction_annotations: Option<Value>,
+    /// Data added by an enrichment function.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enrichment: Option<Value>,
+    /// The sink the message is delivered to.
+    pub consumer: ConsumerRef,
+}
+
+/// A message in Sequin's JSON shape.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Message {
+    /// The row: new values, or the old row on delete.
+    pub record: Row,
+    /// Old values of changed columns on update; null otherwise.
+    pub changes: Option<Row>,
+    /// insert, update, delete or read.
+    pub action: Action,
+    /// Where the change came from and how to deduplicate it.
+    pub metadata: Metadata,
+}
+
+impl Message {
+    /// Builds the message for `change`, delivered to `consumer`, from the
+    /// database configured as `database_name`.
+    pub fn from_change(change: &Change, database_name: &str, consumer: &ConsumerRef) -> Message {
+        Message {
+            record: change.record().clone(),
+            changes: change.changes(),
+            action: change.action,
+            metadata: Metadata {
+                table_schema: change.relation.schema.clone(),
+                table_name: change.relation.name.clone(),
+                commit_timestamp: change
+                    .commit_timestamp
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                commit_lsn: change.commit_lsn,
+                commit_idx: change.commit_idx,
+                idempotency_key: idempotency_key(change.commit_lsn, change.commit_idx),
+                record_pks: change.primary_key_values(),
+                database_name: database_name.to_string(),
+                transaction_annotations: None,
+                enrichment: None,
+                consumer: consumer.clone(),
+            },
+        }
+    }
+}
+
+/// The idempotency key of a change: `Base64("<commit_lsn>:<commit_idx>")`,
+/// as Sequin computes it. Stable across restarts and redeliveries.
+pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", commit_lsn.0, commit_idx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_key_matches_sequin() {
+        // Base64 of "123:4".
+        assert_eq!(idempotency_key(Lsn(123), 4), "MTIzOjQ=");
+    }
+}

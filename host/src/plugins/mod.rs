@@ -1,0 +1,2 @@
+//! The WebAssembly function host: engine, sandbox limits and bindings to the
+//! `weft:plugin` WIT package.

@@ -1,0 +1,3 @@
+//! Sink adapters, one folder per destination type.
+
+pub mod sequin_stream;

@@ -1,0 +1,2 @@
+//! Postgres logical replication: the replication connection, pgoutput
+//! decoding, type mapping, slot and publication management.

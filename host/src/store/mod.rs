@@ -1,0 +1,1 @@
+//! weft's durable state, in SQLite: sink cursors and pull-consumer messages.

@@ -1,0 +1,1 @@
+//! The weft guest SDK.

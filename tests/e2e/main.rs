@@ -1,0 +1,1 @@
+//! End-to-end tests: the real `weft` binary against real services.
