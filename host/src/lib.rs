@@ -22,6 +22,7 @@ pub mod lsn;
 pub mod message;
 pub mod pipeline;
 pub mod plugins;
+pub mod server;
 pub mod sinks;
 pub mod source;
 pub mod store;

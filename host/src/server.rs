@@ -1,0 +1,233 @@
+//! `weft run`: assembles sources, pipelines, sinks and the HTTP API from a
+//! validated config, and runs them until SIGTERM or SIGINT.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span};
+
+use crate::change::Action;
+use crate::config::{Config, DatabaseConfig, SinkConfig};
+use crate::lsn::Lsn;
+use crate::pipeline::{BatchLimits, NamedTransform, Pipeline, SinkPipeline};
+use crate::plugins::{EngineSettings, PluginEngine};
+use crate::store::Store;
+
+/// What `weft run` needs.
+pub struct RunOptions {
+    /// The validated config.
+    pub config: Config,
+    /// Where the store and plugin cache live.
+    pub data_dir: PathBuf,
+    /// Address of the HTTP API.
+    pub listen: SocketAddr,
+}
+
+/// Why weft could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data directory could not be created.
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The store could not be opened.
+    #[error("store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    /// A plugin could not be loaded.
+    #[error("function {function}: {source}")]
+    Plugin {
+        /// The function's name in the config.
+        function: String,
+        /// What went wrong.
+        source: crate::plugins::PluginError,
+    },
+    /// The API address could not be bound.
+    #[error("cannot listen on {address}: {source} (choose another address with --listen)")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A database connection could not be described.
+    #[error("database {database}: {source}")]
+    Source {
+        /// The database's name in the config.
+        database: String,
+        /// What went wrong.
+        source: crate::source::SourceError,
+    },
+    /// The pipeline stopped with an error.
+    #[error("pipeline of database {database}: {source}")]
+    Pipeline {
+        /// The database's name in the config.
+        database: String,
+        /// What went wrong.
+        source: crate::pipeline::PipelineError,
+    },
+}
+
+/// Runs weft until a shutdown signal, or until a source or pipeline fails.
+pub async fn run(options: RunOptions) -> Result<(), ServerError> {
+    let RunOptions { config, data_dir, listen } = options;
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|source| ServerError::DataDir { path: data_dir.clone(), source })?;
+    let store = Store::open(&data_dir.join("weft.db"))?;
+    let engine = PluginEngine::new(EngineSettings::with_cache_dir(data_dir.join("plugin-cache")))
+        .map_err(|source| ServerError::Plugin { function: "(engine)".into(), source })?;
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+
+    let mut wakeups: HashMap<String, Arc<Notify>> = HashMap::new();
+    for sink in &config.sinks {
+        wakeups.insert(sink.name.clone(), Arc::new(Notify::new()));
+    }
+
+    let api_state = crate::api::PullApiState::from_config(store.clone(), &config, &wakeups);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServerError::Listen { address: listen, source })?;
+    info!(address = %listener.local_addr().unwrap_or(listen), "HTTP API listening");
+    {
+        let shutdown = shutdown.clone();
+        let router = crate::api::router(api_state);
+        tasks.spawn(
+            async move {
+                crate::api::serve(listener, router, shutdown).await;
+                Ok(())
+            }
+            .instrument(info_span!("api")),
+        );
+    }
+
+    for database in &config.databases {
+        let sinks: Vec<&SinkConfig> =
+            config.sinks.iter().filter(|sink| sink.database == database.name).collect();
+        if sinks.is_empty() {
+            info!(database = %database.name, "no sinks on this database; not replicating it");
+            continue;
+        }
+        let pipelines = sinks
+            .iter()
+            .map(|sink| sink_pipeline(&config, &engine, sink))
+            .collect::<Result<Vec<_>, _>>()?;
+        let source_config = source_config(database, &sinks)?;
+        let (events_tx, events_rx) = mpsc::channel(4096);
+        let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
+        let pipeline = Pipeline::new(pipelines, store.clone(), durable_tx, wakeups.clone(), BatchLimits::default());
+        let name = database.name.clone();
+        let span = info_span!("source", database = %name, slot = %database.slot.name);
+        let source_shutdown = shutdown.clone();
+        tasks.spawn(
+            async move {
+                crate::source::run(source_config, events_tx, durable_rx, source_shutdown)
+                    .await
+                    .map_err(|source| ServerError::Source { database: name, source })
+            }
+            .instrument(span),
+        );
+        let name = database.name.clone();
+        let pipeline_shutdown = shutdown.clone();
+        tasks.spawn(
+            async move {
+                pipeline
+                    .run(events_rx, pipeline_shutdown)
+                    .await
+                    .map_err(|source| ServerError::Pipeline { database: name, source })
+            }
+            .instrument(info_span!("pipeline", database = %database.name)),
+        );
+    }
+
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutdown requested");
+        signals.cancel();
+    });
+
+    let mut result = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(failure)) => {
+                error!("{failure}");
+                if result.is_ok() {
+                    result = Err(failure);
+                }
+                shutdown.cancel();
+            }
+            Err(join_error) => {
+                error!("task failed: {join_error}");
+                shutdown.cancel();
+            }
+        }
+    }
+    result
+}
+
+fn sink_pipeline(config: &Config, engine: &PluginEngine, sink: &SinkConfig) -> Result<SinkPipeline, ServerError> {
+    let transform = match &sink.transform {
+        None => None,
+        Some(name) => {
+            let function = config
+                .function(name)
+                .expect("config validation guarantees the transform exists");
+            let loaded = engine
+                .load_transform(&function.name, &function.file, &function.config, &function.limits())
+                .map_err(|source| ServerError::Plugin { function: function.name.clone(), source })?;
+            Some(NamedTransform { name: function.name.clone(), function: Arc::new(Mutex::new(loaded)) })
+        }
+    };
+    Ok(SinkPipeline::new(
+        &sink.name,
+        &sink.database,
+        sink.source.include_tables.iter().cloned(),
+        sink.actions.iter().copied().map(Action::from),
+        transform,
+    ))
+}
+
+fn source_config(
+    database: &DatabaseConfig,
+    sinks: &[&SinkConfig],
+) -> Result<crate::source::SourceConfig, ServerError> {
+    let mut tables: Vec<String> = sinks
+        .iter()
+        .flat_map(|sink| sink.source.include_tables.iter().cloned())
+        .collect();
+    tables.sort();
+    tables.dedup();
+    let connection = database.connect_options().map_err(|source| ServerError::Source {
+        database: database.name.clone(),
+        source,
+    })?;
+    Ok(crate::source::SourceConfig {
+        connection,
+        slot_name: database.slot.name.clone(),
+        create_slot_if_not_exists: database.slot.create_if_not_exists,
+        publication_name: database.publication.name.clone(),
+        create_publication_if_not_exists: database.publication.create_if_not_exists,
+        tables,
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+

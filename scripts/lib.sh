@@ -1,0 +1,65 @@
+# Shared shell helpers for weft's scripts. Source it; don't run it.
+# shellcheck shell=bash
+
+WEFT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The build cache lives outside the clone so that a second clone (or CI on a
+# machine that already built weft) reuses compiled dependencies.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weft/target}"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        die "need root to run: $* (install it by hand, or run as root)"
+    fi
+}
+
+apt_updated=""
+# ensure_packages CMD:PACKAGE ... installs PACKAGE when CMD is missing.
+ensure_packages() {
+    local missing=()
+    for pair in "$@"; do
+        local cmd="${pair%%:*}" pkg="${pair#*:}"
+        command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
+    say "installing ${missing[*]}"
+    if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# pg_bindir prints the directory holding initdb and pg_ctl.
+pg_bindir() {
+    if command -v pg_config >/dev/null && [ -x "$(pg_config --bindir)/initdb" ]; then pg_config --bindir; return; fi
+    local dir
+    for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+        [ -x "$dir/initdb" ] && { echo "$dir"; return; }
+    done
+    command -v initdb >/dev/null && { dirname "$(command -v initdb)"; return; }
+    return 1
+}
+
+ensure_postgres() {
+    pg_bindir >/dev/null || ensure_packages "/nonexistent-initdb:postgresql"
+    pg_bindir >/dev/null || die "PostgreSQL server binaries not found after installing postgresql"
+    command -v psql >/dev/null || ensure_packages "psql:postgresql-client"
+}
+
+ensure_rust() {
+    command -v cargo >/dev/null || die "cargo not found: install Rust with rustup (https://rustup.rs) first"
+    # rust-toolchain.toml names the wasm32-wasip2 target; make sure it is there.
+    (cd "$WEFT_ROOT" && rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2) ||
+        (cd "$WEFT_ROOT" && rustup target add wasm32-wasip2)
+}
+
+# run_as_pg_owner CMD... runs CMD as the postgres system user when we are
+# root, since Postgres refuses to run as root.
+run_as_pg_owner() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}

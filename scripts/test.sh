@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what weft's tests need on a fresh machine, then runs the whole
+# suite: formatting, lints, unit tests, and end-to-end tests against real
+# services (throwaway Postgres clusters, real wasmtime).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$WEFT_ROOT"
+
+say "checking system packages"
+ensure_packages gcc:build-essential make:build-essential pkg-config:pkg-config python3:python3 curl:curl
+ensure_postgres
+ensure_rust
+
+say "building the WebAssembly guests"
+scripts/build-guests.sh
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+
+say "cargo clippy"
+cargo clippy --all-targets -- -D warnings
+
+say "cargo test"
+cargo test 2>&1 | tee "${TMPDIR:-/tmp}/weft-test.log"

@@ -1,0 +1,158 @@
+//! Runs the real `weft` binary as a child process and talks to its API.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A free loopback port (bound then released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().unwrap().port()
+}
+
+/// A `weft run` child process with its own data directory and API port.
+pub struct WeftProcess {
+    child: Option<Child>,
+    config: PathBuf,
+    data_dir: PathBuf,
+    log: PathBuf,
+    port: u16,
+}
+
+impl WeftProcess {
+    /// Writes `config_yaml` into `dir` and starts weft on it, waiting until
+    /// its API answers.
+    pub fn start(dir: &Path, config_yaml: &str) -> WeftProcess {
+        let config = dir.join("weft.yml");
+        std::fs::write(&config, config_yaml).expect("write the config");
+        let mut weft = WeftProcess {
+            child: None,
+            config,
+            data_dir: dir.join("weft-data"),
+            log: dir.join("weft.log"),
+            port: free_port(),
+        };
+        weft.launch();
+        weft
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the weft log");
+        let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .env("WEFT_LOG", "info,weft=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn weft");
+        self.child = Some(child);
+        self.wait_healthy();
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("weft exited with {status} while starting; log:\n{}", self.log_text());
+            }
+            if http().get(self.url("/health")).send().is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("weft did not answer /health within 60s; log:\n{}", self.log_text());
+    }
+
+    /// The base URL of the API plus `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    /// Everything weft logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills weft with SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL weft");
+            child.wait().expect("reap weft");
+        }
+    }
+
+    /// Sends SIGTERM and waits for a clean exit, returning the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .expect("SIGTERM weft");
+        child.wait().expect("reap weft").code()
+    }
+
+    /// Starts weft again on the same config, data directory and port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// `receive` on the pull API of `sink`.
+    pub fn receive(&self, sink: &str, batch_size: usize, wait_for_ms: u64) -> Vec<Value> {
+        let response = http()
+            .get(self.url(&format!(
+                "/api/http_pull_consumers/{sink}/receive?batch_size={batch_size}&wait_for={wait_for_ms}"
+            )))
+            .send()
+            .expect("receive");
+        assert!(response.status().is_success(), "receive failed: {}", response.text().unwrap_or_default());
+        let body: Value = response.json().expect("receive returns JSON");
+        body["data"].as_array().expect("receive returns {data: [...]}").clone()
+    }
+
+    /// Receives until `count` messages arrived or `timeout` passed, acking
+    /// nothing. Messages stay in flight until acked or nacked.
+    pub fn receive_at_least(&self, sink: &str, count: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut all = Vec::new();
+        while all.len() < count && Instant::now() < deadline {
+            all.extend(self.receive(sink, 1000, 1000));
+        }
+        all
+    }
+
+    /// `ack` or `nack` (`verb`) on the pull API; returns the HTTP status and body.
+    pub fn settle(&self, sink: &str, verb: &str, ack_ids: &[&str]) -> (u16, Value) {
+        let response = http()
+            .post(self.url(&format!("/api/http_pull_consumers/{sink}/{verb}")))
+            .json(&json!({ "ack_ids": ack_ids }))
+            .send()
+            .expect("ack/nack");
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for WeftProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A blocking HTTP client with test-friendly timeouts.
+pub fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client")
+}
