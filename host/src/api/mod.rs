@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::message::ConsumerRef;
 use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
 use crate::store::Store;
 
@@ -62,13 +63,21 @@ impl PullApiState {
             .remove(name)
     }
 
-    /// The sink `name`, if served.
-    pub fn sink(&self, name: &str) -> Option<SequinStream> {
-        self.sinks
+    /// The sink called `id_or_name`, or whose consumer id (the
+    /// `metadata.consumer.id` of its messages) is `id_or_name`, if served.
+    pub fn sink(&self, id_or_name: &str) -> Option<SequinStream> {
+        let sinks = self
+            .sinks
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-            .cloned()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(stream) = sinks.get(id_or_name) {
+            return Some(stream.clone());
+        }
+        let id = uuid::Uuid::parse_str(id_or_name).ok()?.to_string();
+        sinks
+            .iter()
+            .find(|(name, _)| ConsumerRef::for_sink(name).id == id)
+            .map(|(_, stream)| stream.clone())
     }
 
     /// Wakes the long-polling receivers of the sink `name`, if served.

@@ -71,7 +71,7 @@ fn sink(state: &PullApiState, name: &str) -> Result<SequinStream, ApiError> {
     state.sink(name).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("no Sequin Stream sink named {name:?}; check the name of a sink of type sequin_stream in the config"),
+            format!("no Sequin Stream sink named {name:?} (or with that consumer id); check the name of a sink of type sequin_stream in the config"),
         )
     })
 }

@@ -141,8 +141,12 @@ async fn receive_ack_and_nack_under_both_prefixes() {
         )
         .await;
     assert_eq!((status, body), (StatusCode::OK, json!({"success": true})));
+    // The consumer id from the messages' metadata names the sink too.
+    let id = crate::message::ConsumerRef::for_sink("orders").id;
     let (_, next) = server
-        .get("/api/sequin_streams/orders/receive?max_batch_size=10")
+        .get(&format!(
+            "/api/sequin_streams/{id}/receive?max_batch_size=10"
+        ))
         .await;
     assert_eq!(next["data"].as_array().unwrap().len(), 1);
     assert_eq!(next["data"][0]["data"]["record"]["id"], 12);
@@ -349,4 +353,44 @@ async fn shutdown_ends_long_polls_and_the_server_promptly() {
         .unwrap()
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Receive+ack throughput over HTTP with 20k stored messages. Run with
+/// `--ignored --nocapture` to see the rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run explicitly"]
+async fn receive_and_ack_rate_over_http() {
+    let server = start(SequinStreamSettings::default()).await;
+    let messages: Vec<NewMessage> = (0..20_000u32)
+        .map(|n| NewMessage {
+            commit_lsn: Lsn(u64::from(n / 10) + 1),
+            commit_idx: n % 10,
+            group_id: format!("g{}", n % 1000),
+            idempotency_key: crate::message::idempotency_key(Lsn(u64::from(n / 10) + 1), n % 10),
+            payload: json!({"record": {"id": n, "name": "x".repeat(200)}, "action": "insert"}),
+        })
+        .collect();
+    let batch = [SinkBatch {
+        sink: "orders".into(),
+        messages,
+    }];
+    server.store.append(&batch, Lsn(2001)).unwrap();
+    let started = Instant::now();
+    let mut received = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let (_, body) = server
+            .get("/api/sequin_streams/orders/receive?batch_size=100")
+            .await;
+        let ids = ack_ids_of(&body);
+        assert_eq!(ids.len(), 100);
+        received += ids.len();
+        let (status, _) = server
+            .post("/api/sequin_streams/orders/ack", json!({ "ack_ids": ids }))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    println!(
+        "HTTP receive+ack batch 100: {:.0} msg/s",
+        received as f64 / started.elapsed().as_secs_f64()
+    );
 }

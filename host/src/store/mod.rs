@@ -181,7 +181,7 @@ impl Store {
                  SELECT ?1, ?2, ?3, ?4, ?5, ?6,
                         NOT EXISTS (SELECT 1 FROM pull_messages
                                     WHERE sink = ?1 AND group_id = ?4
-                                      AND (commit_lsn < ?2 OR (commit_lsn = ?2 AND commit_idx < ?3))),
+                                      AND (commit_lsn, commit_idx) < (?2, ?3)),
                         ?7
                  WHERE true
                  ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
@@ -191,7 +191,7 @@ impl Store {
             let mut demote = tx.prepare_cached(
                 "UPDATE pull_messages SET head = 0
                  WHERE sink = ?1 AND group_id = ?2 AND head = 1
-                   AND (commit_lsn > ?3 OR (commit_lsn = ?3 AND commit_idx > ?4))",
+                   AND (commit_lsn, commit_idx) > (?3, ?4)",
             )?;
             let mut advance = tx.prepare_cached(
                 "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
