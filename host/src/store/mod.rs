@@ -131,8 +131,7 @@ impl Store {
         };
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_URI;
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
@@ -234,6 +233,18 @@ impl Store {
             Some(row) => Ok(Some(lsn_from_sql(row.get(0)?)?)),
             None => Ok(None),
         }
+    }
+
+    /// Forgets the sink `sink`: deletes its stored messages and its cursor,
+    /// returning how many messages were deleted. For a sink removed from the
+    /// config; a sink that keeps its name keeps its messages across restarts.
+    pub fn remove_sink(&self, sink: &str) -> Result<u64, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let deleted = tx.execute("DELETE FROM pull_messages WHERE sink = ?1", params![sink])?;
+        tx.execute("DELETE FROM sink_cursors WHERE sink = ?1", params![sink])?;
+        tx.commit()?;
+        Ok(deleted as u64)
     }
 
     /// Locks the connection. A panic while it was held rolled back its

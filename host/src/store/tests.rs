@@ -65,6 +65,27 @@ fn append_advances_cursor_and_never_moves_it_back() {
 }
 
 #[test]
+fn remove_sink_forgets_only_that_sink() {
+    let (_dir, store) = open_temp();
+    let both = vec![
+        SinkBatch {
+            sink: "gone".into(),
+            messages: vec![msg(10, 0, "a"), msg(10, 1, "b")],
+        },
+        SinkBatch {
+            sink: "kept".into(),
+            messages: vec![msg(10, 0, "a")],
+        },
+    ];
+    store.append(&both, Lsn(10)).unwrap();
+    assert_eq!(store.remove_sink("gone").unwrap(), 2);
+    assert_eq!(store.sink_cursor("gone").unwrap(), None);
+    assert_eq!(store.message_counts("gone").unwrap().stored, 0);
+    assert_eq!(store.sink_cursor("kept").unwrap(), Some(Lsn(10)));
+    assert_eq!(store.message_counts("kept").unwrap().stored, 1);
+}
+
+#[test]
 fn lsn_beyond_i64_is_refused_with_a_clear_error() {
     let (_dir, store) = open_temp();
     let err = store
