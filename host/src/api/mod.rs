@@ -1,1 +1,136 @@
-//! The HTTP APIs (axum): the Sequin-compatible pull API for now.
+//! The HTTP APIs (axum): the Sequin-compatible pull API and health.
+//!
+//! [`router`] builds the routes, [`serve`] runs them until shutdown. Errors
+//! use the management API's shape, `{"summary", "validation_errors"}`, see
+//! [`ApiError`].
+
+mod error;
+mod params;
+mod pull;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::ConsumerRef;
+use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
+use crate::store::Store;
+
+pub use error::ApiError;
+
+/// What the pull API serves: the store and the Sequin Stream sinks it knows.
+/// Cheap to clone; sinks can be added and removed while serving.
+#[derive(Clone, Debug)]
+pub struct PullApiState {
+    store: Store,
+    sinks: Arc<RwLock<HashMap<String, SequinStream>>>,
+    shutdown: CancellationToken,
+}
+
+impl PullApiState {
+    /// Serves the messages in `store`. Long-polling receives return early
+    /// (possibly empty) once `shutdown` is cancelled, so that a graceful
+    /// shutdown does not wait for their `wait_for`; pass the same token to [`serve`].
+    pub fn new(store: Store, shutdown: CancellationToken) -> PullApiState {
+        PullApiState {
+            store,
+            sinks: Arc::default(),
+            shutdown,
+        }
+    }
+
+    /// Serves the Sequin Stream sink `name` with `settings`, replacing any
+    /// sink of that name, and returns its handle; call
+    /// [`SequinStream::wake`] on it after appending messages for the sink.
+    pub fn add_sink(&self, name: &str, settings: SequinStreamSettings) -> SequinStream {
+        let stream = SequinStream::new(name, self.store.clone(), settings);
+        self.sinks
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_string(), stream.clone());
+        stream
+    }
+
+    /// Stops serving the sink `name`; its stored messages stay in the store.
+    pub fn remove_sink(&self, name: &str) -> Option<SequinStream> {
+        self.sinks
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(name)
+    }
+
+    /// The sink called `id_or_name`, or whose consumer id (the
+    /// `metadata.consumer.id` of its messages) is `id_or_name`, if served.
+    pub fn sink(&self, id_or_name: &str) -> Option<SequinStream> {
+        let sinks = self
+            .sinks
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(stream) = sinks.get(id_or_name) {
+            return Some(stream.clone());
+        }
+        let id = uuid::Uuid::parse_str(id_or_name).ok()?.to_string();
+        sinks
+            .iter()
+            .find(|(name, _)| ConsumerRef::for_sink(name).id == id)
+            .map(|(_, stream)| stream.clone())
+    }
+
+    /// Wakes the long-polling receivers of the sink `name`, if served.
+    pub fn wake(&self, name: &str) {
+        if let Some(stream) = self.sink(name) {
+            stream.wake();
+        }
+    }
+}
+
+/// The pull API under both `/api/http_pull_consumers/{name}/` and
+/// `/api/sequin_streams/{name}/`, plus `GET /health`.
+pub fn router(state: PullApiState) -> Router {
+    let consumer = Router::new()
+        .route("/receive", get(pull::receive).post(pull::receive))
+        .route("/ack", post(pull::ack))
+        .route("/nack", post(pull::nack));
+    Router::new()
+        .route("/health", get(health))
+        .nest("/api/http_pull_consumers/{name}", consumer.clone())
+        .nest("/api/sequin_streams/{name}", consumer)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled, then waits
+/// for open requests to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "pull API listening");
+    }
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+async fn health() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        format!(
+            "no route for {}; the pull API serves /api/sequin_streams/{{name}}/receive, /ack and /nack (also under /api/http_pull_consumers/)",
+            uri.path()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,282 @@
 //! weft's durable state, in SQLite: sink cursors and pull-consumer messages.
+//!
+//! Everything lives in one file that users can open with `sqlite3`. The
+//! store is the point of no return for the Sequin Stream sink: once
+//! [`Store::append`] returns, the messages survive a crash or a power cut,
+//! and only then may the pipeline confirm their LSNs to Postgres.
+//!
+//! All methods block (SQLite I/O and fsync); async callers run them with
+//! `tokio::task::spawn_blocking`. One connection behind a mutex serialises
+//! access, which is what SQLite does to writers anyway and spares us
+//! `SQLITE_BUSY` handling between our own connections.
+
+mod pull;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OpenFlags, params};
+
+use crate::lsn::Lsn;
+
+pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError};
+
+/// A failure of the durable store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file could not be opened or created.
+    #[error(
+        "cannot open the store at {path}: {source}; check that the directory exists and is writable"
+    )]
+    Open {
+        /// The store file.
+        path: PathBuf,
+        /// What SQLite reported.
+        source: rusqlite::Error,
+    },
+    /// SQLite would not switch the file to write-ahead logging.
+    #[error(
+        "the store at {path} stayed in journal mode {mode:?} instead of \"wal\"; put the store on a local filesystem (WAL does not work over network filesystems)"
+    )]
+    WalUnavailable {
+        /// The store file.
+        path: PathBuf,
+        /// The journal mode SQLite reported.
+        mode: String,
+    },
+    /// The file's schema is newer than this build of weft.
+    #[error(
+        "the store at {path} has schema version {found} but this weft knows only up to {known}; upgrade weft or point it at another store file"
+    )]
+    NewerSchema {
+        /// The store file.
+        path: String,
+        /// The version recorded in the file.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
+    /// A schema migration failed; the file keeps its previous version.
+    #[error("store schema migration to version {version} failed: {source}")]
+    Migration {
+        /// The version the migration would have produced.
+        version: i64,
+        /// What SQLite reported.
+        source: rusqlite::Error,
+    },
+    /// An LSN does not fit SQLite's signed 64-bit integers.
+    #[error(
+        "LSN {0} is beyond 7FFFFFFF/FFFFFFFF and cannot be stored; this is not a position Postgres produces"
+    )]
+    LsnOutOfRange(Lsn),
+    /// A stored value is not what weft wrote (edited by hand or corrupted).
+    #[error("the store holds an invalid {what}: {detail}; the row was modified outside weft")]
+    Corrupt {
+        /// Which value.
+        what: &'static str,
+        /// Why it is invalid.
+        detail: String,
+    },
+    /// Any other SQLite failure.
+    #[error("store query failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// The messages one transaction produced for one sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkBatch {
+    /// The sink's name.
+    pub sink: String,
+    /// The messages, in commit order. May be empty: the sink's cursor still advances.
+    pub messages: Vec<NewMessage>,
+}
+
+/// A message to store for a pull consumer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// LSN of the commit of the change's transaction.
+    pub commit_lsn: Lsn,
+    /// Position of the change within its transaction.
+    pub commit_idx: u32,
+    /// Messages of one group are handed out one at a time, in commit order.
+    pub group_id: String,
+    /// The message's idempotency key, kept for inspection.
+    pub idempotency_key: String,
+    /// The message JSON consumers receive.
+    pub payload: serde_json::Value,
+}
+
+/// A handle on the store file; cheap to clone and shareable between threads.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store file at `path` and migrates its
+    /// schema to the newest version.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let open_err = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+            .map_err(open_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::WalUnavailable {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        // In WAL mode, NORMAL syncs only at checkpoints, so a power cut can
+        // undo a commit we already reported. FULL syncs the WAL on every
+        // commit: after `append` returns the messages are on disk, and only
+        // then does the pipeline confirm their LSN to Postgres, which may
+        // then discard the WAL it would need to resend them.
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        // Another process (an operator's `sqlite3`) may hold the lock briefly.
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        schema::migrate(&mut conn, &path.display().to_string())?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            path: Arc::new(path.to_path_buf()),
+        })
+    }
+
+    /// The store file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// In one SQLite transaction: inserts every message of every batch
+    /// (messages already stored under the same sink, commit_lsn and
+    /// commit_idx are ignored, so replays after a crash are harmless) and
+    /// advances each named sink's cursor to `cursor`. A cursor never moves
+    /// backwards. Durable when it returns.
+    pub fn append(&self, batch: &[SinkBatch], cursor: Lsn) -> Result<(), StoreError> {
+        let cursor_i = lsn_to_sql(cursor)?;
+        let now = now_ms();
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        {
+            // A message is a head when no earlier message of its group is stored.
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO pull_messages
+                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head, inserted_at)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6,
+                        NOT EXISTS (SELECT 1 FROM pull_messages
+                                    WHERE sink = ?1 AND group_id = ?4
+                                      AND (commit_lsn, commit_idx) < (?2, ?3)),
+                        ?7
+                 WHERE true
+                 ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
+            )?;
+            // Only when a message arrives out of commit order: later messages
+            // of its group stop being heads.
+            let mut demote = tx.prepare_cached(
+                "UPDATE pull_messages SET head = 0
+                 WHERE sink = ?1 AND group_id = ?2 AND head = 1
+                   AND (commit_lsn, commit_idx) > (?3, ?4)",
+            )?;
+            let mut advance = tx.prepare_cached(
+                "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (sink) DO UPDATE
+                 SET commit_lsn = max(commit_lsn, excluded.commit_lsn), updated_at = excluded.updated_at",
+            )?;
+            for sink_batch in batch {
+                let sink = sink_batch.sink.as_str();
+                for message in &sink_batch.messages {
+                    let lsn = lsn_to_sql(message.commit_lsn)?;
+                    let payload = message.payload.to_string();
+                    let inserted = insert.execute(params![
+                        sink,
+                        lsn,
+                        message.commit_idx,
+                        message.group_id,
+                        message.idempotency_key,
+                        payload,
+                        now
+                    ])?;
+                    if inserted == 1 {
+                        demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;
+                    }
+                }
+                advance.execute(params![sink, cursor_i, now])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The commit LSN of the last transaction fully stored for `sink`, or
+    /// `None` when nothing was ever stored for it.
+    pub fn sink_cursor(&self, sink: &str) -> Result<Option<Lsn>, StoreError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare_cached("SELECT commit_lsn FROM sink_cursors WHERE sink = ?1")?;
+        let mut rows = stmt.query(params![sink])?;
+        match rows.next()? {
+            Some(row) => Ok(Some(lsn_from_sql(row.get(0)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Forgets the sink `sink`: deletes its stored messages and its cursor,
+    /// returning how many messages were deleted. For a sink removed from the
+    /// config; a sink that keeps its name keeps its messages across restarts.
+    pub fn remove_sink(&self, sink: &str) -> Result<u64, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let deleted = tx.execute("DELETE FROM pull_messages WHERE sink = ?1", params![sink])?;
+        tx.execute("DELETE FROM sink_cursors WHERE sink = ?1", params![sink])?;
+        tx.commit()?;
+        Ok(deleted as u64)
+    }
+
+    /// Locks the connection. A panic while it was held rolled back its
+    /// transaction (rusqlite does so on drop), so a poisoned lock is safe to reuse.
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// SQLite integers are signed; real LSNs stay far below 2^63.
+fn lsn_to_sql(lsn: Lsn) -> Result<i64, StoreError> {
+    i64::try_from(lsn.0).map_err(|_| StoreError::LsnOutOfRange(lsn))
+}
+
+fn lsn_from_sql(value: i64) -> Result<Lsn, StoreError> {
+    u64::try_from(value)
+        .map(Lsn)
+        .map_err(|_| StoreError::Corrupt {
+            what: "commit_lsn",
+            detail: format!("{value} is negative"),
+        })
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;

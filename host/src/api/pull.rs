@@ -1,0 +1,124 @@
+//! Handlers of the pull API: receive, ack and nack.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::{ApiError, PullApiState, params};
+use crate::sinks::sequin_stream::{PullError, SequinStream};
+use crate::store::{AckId, AckOutcome};
+
+/// `GET|POST …/receive`: `{"data": [{"ack_id": "…", "data": {message}}]}`.
+pub(super) async fn receive(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let stream = sink(&state, &name)?;
+    let Query(query) = query.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid query string: {}", e.body_text()),
+        )
+    })?;
+    let query = query
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let params = params::receive_params(query, &body)?;
+    let delivered = stream
+        .receive(params.batch_size, params.wait_for, &state.shutdown)
+        .await
+        .map_err(|e| pull_error(&name, e))?;
+    let data: Vec<Value> = delivered
+        .into_iter()
+        .map(|d| json!({"ack_id": d.ack_id, "data": d.payload}))
+        .collect();
+    Ok(Json(json!({ "data": data })))
+}
+
+/// `POST …/ack` with `{"ack_ids": […]}`: deletes the acked messages.
+pub(super) async fn ack(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let stream = sink(&state, &name)?;
+    let ids = params::ack_ids(&body)?;
+    let outcome = stream.ack(ids).await.map_err(|e| pull_error(&name, e))?;
+    settled(&stream, "acked", outcome)
+}
+
+/// `POST …/nack` with `{"ack_ids": […]}`: makes the messages visible again.
+pub(super) async fn nack(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let stream = sink(&state, &name)?;
+    let ids = params::ack_ids(&body)?;
+    let outcome = stream.nack(ids).await.map_err(|e| pull_error(&name, e))?;
+    settled(&stream, "nacked", outcome)
+}
+
+fn sink(state: &PullApiState, name: &str) -> Result<SequinStream, ApiError> {
+    state.sink(name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no Sequin Stream sink named {name:?} (or with that consumer id); check the name of a sink of type sequin_stream in the config"),
+        )
+    })
+}
+
+/// `{"success": true}`, or 422 listing the ack ids that matched nothing
+/// (the others were processed).
+fn settled(
+    stream: &SequinStream,
+    verb: &str,
+    outcome: AckOutcome,
+) -> Result<Json<Value>, ApiError> {
+    if outcome.unknown.is_empty() {
+        return Ok(Json(json!({"success": true})));
+    }
+    let unknown: Vec<String> = outcome.unknown.iter().map(AckId::to_string).collect();
+    let problems = unknown
+        .iter()
+        .map(|id| format!("{id} matches no message in flight"))
+        .collect();
+    Err(ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!(
+            "{} ack id(s) match no message in flight for sink {:?} and were ignored; the other {} message(s) were {verb}. \
+             An ack id is void once its message is acked or nacked, or handed out again after the visibility timeout \
+             (ack_wait_ms = {}); such messages will be or were delivered again.",
+            unknown.len(),
+            stream.name(),
+            outcome.processed,
+            stream.settings().ack_wait.as_millis()
+        ),
+    )
+    .with_validation("ack_ids", problems)
+    .with_field("unknown_ack_ids", json!(unknown))
+    .with_field("processed", json!(outcome.processed)))
+}
+
+fn pull_error(name: &str, error: PullError) -> ApiError {
+    match error {
+        PullError::TooManyWaiting { .. } => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, error.to_string()).with_retry_after(1)
+        }
+        PullError::Store(_) | PullError::Panicked { .. } => {
+            tracing::error!(sink = name, %error, "pull API request failed");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{error}; nothing was lost, retry the request"),
+            )
+        }
+    }
+}

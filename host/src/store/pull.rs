@@ -1,0 +1,252 @@
+//! Pull-consumer messages: receive, ack and nack for Sequin Stream sinks.
+//!
+//! A message is handed out only while it is the *head* of its group (the
+//! earliest message of the group still stored) and visible (never handed
+//! out, nacked, or its lease expired). Receiving leases it: a fresh
+//! [`AckId`], `not_visible_until = now + ack_wait`, one more delivery. Ack
+//! deletes it and makes the next message of its group the head, so each
+//! group has at most one message in flight and is consumed in commit order.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, params};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Store, StoreError, now_ms};
+
+/// The lease on one delivered message: valid until the message is acked,
+/// nacked, or handed out again after its visibility timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AckId(Uuid);
+
+impl AckId {
+    /// A fresh, random ack id.
+    pub fn new() -> AckId {
+        AckId(Uuid::new_v4())
+    }
+}
+
+impl Default for AckId {
+    fn default() -> Self {
+        AckId::new()
+    }
+}
+
+impl fmt::Display for AckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// The text was not a UUID, the only form ack ids take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid ack id {0:?}: ack ids are UUIDs, as returned by receive")]
+pub struct ParseAckIdError(pub String);
+
+impl FromStr for AckId {
+    type Err = ParseAckIdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s)
+            .map(AckId)
+            .map_err(|_| ParseAckIdError(s.to_string()))
+    }
+}
+
+impl serde::Serialize for AckId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A message handed to a consumer by [`Store::receive`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivered {
+    /// The lease to ack or nack it with.
+    pub ack_id: AckId,
+    /// The message JSON.
+    pub payload: Value,
+    /// How many times it has been handed out, this time included.
+    pub deliver_count: u32,
+}
+
+/// What [`Store::ack`] or [`Store::nack`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// How many messages were acked (deleted) or nacked (made visible).
+    pub processed: usize,
+    /// Ack ids that match no stored message: already acked or nacked, handed
+    /// out again after their lease expired, or never issued. Their messages,
+    /// if any, are untouched.
+    pub unknown: Vec<AckId>,
+}
+
+/// How many messages a sink holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageCounts {
+    /// All stored (not yet acked) messages.
+    pub stored: u64,
+    /// Messages handed out whose lease has not expired.
+    pub in_flight: u64,
+}
+
+impl Store {
+    /// Leases up to `batch_size` messages of `sink`, in commit order, at most
+    /// one per group, each invisible to other receivers for `ack_wait`.
+    /// Hands out nothing more once `max_ack_pending` messages are in flight.
+    /// Atomic: concurrent receivers get disjoint messages.
+    pub fn receive(
+        &self,
+        sink: &str,
+        batch_size: u32,
+        ack_wait: Duration,
+        max_ack_pending: u32,
+    ) -> Result<Vec<Delivered>, StoreError> {
+        let now = now_ms();
+        let until = now.saturating_add(i64::try_from(ack_wait.as_millis()).unwrap_or(i64::MAX));
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let mut delivered = Vec::new();
+        {
+            let in_flight: u32 = tx
+                .prepare_cached(
+                    "SELECT count(*) FROM (SELECT 1 FROM pull_messages
+                     WHERE sink = ?1 AND not_visible_until > ?2 LIMIT ?3)",
+                )?
+                .query_row(params![sink, now, max_ack_pending], |row| row.get(0))?;
+            let room = batch_size.min(max_ack_pending.saturating_sub(in_flight));
+            if room == 0 {
+                return Ok(delivered);
+            }
+            let mut heads = tx.prepare_cached(
+                "SELECT id, payload, deliver_count FROM pull_messages INDEXED BY pull_messages_heads
+                 WHERE sink = ?1 AND head = 1
+                   AND (not_visible_until IS NULL OR not_visible_until <= ?2)
+                 ORDER BY commit_lsn, commit_idx
+                 LIMIT ?3",
+            )?;
+            let mut lease = tx.prepare_cached(
+                "UPDATE pull_messages
+                 SET ack_id = ?2, not_visible_until = ?3, deliver_count = deliver_count + 1,
+                     last_delivered_at = ?4
+                 WHERE id = ?1",
+            )?;
+            let rows = heads
+                .query_map(params![sink, now, room], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, u32>(2)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            for (id, payload, deliver_count) in rows {
+                let payload: Value =
+                    serde_json::from_str(&payload).map_err(|e| StoreError::Corrupt {
+                        what: "payload",
+                        detail: format!("message {id}: {e}"),
+                    })?;
+                let ack_id = AckId::new();
+                lease.execute(params![id, ack_id.to_string(), until, now])?;
+                delivered.push(Delivered {
+                    ack_id,
+                    payload,
+                    deliver_count: deliver_count.saturating_add(1),
+                });
+            }
+        }
+        tx.commit()?;
+        Ok(delivered)
+    }
+
+    /// Deletes the messages of `sink` whose current ack id is in `ack_ids`
+    /// and makes the next message of each of their groups available.
+    pub fn ack(&self, sink: &str, ack_ids: &[AckId]) -> Result<AckOutcome, StoreError> {
+        let mut outcome = AckOutcome::default();
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        {
+            let mut delete = tx.prepare_cached(
+                "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2 RETURNING group_id, head",
+            )?;
+            let mut promote = tx.prepare_cached(
+                "UPDATE pull_messages SET head = 1
+                 WHERE id = (SELECT id FROM pull_messages WHERE sink = ?1 AND group_id = ?2
+                             ORDER BY commit_lsn, commit_idx LIMIT 1)
+                   AND head = 0",
+            )?;
+            for ack_id in ack_ids {
+                let deleted: Option<(String, bool)> = delete
+                    .query_row(params![sink, ack_id.to_string()], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
+                    .optional()?;
+                match deleted {
+                    Some((group_id, was_head)) => {
+                        outcome.processed += 1;
+                        if was_head {
+                            promote.execute(params![sink, group_id])?;
+                        }
+                    }
+                    None => outcome.unknown.push(*ack_id),
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// Makes the messages of `sink` whose current ack id is in `ack_ids`
+    /// visible again at once; their ack ids stop being valid.
+    pub fn nack(&self, sink: &str, ack_ids: &[AckId]) -> Result<AckOutcome, StoreError> {
+        let mut outcome = AckOutcome::default();
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        {
+            let mut release = tx.prepare_cached(
+                "UPDATE pull_messages SET not_visible_until = NULL, ack_id = NULL
+                 WHERE sink = ?1 AND ack_id = ?2",
+            )?;
+            for ack_id in ack_ids {
+                match release.execute(params![sink, ack_id.to_string()])? {
+                    0 => outcome.unknown.push(*ack_id),
+                    _ => outcome.processed += 1,
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// How many messages `sink` holds, and how many of them are in flight.
+    pub fn message_counts(&self, sink: &str) -> Result<MessageCounts, StoreError> {
+        let conn = self.lock();
+        let now = now_ms();
+        let stored: i64 = conn
+            .prepare_cached("SELECT count(*) FROM pull_messages WHERE sink = ?1")?
+            .query_row(params![sink], |row| row.get(0))?;
+        let in_flight: i64 = conn
+            .prepare_cached(
+                "SELECT count(*) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2",
+            )?
+            .query_row(params![sink, now], |row| row.get(0))?;
+        Ok(MessageCounts {
+            stored: stored as u64,
+            in_flight: in_flight as u64,
+        })
+    }
+
+    /// Time until the earliest lease of `sink` expires, which may make a
+    /// message receivable without any new append; `None` when nothing is in flight.
+    pub fn next_lease_expiry(&self, sink: &str) -> Result<Option<Duration>, StoreError> {
+        let conn = self.lock();
+        let now = now_ms();
+        let next: Option<i64> = conn
+            .prepare_cached("SELECT min(not_visible_until) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2")?
+            .query_row(params![sink, now], |row| row.get(0))?;
+        Ok(next.map(|at| Duration::from_millis((at - now).max(0) as u64)))
+    }
+}

@@ -1,0 +1,81 @@
+//! The store's schema and its ordered migrations.
+//!
+//! `PRAGMA user_version` records how many entries of [`MIGRATIONS`] a file
+//! has applied. Migrations are append-only: never edit a released entry, add
+//! a new one that alters the previous state.
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+/// Each entry moves the schema from version `i` to `i + 1`.
+///
+/// Times are integer milliseconds since the Unix epoch, so that visibility
+/// checks compare integers; read them in `sqlite3` with
+/// `datetime(not_visible_until / 1000, 'unixepoch')`.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: sink cursors and pull-consumer messages.
+    r#"
+    CREATE TABLE sink_cursors (
+        sink        TEXT PRIMARY KEY,
+        commit_lsn  INTEGER NOT NULL,
+        updated_at  INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE pull_messages (
+        id                 INTEGER PRIMARY KEY,
+        sink               TEXT NOT NULL,
+        commit_lsn         INTEGER NOT NULL,
+        commit_idx         INTEGER NOT NULL,
+        group_id           TEXT NOT NULL,
+        idempotency_key    TEXT NOT NULL,
+        payload            TEXT NOT NULL,
+        -- 1 when this is the earliest stored message of its group: only heads
+        -- may be handed out, which keeps one message per group in flight.
+        head               INTEGER NOT NULL,
+        ack_id             TEXT,
+        deliver_count      INTEGER NOT NULL DEFAULT 0,
+        not_visible_until  INTEGER,
+        last_delivered_at  INTEGER,
+        inserted_at        INTEGER NOT NULL,
+        UNIQUE (sink, commit_lsn, commit_idx)
+    ) STRICT;
+
+    -- Finds a group's earliest message when a head is acked or a message arrives.
+    CREATE INDEX pull_messages_group
+        ON pull_messages (sink, group_id, commit_lsn, commit_idx);
+    -- Receive walks the heads in commit order; non-heads never cost a step.
+    CREATE INDEX pull_messages_heads
+        ON pull_messages (sink, commit_lsn, commit_idx) WHERE head = 1;
+    -- Counts messages in flight (max_ack_pending) and finds the next expiry.
+    CREATE INDEX pull_messages_visibility
+        ON pull_messages (sink, not_visible_until);
+    -- Ack and nack look messages up by their current ack id.
+    CREATE UNIQUE INDEX pull_messages_ack_id
+        ON pull_messages (sink, ack_id) WHERE ack_id IS NOT NULL;
+    "#,
+];
+
+/// Brings the schema of `conn` up to the newest version, one transaction per
+/// migration, and refuses files written by a newer weft.
+pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if found > known {
+        return Err(StoreError::NewerSchema {
+            path: path.to_string(),
+            found,
+            known,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = index as i64 + 1;
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)
+            .map_err(|source| StoreError::Migration { version, source })?;
+        tx.pragma_update(None, "user_version", version)?;
+        tx.commit()?;
+        tracing::info!(path, version, "store schema migrated");
+    }
+    Ok(())
+}

@@ -1,0 +1,503 @@
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+const NO_LIMIT: u32 = u32::MAX;
+
+fn open_temp() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("weft.db")).unwrap();
+    (dir, store)
+}
+
+fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
+    NewMessage {
+        commit_lsn: Lsn(lsn),
+        commit_idx: idx,
+        group_id: group.to_string(),
+        idempotency_key: crate::message::idempotency_key(Lsn(lsn), idx),
+        payload: json!({"lsn": lsn, "idx": idx, "group": group}),
+    }
+}
+
+fn batch(sink: &str, messages: Vec<NewMessage>) -> Vec<SinkBatch> {
+    vec![SinkBatch {
+        sink: sink.to_string(),
+        messages,
+    }]
+}
+
+/// (lsn, idx) of each delivered message, from its payload.
+fn positions(delivered: &[Delivered]) -> Vec<(u64, u32)> {
+    delivered
+        .iter()
+        .map(|d| {
+            (
+                d.payload["lsn"].as_u64().unwrap(),
+                d.payload["idx"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect()
+}
+
+fn ack_ids(delivered: &[Delivered]) -> Vec<AckId> {
+    delivered.iter().map(|d| d.ack_id).collect()
+}
+
+#[test]
+fn append_advances_cursor_and_never_moves_it_back() {
+    let (_dir, store) = open_temp();
+    assert_eq!(store.sink_cursor("s").unwrap(), None);
+    store
+        .append(&batch("s", vec![msg(10, 0, "a")]), Lsn(10))
+        .unwrap();
+    assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(10)));
+    // An empty batch still advances the cursor (transaction filtered out).
+    store.append(&batch("s", vec![]), Lsn(20)).unwrap();
+    assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(20)));
+    store.append(&batch("s", vec![]), Lsn(15)).unwrap();
+    assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(20)));
+    assert_eq!(store.sink_cursor("other").unwrap(), None);
+}
+
+#[test]
+fn remove_sink_forgets_only_that_sink() {
+    let (_dir, store) = open_temp();
+    let both = vec![
+        SinkBatch {
+            sink: "gone".into(),
+            messages: vec![msg(10, 0, "a"), msg(10, 1, "b")],
+        },
+        SinkBatch {
+            sink: "kept".into(),
+            messages: vec![msg(10, 0, "a")],
+        },
+    ];
+    store.append(&both, Lsn(10)).unwrap();
+    assert_eq!(store.remove_sink("gone").unwrap(), 2);
+    assert_eq!(store.sink_cursor("gone").unwrap(), None);
+    assert_eq!(store.message_counts("gone").unwrap().stored, 0);
+    assert_eq!(store.sink_cursor("kept").unwrap(), Some(Lsn(10)));
+    assert_eq!(store.message_counts("kept").unwrap().stored, 1);
+}
+
+#[test]
+fn lsn_beyond_i64_is_refused_with_a_clear_error() {
+    let (_dir, store) = open_temp();
+    let err = store
+        .append(&batch("s", vec![]), Lsn(u64::MAX))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LsnOutOfRange(_)), "{err}");
+}
+
+#[test]
+fn receive_is_in_commit_order_with_one_message_per_group_in_flight() {
+    let (_dir, store) = open_temp();
+    store
+        .append(
+            &batch(
+                "s",
+                vec![
+                    msg(10, 0, "a"),
+                    msg(10, 1, "b"),
+                    msg(10, 2, "a"),
+                    msg(11, 0, "c"),
+                ],
+            ),
+            Lsn(10),
+        )
+        .unwrap();
+    store
+        .append(&batch("s", vec![msg(12, 0, "b")]), Lsn(12))
+        .unwrap();
+
+    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(positions(&first), vec![(10, 0), (10, 1), (11, 0)]);
+    assert!(first.iter().all(|d| d.deliver_count == 1));
+    // Every group has a message in flight: nothing else is receivable.
+    assert!(store.receive("s", 10, WAIT, NO_LIMIT).unwrap().is_empty());
+
+    // Acking a's head frees a's next message, and only that one.
+    let outcome = store.ack("s", &[first[0].ack_id]).unwrap();
+    assert_eq!(
+        outcome,
+        AckOutcome {
+            processed: 1,
+            unknown: vec![]
+        }
+    );
+    let second = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(positions(&second), vec![(10, 2)]);
+
+    store
+        .ack("s", &[first[1].ack_id, first[2].ack_id, second[0].ack_id])
+        .unwrap();
+    let third = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(positions(&third), vec![(12, 0)]);
+    store.ack("s", &ack_ids(&third)).unwrap();
+    assert_eq!(store.message_counts("s").unwrap(), MessageCounts::default());
+}
+
+#[test]
+fn batch_size_limits_a_receive() {
+    let (_dir, store) = open_temp();
+    let messages = (0..5).map(|i| msg(10, i, &format!("g{i}"))).collect();
+    store.append(&batch("s", messages), Lsn(10)).unwrap();
+    assert_eq!(
+        positions(&store.receive("s", 2, WAIT, NO_LIMIT).unwrap()),
+        vec![(10, 0), (10, 1)]
+    );
+    assert_eq!(
+        positions(&store.receive("s", 2, WAIT, NO_LIMIT).unwrap()),
+        vec![(10, 2), (10, 3)]
+    );
+    assert_eq!(
+        positions(&store.receive("s", 2, WAIT, NO_LIMIT).unwrap()),
+        vec![(10, 4)]
+    );
+}
+
+#[test]
+fn sinks_are_independent() {
+    let (_dir, store) = open_temp();
+    let both = vec![
+        SinkBatch {
+            sink: "one".into(),
+            messages: vec![msg(10, 0, "a")],
+        },
+        SinkBatch {
+            sink: "two".into(),
+            messages: vec![msg(10, 0, "a")],
+        },
+    ];
+    store.append(&both, Lsn(10)).unwrap();
+    assert_eq!(store.sink_cursor("two").unwrap(), Some(Lsn(10)));
+    let one = store.receive("one", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(one.len(), 1);
+    // The same group in another sink is not blocked, and ack ids do not cross sinks.
+    let outcome = store.ack("two", &ack_ids(&one)).unwrap();
+    assert_eq!(outcome.unknown, ack_ids(&one));
+    assert_eq!(store.receive("two", 10, WAIT, NO_LIMIT).unwrap().len(), 1);
+}
+
+#[test]
+fn expired_lease_makes_the_message_reappear_with_a_new_ack_id() {
+    let (_dir, store) = open_temp();
+    store
+        .append(&batch("s", vec![msg(10, 0, "a"), msg(11, 0, "a")]), Lsn(11))
+        .unwrap();
+    let short = Duration::from_millis(60);
+    let first = store.receive("s", 10, short, NO_LIMIT).unwrap();
+    assert_eq!(positions(&first), vec![(10, 0)]);
+    assert!(store.receive("s", 10, short, NO_LIMIT).unwrap().is_empty());
+    let expiry = store
+        .next_lease_expiry("s")
+        .unwrap()
+        .expect("a lease is out");
+    assert!(expiry <= short, "{expiry:?}");
+
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(store.next_lease_expiry("s").unwrap(), None);
+    let again = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(
+        positions(&again),
+        vec![(10, 0)],
+        "the group's head comes back, not its successor"
+    );
+    assert_eq!(again[0].deliver_count, 2);
+    assert_ne!(again[0].ack_id, first[0].ack_id);
+
+    // The superseded ack id is reported and deletes nothing.
+    let outcome = store.ack("s", &[first[0].ack_id]).unwrap();
+    assert_eq!(
+        outcome,
+        AckOutcome {
+            processed: 0,
+            unknown: vec![first[0].ack_id]
+        }
+    );
+    assert_eq!(
+        store.message_counts("s").unwrap(),
+        MessageCounts {
+            stored: 2,
+            in_flight: 1
+        }
+    );
+    assert_eq!(store.ack("s", &ack_ids(&again)).unwrap().processed, 1);
+}
+
+#[test]
+fn ack_of_an_expired_but_not_redelivered_lease_still_deletes() {
+    let (_dir, store) = open_temp();
+    store
+        .append(&batch("s", vec![msg(10, 0, "a")]), Lsn(10))
+        .unwrap();
+    let first = store
+        .receive("s", 1, Duration::from_millis(20), NO_LIMIT)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(store.ack("s", &ack_ids(&first)).unwrap().processed, 1);
+    assert_eq!(store.message_counts("s").unwrap().stored, 0);
+}
+
+#[test]
+fn nack_makes_messages_visible_at_once_and_voids_the_ack_id() {
+    let (_dir, store) = open_temp();
+    store
+        .append(&batch("s", vec![msg(10, 0, "a"), msg(10, 1, "b")]), Lsn(10))
+        .unwrap();
+    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let bogus = AckId::new();
+    let outcome = store.nack("s", &[first[1].ack_id, bogus]).unwrap();
+    assert_eq!(
+        outcome,
+        AckOutcome {
+            processed: 1,
+            unknown: vec![bogus]
+        }
+    );
+    let again = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(positions(&again), vec![(10, 1)]);
+    assert_eq!(again[0].deliver_count, 2);
+    // The nacked lease can no longer ack the message.
+    assert_eq!(
+        store.ack("s", &[first[1].ack_id]).unwrap().unknown,
+        vec![first[1].ack_id]
+    );
+    assert_eq!(
+        store.message_counts("s").unwrap(),
+        MessageCounts {
+            stored: 2,
+            in_flight: 2
+        }
+    );
+}
+
+#[test]
+fn duplicates_on_append_are_ignored() {
+    let (_dir, store) = open_temp();
+    store
+        .append(&batch("s", vec![msg(10, 0, "a"), msg(10, 1, "a")]), Lsn(10))
+        .unwrap();
+    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    // A replay after a crash: same positions, maybe a different payload.
+    let mut replay = msg(10, 0, "a");
+    replay.payload = json!({"replayed": true});
+    store
+        .append(
+            &batch("s", vec![replay, msg(10, 1, "a"), msg(11, 0, "a")]),
+            Lsn(11),
+        )
+        .unwrap();
+    assert_eq!(
+        store.message_counts("s").unwrap(),
+        MessageCounts {
+            stored: 3,
+            in_flight: 1
+        }
+    );
+    // The in-flight lease survived the replay.
+    assert_eq!(store.ack("s", &ack_ids(&first)).unwrap().processed, 1);
+    let next = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(positions(&next), vec![(10, 1)]);
+}
+
+#[test]
+fn a_late_earlier_message_takes_over_the_head_of_its_group() {
+    let (_dir, store) = open_temp();
+    store
+        .append(&batch("s", vec![msg(20, 0, "a")]), Lsn(20))
+        .unwrap();
+    store
+        .append(&batch("s", vec![msg(10, 0, "a")]), Lsn(20))
+        .unwrap();
+    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(positions(&first), vec![(10, 0)]);
+    store.ack("s", &ack_ids(&first)).unwrap();
+    assert_eq!(
+        positions(&store.receive("s", 10, WAIT, NO_LIMIT).unwrap()),
+        vec![(20, 0)]
+    );
+}
+
+#[test]
+fn max_ack_pending_caps_messages_in_flight() {
+    let (_dir, store) = open_temp();
+    let messages = (0..5).map(|i| msg(10, i, &format!("g{i}"))).collect();
+    store.append(&batch("s", messages), Lsn(10)).unwrap();
+    let first = store.receive("s", 10, WAIT, 3).unwrap();
+    assert_eq!(first.len(), 3);
+    assert!(store.receive("s", 10, WAIT, 3).unwrap().is_empty());
+    store.ack("s", &[first[0].ack_id]).unwrap();
+    assert_eq!(
+        positions(&store.receive("s", 10, WAIT, 3).unwrap()),
+        vec![(10, 3)]
+    );
+}
+
+#[test]
+fn everything_persists_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    let leased = {
+        let store = Store::open(&path).unwrap();
+        store
+            .append(&batch("s", vec![msg(10, 0, "a"), msg(10, 1, "b")]), Lsn(10))
+            .unwrap();
+        store.receive("s", 1, WAIT, NO_LIMIT).unwrap()
+    };
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(10)));
+    assert_eq!(
+        store.message_counts("s").unwrap(),
+        MessageCounts {
+            stored: 2,
+            in_flight: 1
+        }
+    );
+    assert_eq!(
+        positions(&store.receive("s", 10, WAIT, NO_LIMIT).unwrap()),
+        vec![(10, 1)]
+    );
+    assert_eq!(store.ack("s", &ack_ids(&leased)).unwrap().processed, 1);
+    let conn = store.lock();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, schema::MIGRATIONS.len() as i64);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn a_store_from_a_newer_weft_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    drop(Store::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    let err = Store::open(&path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 99, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade weft"), "{err}");
+}
+
+#[test]
+fn concurrent_receivers_get_disjoint_messages() {
+    let (_dir, store) = open_temp();
+    let messages: Vec<_> = (0..400)
+        .map(|i| msg(10 + i / 4, (i % 4) as u32, &format!("g{i}")))
+        .collect();
+    store.append(&batch("s", messages), Lsn(200)).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                loop {
+                    let d = store.receive("s", 7, WAIT, NO_LIMIT).unwrap();
+                    if d.is_empty() {
+                        return got;
+                    }
+                    got.extend(positions(&d));
+                }
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    let mut total = 0;
+    for t in threads {
+        let got = t.join().unwrap();
+        total += got.len();
+        all.extend(got);
+    }
+    assert_eq!(total, 400, "every message handed out exactly once");
+    assert_eq!(all.len(), 400);
+}
+
+#[test]
+fn receive_uses_the_heads_index() {
+    let (_dir, store) = open_temp();
+    let conn = store.lock();
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id FROM pull_messages INDEXED BY pull_messages_heads
+             WHERE sink = 's' AND head = 1 AND (not_visible_until IS NULL OR not_visible_until <= 0)
+             ORDER BY commit_lsn, commit_idx LIMIT 10",
+        )
+        .unwrap()
+        .query_map([], |row| row.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("pull_messages_heads") && !plan.contains("TEMP B-TREE"),
+        "{plan}"
+    );
+}
+
+/// Receive stays fast with 100k stored messages, including when most of
+/// them sit behind heads that are in flight. Run with `--ignored --nocapture`
+/// (release mode) to see the rates.
+#[test]
+#[ignore = "benchmark; run explicitly"]
+fn receive_and_ack_rate_with_100k_messages() {
+    let (_dir, store) = open_temp();
+    let total: u32 = 100_000;
+    let started = Instant::now();
+    for chunk in 0..(total / 1000) {
+        let messages = (0..1000)
+            .map(|i| {
+                let n = chunk * 1000 + i;
+                let mut m = msg(u64::from(n / 10) + 1, n % 10, &format!("g{}", n % 1000));
+                m.payload = json!({"lsn": n / 10 + 1, "idx": n % 10, "record": {"id": n, "name": "x".repeat(200)}});
+                m
+            })
+            .collect();
+        store
+            .append(&batch("s", messages), Lsn(u64::from(chunk)))
+            .unwrap();
+    }
+    println!(
+        "append: {:.0} msg/s (batches of 1000)",
+        f64::from(total) / started.elapsed().as_secs_f64()
+    );
+
+    for batch_size in [1u32, 10, 100] {
+        let started = Instant::now();
+        let mut n = 0u32;
+        while started.elapsed() < Duration::from_secs(3) {
+            let d = store.receive("s", batch_size, WAIT, NO_LIMIT).unwrap();
+            assert_eq!(d.len(), batch_size as usize);
+            store.ack("s", &ack_ids(&d)).unwrap();
+            n += d.len() as u32;
+        }
+        println!(
+            "receive+ack batch {batch_size}: {:.0} msg/s, {:.0} round trips/s",
+            f64::from(n) / started.elapsed().as_secs_f64(),
+            f64::from(n / batch_size) / started.elapsed().as_secs_f64()
+        );
+    }
+
+    // All 1000 groups' heads in flight: receive must not scan the ~98k waiting messages.
+    let leased = store.receive("s", 1000, WAIT, NO_LIMIT).unwrap();
+    assert_eq!(leased.len(), 1000);
+    let started = Instant::now();
+    for _ in 0..100 {
+        assert!(store.receive("s", 100, WAIT, NO_LIMIT).unwrap().is_empty());
+    }
+    println!(
+        "empty receive with every group blocked: {:?} each",
+        started.elapsed() / 100
+    );
+}
