@@ -1,16 +1,16 @@
 //! `weft run`: assembles sources, pipelines, sinks and the HTTP API from a
 //! validated config, and runs them until SIGTERM or SIGINT.
 
-use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
+use crate::api::PullApiState;
 use crate::change::Action;
 use crate::config::{Config, DatabaseConfig, SinkConfig};
 use crate::lsn::Lsn;
@@ -87,23 +87,22 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let mut wakeups: HashMap<String, Arc<Notify>> = HashMap::new();
+    let pull_api = PullApiState::new(store.clone(), shutdown.clone());
     for sink in &config.sinks {
-        wakeups.insert(sink.name.clone(), Arc::new(Notify::new()));
+        pull_api.add_sink(&sink.name, sink.destination.sequin_stream_settings());
     }
-
-    let api_state = crate::api::PullApiState::from_config(store.clone(), &config, &wakeups);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ServerError::Listen { address: listen, source })?;
     info!(address = %listener.local_addr().unwrap_or(listen), "HTTP API listening");
     {
         let shutdown = shutdown.clone();
-        let router = crate::api::router(api_state);
+        let router = crate::api::router(pull_api.clone());
         tasks.spawn(
             async move {
-                crate::api::serve(listener, router, shutdown).await;
-                Ok(())
+                crate::api::serve(listener, router, shutdown)
+                    .await
+                    .map_err(|source| ServerError::Listen { address: listen, source })
             }
             .instrument(info_span!("api")),
         );
@@ -123,7 +122,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         let source_config = source_config(database, &sinks)?;
         let (events_tx, events_rx) = mpsc::channel(4096);
         let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
-        let pipeline = Pipeline::new(pipelines, store.clone(), durable_tx, wakeups.clone(), BatchLimits::default());
+        let pipeline = Pipeline::new(pipelines, store.clone(), durable_tx, pull_api.clone(), BatchLimits::default());
         let name = database.name.clone();
         let span = info_span!("source", database = %name, slot = %database.slot.name);
         let source_shutdown = shutdown.clone();

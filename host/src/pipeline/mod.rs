@@ -15,13 +15,13 @@ pub use batch::{Batch, BatchLimits};
 pub use sink::{NamedTransform, SinkPipeline, SinkPipelineError, group_id};
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::api::PullApiState;
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
 use crate::store::{SinkBatch, Store};
@@ -42,7 +42,7 @@ pub struct Pipeline {
     sinks: Vec<SinkPipeline>,
     store: Store,
     durable: watch::Sender<Lsn>,
-    wakeups: HashMap<String, Arc<Notify>>,
+    pull_api: PullApiState,
     limits: BatchLimits,
 }
 
@@ -53,10 +53,10 @@ impl Pipeline {
         sinks: Vec<SinkPipeline>,
         store: Store,
         durable: watch::Sender<Lsn>,
-        wakeups: HashMap<String, Arc<Notify>>,
+        pull_api: PullApiState,
         limits: BatchLimits,
     ) -> Self {
-        Pipeline { sinks, store, durable, wakeups, limits }
+        Pipeline { sinks, store, durable, pull_api, limits }
     }
 
     /// Consumes `events` until the channel closes or `shutdown` fires.
@@ -134,9 +134,7 @@ impl Pipeline {
         tokio::task::spawn_blocking(move || store.append(&sink_batches, last_commit)).await??;
         for sink in &self.sinks {
             cursors.insert(sink.name().to_string(), last_commit);
-            if let Some(wakeup) = self.wakeups.get(sink.name()) {
-                wakeup.notify_waiters();
-            }
+            self.pull_api.wake(sink.name());
         }
         self.confirm(committed.last_end_lsn);
         Ok(())
