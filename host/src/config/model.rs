@@ -100,8 +100,8 @@ pub struct PublicationConfig {
     /// The publication's name (1 to 63 bytes).
     #[serde(deserialize_with = "bounds::publication_name")]
     pub name: String,
-    /// Create the publication `FOR ALL TABLES` when it does not exist. Default
-    /// `false`: a missing publication is an error.
+    /// Create the publication when it does not exist. Default `false`: a
+    /// missing publication is an error.
     #[serde(default)]
     pub create_if_not_exists: bool,
 }

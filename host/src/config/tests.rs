@@ -627,3 +627,45 @@ fn connection_debug_hides_the_password() {
         "{debug}"
     );
 }
+
+/// Loads `text` with every component file it names created under a
+/// scratch directory two levels deep (so `../..` paths stay inside it).
+fn load_with_components(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Config {
+    let root = tempfile::tempdir().expect("temp dir");
+    let base = root.path().join("examples").join("config");
+    std::fs::create_dir_all(&base).unwrap();
+    for line in text.lines() {
+        if let Some(file) = line.trim().strip_prefix("file:") {
+            let path = base.join(file.trim());
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, b"\0asm").unwrap();
+        }
+    }
+    Config::from_yaml(text, &base, env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn demo_config_loads() {
+    let text = include_str!("../../../examples/config/demo.yml");
+    let config = load_with_components(text, &|_| None);
+    let demo = config.database("demo").expect("demo database");
+    assert_eq!(demo.connection().host, "127.0.0.1");
+    assert_eq!(demo.connection().port, 5432);
+    let sink = config.sink("orders").expect("orders sink");
+    assert!(sink.source.includes("public", "orders"));
+    assert_eq!(sink.transform.as_deref(), Some("upcase"));
+    assert_eq!(
+        config.function("upcase").unwrap().kind,
+        FunctionKind::Transform
+    );
+}
+
+#[test]
+fn reference_example_in_docs_loads() {
+    let doc = include_str!("../../../docs/config.md");
+    let start = doc.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let text = &doc[start..start + doc[start..].find("```").expect("closed block")];
+    let config = load_with_components(text, &|name| (name == "PGPASSWORD").then(|| "pw".into()));
+    assert_eq!(config.sinks.len(), 1);
+    assert_eq!(config.functions[0].limits.timeout_ms, 500);
+}
