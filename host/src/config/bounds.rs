@@ -46,6 +46,23 @@ fn check_range<E: de::Error>(value: u64, min: u64, max: u64) -> Result<(), E> {
     }))
 }
 
+/// An optional TCP port (1 to 65535), written as a number or as a string of
+/// digits, so that a quoted `"${PGPORT:-5432}"` works too.
+pub(crate) fn opt_port<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u16>, D::Error> {
+    let Some(text) = Option::<ScalarText>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    match text.0.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(Some(port)),
+        _ => Err(de::Error::custom(format!(
+            "invalid port {:?}: a port is a number from 1 to 65535",
+            text.0
+        ))),
+    }
+}
+
 /// A map of string keys to scalar values, numbers and booleans converted to
 /// their text. Nulls, lists and maps are errors naming the key.
 pub(crate) fn scalar_map<'de, D: Deserializer<'de>>(

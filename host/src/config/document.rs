@@ -30,7 +30,7 @@ pub(crate) struct DatabaseDoc {
     pub(crate) url: Option<String>,
     #[serde(default)]
     pub(crate) hostname: Option<String>,
-    #[serde(default, deserialize_with = "bounds::opt_in_range::<_, u16, 1, 65535>")]
+    #[serde(default, deserialize_with = "bounds::opt_port")]
     pub(crate) port: Option<u16>,
     #[serde(default)]
     pub(crate) database: Option<String>,

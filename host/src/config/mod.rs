@@ -4,15 +4,15 @@
 //! Loading runs in stages, each reporting problems by document path
 //! (`sinks[0].destination.type`) and, where known, line and column:
 //!
-//! 1. [`interpolate`] substitutes environment variables in the raw text and
+//! 1. `interpolate` substitutes environment variables in the raw text and
 //!    reports every unset one.
 //! 2. serde reads the text into the document shape (`document`), with
 //!    `deny_unknown_fields` at every level; `serde_path_to_error` supplies the
 //!    path and serde_yaml_ng the position. serde stops at the first problem.
-//! 3. [`validate`] checks what spans fields and entries — the connection
+//! 3. `validate` checks what spans fields and entries — the connection
 //!    form, each destination by its `type`, unique names, references between
 //!    sinks, databases and functions, component files — and reports all of
-//!    them, located in the text by [`locate`].
+//!    them, located in the text by `locate`.
 
 mod bounds;
 pub mod destination;

@@ -64,6 +64,25 @@ impl PgConnection {
     }
 }
 
+/// `user@host:port/database`, without the password: for logs and errors.
+impl fmt::Display for PgConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(
+                f,
+                "{}@[{}]:{}/{}",
+                self.user, self.host, self.port, self.database
+            )
+        } else {
+            write!(
+                f,
+                "{}@{}:{}/{}",
+                self.user, self.host, self.port, self.database
+            )
+        }
+    }
+}
+
 impl fmt::Debug for PgConnection {
     // Keeps the password out of logs and panic messages.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -499,8 +499,13 @@ fn numbers_out_of_range_say_the_range() {
             "    database: app\n",
             "    database: app\n    port: 70000\n"
         )),
-        "databases[0].port: invalid value: integer `70000`, expected u16 (line 5, column 11)"
+        "databases[0].port: invalid port \"70000\": a port is a number from 1 to 65535 (line 5, column 11)"
     );
+    let quoted = DATABASE.replace(
+        "    database: app\n",
+        "    database: app\n    port: \"${NOPE:-6543}\"\n",
+    );
+    assert_eq!(load(&quoted).unwrap().databases[0].connection().port, 6543);
     assert_eq!(
         error(&format!("{FUNCTIONS}    limits: {{memory_mb: 0}}\n")),
         "functions[0].limits.memory_mb: must be between 1 and 4096, got 0 (line 5, column 25)"
@@ -625,6 +630,14 @@ fn connection_debug_hides_the_password() {
     assert!(
         !debug.contains("from-env") && debug.contains("<redacted>"),
         "{debug}"
+    );
+    assert_eq!(
+        config.databases[0].connection().to_string(),
+        "weft@127.0.0.1:5433/app"
+    );
+    assert_eq!(
+        config.databases[1].connection().to_string(),
+        "reader@[::1]:5432/other"
     );
 }
 

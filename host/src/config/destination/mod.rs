@@ -4,7 +4,7 @@
 //!
 //! Adding a kind: a module with its settings struct
 //! (`#[serde(deny_unknown_fields)]`), a variant here, an arm in
-//! [`DestinationConfig::from_yaml`], and its name moved from `PLANNED` to
+//! `DestinationConfig::from_yaml`, and its name moved from `PLANNED` to
 //! `SUPPORTED`.
 
 mod sequin_stream;
