@@ -682,3 +682,24 @@ fn reference_example_in_docs_loads() {
     assert_eq!(config.sinks.len(), 1);
     assert_eq!(config.functions[0].limits.timeout_ms, 500);
 }
+
+#[test]
+fn a_broken_database_is_reported_once_not_again_by_its_sinks() {
+    let text = "databases:
+  - name: main
+    url: postgres://u@h
+    slot: {name: s}
+    publication: {name: p}
+sinks:
+  - name: s
+    database: main
+    destination: {type: sequin_stream}
+";
+    assert_eq!(
+        errors(text),
+        [
+            "databases[0].url: the URL has no database name; add it after the host, as in \
+          postgres://host:5432/mydb (line 3, column 10)"
+        ]
+    );
+}

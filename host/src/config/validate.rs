@@ -36,6 +36,9 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
     let mut problems = Problems::default();
     let root = DocPath::root();
 
+    // Sinks are checked against every database entry, including one whose
+    // connection is wrong, so that one mistake is not reported twice.
+    let database_names: Vec<String> = document.databases.iter().map(|d| d.name.clone()).collect();
     let databases = resolve_databases(document.databases, &root.key("databases"), &mut problems);
     let functions = resolve_functions(
         document.functions,
@@ -45,7 +48,7 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
     );
     let sinks = resolve_sinks(
         document.sinks,
-        &databases,
+        &database_names,
         &functions,
         &root.key("sinks"),
         &mut problems,
@@ -71,12 +74,13 @@ fn check_unique_names<'a>(
 ) {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, name) in names.enumerate() {
-        if let Some(first) = seen.insert(name, i) {
-            seen.insert(name, first);
+        if let Some(&first) = seen.get(name) {
             problems.add(
                 list.index(i).key("name"),
                 format!("duplicate {what} name {name:?} ({list}[{first}] has it too); names must be unique"),
             );
+        } else {
+            seen.insert(name, i);
         }
     }
 }
@@ -247,18 +251,17 @@ fn resolve_functions(
 
 fn resolve_sinks(
     raw: Vec<SinkConfig<Value>>,
-    databases: &[DatabaseConfig],
+    database_names: &[String],
     functions: &[FunctionConfig],
     list: &DocPath,
     problems: &mut Problems,
 ) -> Vec<SinkConfig> {
     check_unique_names(raw.iter().map(|s| s.name.as_str()), "sink", list, problems);
-    let database_names: Vec<&str> = databases.iter().map(|d| d.name.as_str()).collect();
     let function_names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
     let mut sinks = Vec::with_capacity(raw.len());
     for (i, sink) in raw.into_iter().enumerate() {
         let path = list.index(i);
-        if !database_names.contains(&sink.database.as_str()) {
+        if !database_names.contains(&sink.database) {
             problems.add(
                 path.key("database"),
                 format!(
