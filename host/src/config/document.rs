@@ -9,7 +9,10 @@ use super::model::{FunctionConfig, PublicationConfig, SinkConfig, SlotConfig};
 
 /// A whole config file. Unknown top-level keys are errors that list these.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with keys `databases`, `functions`, `sinks`"
+)]
 pub(crate) struct Document {
     #[serde(default)]
     pub(crate) databases: Vec<DatabaseDoc>,
@@ -22,7 +25,10 @@ pub(crate) struct Document {
 
 /// A `databases:` entry as written: either `url` or the separate fields.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a database mapping with `name`, a connection, `slot` and `publication`"
+)]
 pub(crate) struct DatabaseDoc {
     #[serde(deserialize_with = "bounds::resource_name")]
     pub(crate) name: String,

@@ -99,7 +99,10 @@ impl fmt::Debug for PgConnection {
 
 /// `slot:` of a database.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a slot mapping like {name: weft_slot}"
+)]
 pub struct SlotConfig {
     /// The logical replication slot's name: 1 to 63 lowercase letters,
     /// digits or `_`.
@@ -114,7 +117,10 @@ pub struct SlotConfig {
 
 /// `publication:` of a database.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a publication mapping like {name: weft_pub}"
+)]
 pub struct PublicationConfig {
     /// The publication's name (1 to 63 bytes).
     #[serde(deserialize_with = "bounds::publication_name")]
@@ -128,7 +134,10 @@ pub struct PublicationConfig {
 /// A user function: a WebAssembly component and its settings
 /// (`functions:` entries).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a function mapping with `name`, `type` and `file`"
+)]
 pub struct FunctionConfig {
     /// The name sinks use to refer to this function.
     #[serde(deserialize_with = "bounds::resource_name")]
@@ -195,7 +204,10 @@ impl fmt::Display for FunctionKind {
 
 /// `limits:` of a function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a limits mapping with `memory_mb` and/or `timeout_ms`"
+)]
 pub struct FunctionLimits {
     /// Most linear memory one instance may grow to, in MiB (1 to 4096).
     /// Default 64.
@@ -245,7 +257,10 @@ impl Default for FunctionLimits {
 /// checks it per `type`, so that its errors name exact paths. Every sink a
 /// loaded [`Config`](super::Config) holds is a `SinkConfig<DestinationConfig>`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a sink mapping with `name`, `database` and `destination`"
+)]
 pub struct SinkConfig<D = DestinationConfig> {
     /// The sink's name: the consumer name in messages and the `{name}` of
     /// its API routes.
@@ -309,7 +324,10 @@ impl<D> SinkConfig<D> {
 /// list is given or it is included (its schema is in `include_schemas` or
 /// it is in `include_tables`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a source mapping with include_/exclude_ lists"
+)]
 pub struct SourceConfig {
     /// Schemas whose tables are received.
     #[serde(default, deserialize_with = "non_empty_list")]

@@ -703,3 +703,16 @@ sinks:
         ]
     );
 }
+
+#[test]
+fn wrong_shapes_are_described_in_config_terms() {
+    assert_eq!(
+        error("- databases\n"),
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `sinks` (line 1, column 1)"
+    );
+    assert_eq!(
+        error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
+        "databases[0].slot: invalid type: string \"weft_slot\", expected a slot mapping like {name: weft_slot} \
+         (line 5, column 11)"
+    );
+}

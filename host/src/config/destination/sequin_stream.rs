@@ -8,7 +8,7 @@ use crate::config::bounds;
 
 /// How pull consumers of a Sequin Stream sink are served.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "sequin_stream settings")]
 pub struct SequinStreamConfig {
     /// Visibility timeout: how long a received message stays invisible to
     /// other receives before it is redelivered unless acked, in
