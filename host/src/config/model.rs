@@ -302,6 +302,12 @@ impl<D> SinkConfig<D> {
         }
     }
 
+    /// Whether a change of `action` to `schema.table` reaches this sink
+    /// (before its filter function, if any).
+    pub fn accepts(&self, schema: &str, table: &str, action: Action) -> bool {
+        self.actions.contains(action) && self.source.includes(schema, table)
+    }
+
     pub(crate) fn with_destination<E>(self, destination: E) -> SinkConfig<E> {
         SinkConfig {
             name: self.name,
@@ -472,6 +478,13 @@ impl ActionSet {
         delete: true,
         read: true,
     };
+
+    /// The actions in the set, in the order insert, update, delete, read.
+    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
+        [Action::Insert, Action::Update, Action::Delete, Action::Read]
+            .into_iter()
+            .filter(|action| self.contains(*action))
+    }
 
     /// Whether the sink receives `action`.
     pub fn contains(&self, action: Action) -> bool {

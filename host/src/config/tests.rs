@@ -205,6 +205,13 @@ fn full_config_parses_with_every_value_and_default() {
     assert_eq!(sink.function(FunctionKind::Routing), None);
     assert!(sink.actions.contains(Action::Insert) && sink.actions.contains(Action::Update));
     assert!(!sink.actions.contains(Action::Delete) && !sink.actions.contains(Action::Read));
+    assert_eq!(
+        sink.actions.iter().collect::<Vec<_>>(),
+        [Action::Insert, Action::Update]
+    );
+    assert!(sink.accepts("public", "orders", Action::Insert));
+    assert!(!sink.accepts("public", "orders", Action::Delete));
+    assert!(!sink.accepts("public", "customers", Action::Insert));
     assert!(sink.source.includes("public", "orders"));
     assert!(sink.source.includes("odd.schema", "t"));
     assert!(!sink.source.includes("public", "customers"));
