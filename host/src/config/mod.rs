@@ -1,2 +1,188 @@
 //! The sequin.yml-style configuration: model, `${VAR:-default}` interpolation
 //! and validation with precise errors.
+//!
+//! Loading runs in stages, each reporting problems by document path
+//! (`sinks[0].destination.type`) and, where known, line and column:
+//!
+//! 1. `interpolate` substitutes environment variables in the raw text and
+//!    reports every unset one.
+//! 2. serde reads the text into the document shape (`document`), with
+//!    `deny_unknown_fields` at every level; `serde_path_to_error` supplies the
+//!    path and serde_yaml_ng the position. serde stops at the first problem.
+//! 3. `validate` checks what spans fields and entries — the connection
+//!    form, each destination by its `type`, unique names, references between
+//!    sinks, databases and functions, component files — and reports all of
+//!    them, located in the text by `locate`.
+
+mod bounds;
+pub mod destination;
+mod document;
+mod error;
+mod interpolate;
+mod locate;
+pub mod model;
+mod path;
+mod pg_url;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+pub use destination::{DestinationConfig, SequinStreamConfig};
+pub use error::{ConfigError, ConfigIssue, Location};
+pub use model::{
+    ActionSet, DatabaseConfig, FunctionConfig, FunctionKind, FunctionLimits, PgConnection,
+    PublicationConfig, SinkConfig, SlotConfig, SourceConfig, TableRef,
+};
+
+use document::Document;
+use path::DocPath;
+
+/// A loaded, valid configuration: every reference resolves, every name is
+/// unique, every component file exists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// Source databases (`databases:`).
+    pub databases: Vec<DatabaseConfig>,
+    /// User functions (`functions:`).
+    pub functions: Vec<FunctionConfig>,
+    /// Sinks (`sinks:`).
+    pub sinks: Vec<SinkConfig>,
+}
+
+impl Config {
+    /// Reads, interpolates (from the process environment) and validates the
+    /// config file at `path`. Relative component paths resolve against the
+    /// file's directory. Errors name the file on every line.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base_dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let base_dir = std::path::absolute(&base_dir).unwrap_or(base_dir);
+        Config::from_yaml(&text, &base_dir, &|name| std::env::var(name).ok())
+            .map_err(|error| error.in_file(path.to_owned()))
+    }
+
+    /// Interpolates `text` with `env` (which returns a variable's value, or
+    /// `None` when unset), parses and validates it. Relative component paths
+    /// resolve against `base_dir`.
+    pub fn from_yaml(
+        text: &str,
+        base_dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let text = interpolate::interpolate(text, env).map_err(ConfigError::invalid)?;
+        let document = parse(&text)?;
+        validate::resolve(document, base_dir).map_err(|problems| {
+            ConfigError::invalid(
+                problems
+                    .into_iter()
+                    .map(|problem| {
+                        let location = locate::locate(&text, &problem.path);
+                        ConfigIssue::at(&problem.path, problem.message).with_location(location)
+                    })
+                    .collect(),
+            )
+        })
+    }
+
+    /// The database named `name`.
+    pub fn database(&self, name: &str) -> Option<&DatabaseConfig> {
+        self.databases.iter().find(|d| d.name == name)
+    }
+
+    /// The function named `name`.
+    pub fn function(&self, name: &str) -> Option<&FunctionConfig> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// The sink named `name`.
+    pub fn sink(&self, name: &str) -> Option<&SinkConfig> {
+        self.sinks.iter().find(|s| s.name == name)
+    }
+
+    /// The sinks that stream from the database named `database`.
+    pub fn sinks_of<'a>(&'a self, database: &'a str) -> impl Iterator<Item = &'a SinkConfig> + 'a {
+        self.sinks.iter().filter(move |s| s.database == database)
+    }
+}
+
+/// The first pass: YAML text to document shape.
+fn parse(text: &str) -> Result<Document, ConfigError> {
+    if is_blank(text) {
+        return Ok(Document::default());
+    }
+    let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let path = DocPath::from_tracked(error.path());
+        let inner = error.into_inner();
+        let parser_location = inner.location().map(|l| Location {
+            line: l.line(),
+            column: l.column(),
+        });
+        let mut message = bare_message(&inner, parser_location, &path.to_string());
+        if let [path::Step::Key(key)] = path.steps()
+            && SEQUIN_ONLY_SECTIONS.contains(&key.as_str())
+        {
+            message.push_str(&format!(
+                " (`{key}` is a sequin.yml section that weft does not support yet)"
+            ));
+        }
+        // serde_yaml_ng stamps the node it was reading, which for checks made
+        // after reading a value is the enclosing mapping; the tracked path is
+        // exact, so locate it when the text parses that far.
+        let location = match path.steps() {
+            [] => parser_location,
+            _ => locate::locate(text, &path).or(parser_location),
+        };
+        ConfigError::invalid(vec![
+            ConfigIssue::at(&path, message).with_location(location),
+        ])
+    })
+}
+
+/// Top-level sections of sequin.yml that weft does not have (yet).
+const SEQUIN_ONLY_SECTIONS: &[&str] = &[
+    "account",
+    "users",
+    "api_tokens",
+    "http_endpoints",
+    "change_retentions",
+    "transforms",
+];
+
+/// Whether the text holds no YAML content at all.
+fn is_blank(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .all(|line| line.is_empty() || line.starts_with('#') || line == "---")
+}
+
+/// serde_yaml_ng's message without the path it prefixes and the position it
+/// appends, both of which the issue carries separately. Its path is that of
+/// the node being read, so an ancestor of (or equal to) `tracked`.
+fn bare_message(error: &serde_yaml_ng::Error, location: Option<Location>, tracked: &str) -> String {
+    let full = error.to_string();
+    let mut message = full.as_str();
+    if let Some(Location { line, column }) = location {
+        message = message
+            .strip_suffix(&format!(" at line {line} column {column}"))
+            .unwrap_or(message);
+    }
+    if let Some((prefix, rest)) = message.split_once(": ") {
+        let is_ancestor = tracked
+            .strip_prefix(prefix)
+            .is_some_and(|tail| tail.is_empty() || tail.starts_with(['.', '[']));
+        if is_ancestor {
+            message = rest;
+        }
+    }
+    message.to_owned()
+}

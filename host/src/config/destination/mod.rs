@@ -1,0 +1,114 @@
+//! `destination:` of a sink. `type` picks the kind; each kind has its own
+//! settings struct in its own module, read only after `type` is known so
+//! that unknown keys and bad values are reported with their exact path.
+//!
+//! Adding a kind: a module with its settings struct
+//! (`#[serde(deny_unknown_fields)]`), a variant here, an arm in
+//! `DestinationConfig::from_yaml`, and its name moved from `PLANNED` to
+//! `SUPPORTED`.
+
+mod sequin_stream;
+
+pub use sequin_stream::SequinStreamConfig;
+
+use serde::de::DeserializeOwned;
+use serde_yaml_ng::Value;
+
+use super::path::DocPath;
+
+/// Where a sink delivers, with that destination's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestinationConfig {
+    /// `type: sequin_stream`: messages are stored in weft and pulled by
+    /// consumers over HTTP (receive, ack, nack).
+    SequinStream(SequinStreamConfig),
+}
+
+/// `type` values accepted today.
+const SUPPORTED: &[&str] = &["sequin_stream"];
+
+/// `type` values Sequin has that weft will accept later; named in the error
+/// so that users know it is not a typo.
+const PLANNED: &[&str] = &[
+    "webhook",
+    "kafka",
+    "nats",
+    "redis_string",
+    "redis_stream",
+    "rabbitmq",
+];
+
+/// A problem inside `destination:`, with its path relative to it.
+pub(crate) struct DestinationProblem {
+    pub(crate) path: DocPath,
+    pub(crate) message: String,
+}
+
+impl DestinationConfig {
+    /// The `type` this destination was configured with.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DestinationConfig::SequinStream(_) => "sequin_stream",
+        }
+    }
+
+    /// Reads a destination from its YAML mapping.
+    pub(crate) fn from_yaml(value: Value) -> Result<Self, DestinationProblem> {
+        let here = DocPath::root();
+        let Value::Mapping(mut fields) = value else {
+            return Err(DestinationProblem {
+                path: here,
+                message: format!(
+                    "expected a mapping with a `type` key, e.g. `type: sequin_stream`; allowed types: {}",
+                    SUPPORTED.join(", ")
+                ),
+            });
+        };
+        let type_path = here.key("type");
+        let kind = match fields.remove("type") {
+            None => {
+                return Err(DestinationProblem {
+                    path: here,
+                    message: format!(
+                        "missing field `type`; allowed types: {}",
+                        SUPPORTED.join(", ")
+                    ),
+                });
+            }
+            Some(Value::String(kind)) => kind,
+            Some(_) => {
+                return Err(DestinationProblem {
+                    path: type_path,
+                    message: format!("expected a string; allowed types: {}", SUPPORTED.join(", ")),
+                });
+            }
+        };
+        let settings = Value::Mapping(fields);
+        match kind.as_str() {
+            "sequin_stream" => settings_of(settings).map(DestinationConfig::SequinStream),
+            planned if PLANNED.contains(&planned) => Err(DestinationProblem {
+                path: type_path,
+                message: format!(
+                    "destination type `{planned}` is not supported yet; supported types: {}",
+                    SUPPORTED.join(", ")
+                ),
+            }),
+            unknown => Err(DestinationProblem {
+                path: type_path,
+                message: format!(
+                    "unknown destination type `{unknown}`; allowed types: {}",
+                    SUPPORTED.join(", ")
+                ),
+            }),
+        }
+    }
+}
+
+/// Reads one kind's settings (everything but `type`), keeping the path of
+/// the offending key.
+fn settings_of<T: DeserializeOwned>(settings: Value) -> Result<T, DestinationProblem> {
+    serde_path_to_error::deserialize(settings).map_err(|error| DestinationProblem {
+        path: DocPath::from_tracked(error.path()),
+        message: error.into_inner().to_string(),
+    })
+}

@@ -1,0 +1,49 @@
+//! The document as written: the shape serde reads in the first pass, before
+//! the checks that need more than one field (see `validate`).
+
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+
+use super::bounds;
+use super::model::{FunctionConfig, PublicationConfig, SinkConfig, SlotConfig};
+
+/// A whole config file. Unknown top-level keys are errors that list these.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with keys `databases`, `functions`, `sinks`"
+)]
+pub(crate) struct Document {
+    #[serde(default)]
+    pub(crate) databases: Vec<DatabaseDoc>,
+    #[serde(default)]
+    pub(crate) functions: Vec<FunctionConfig>,
+    /// Destinations stay raw until `validate` reads them per `type`.
+    #[serde(default)]
+    pub(crate) sinks: Vec<SinkConfig<Value>>,
+}
+
+/// A `databases:` entry as written: either `url` or the separate fields.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a database mapping with `name`, a connection, `slot` and `publication`"
+)]
+pub(crate) struct DatabaseDoc {
+    #[serde(deserialize_with = "bounds::resource_name")]
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) url: Option<String>,
+    #[serde(default)]
+    pub(crate) hostname: Option<String>,
+    #[serde(default, deserialize_with = "bounds::opt_port")]
+    pub(crate) port: Option<u16>,
+    #[serde(default)]
+    pub(crate) database: Option<String>,
+    #[serde(default)]
+    pub(crate) username: Option<String>,
+    #[serde(default)]
+    pub(crate) password: Option<String>,
+    pub(crate) slot: SlotConfig,
+    pub(crate) publication: PublicationConfig,
+}

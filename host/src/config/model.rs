@@ -1,0 +1,540 @@
+//! The configuration model: what a valid config file means, after
+//! interpolation, parsing and validation. Field docs here are the config
+//! reference; `docs/config.md` shows them with examples.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+
+use super::bounds;
+use super::destination::DestinationConfig;
+use crate::change::Action;
+
+/// A source database: where to connect and which slot and publication to
+/// stream from (`databases:` entries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseConfig {
+    /// The name sinks use to refer to this database; also the
+    /// `metadata.database_name` of its messages.
+    pub name: String,
+    /// How to connect, from `url` or from `hostname`/`port`/`database`/
+    /// `username`/`password`.
+    pub connection: PgConnection,
+    /// The replication slot to stream from.
+    pub slot: SlotConfig,
+    /// The publication that selects the tables to stream.
+    pub publication: PublicationConfig,
+}
+
+impl DatabaseConfig {
+    /// Where and as whom to connect, whichever way the config spelled it.
+    pub fn connection(&self) -> &PgConnection {
+        &self.connection
+    }
+}
+
+/// Connection parameters for one Postgres database.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PgConnection {
+    /// Host name, IP address, or a Unix socket directory (starting with `/`).
+    pub host: String,
+    /// TCP port; default 5432.
+    pub port: u16,
+    /// Role to connect as; default `postgres`.
+    pub user: String,
+    /// Password, if any.
+    pub password: Option<String>,
+    /// The Postgres database name (not the config's `name`).
+    pub database: String,
+    /// Query parameters of a `url` (such as `sslmode`), in order, decoded;
+    /// empty when the connection was given as fields.
+    pub params: Vec<(String, String)>,
+}
+
+impl PgConnection {
+    /// The value of a URL query parameter such as `sslmode`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// `user@host:port/database`, without the password: for logs and errors.
+impl fmt::Display for PgConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(
+                f,
+                "{}@[{}]:{}/{}",
+                self.user, self.host, self.port, self.database
+            )
+        } else {
+            write!(
+                f,
+                "{}@{}:{}/{}",
+                self.user, self.host, self.port, self.database
+            )
+        }
+    }
+}
+
+impl fmt::Debug for PgConnection {
+    // Keeps the password out of logs and panic messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgConnection")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database", &self.database)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+/// `slot:` of a database.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a slot mapping like {name: weft_slot}"
+)]
+pub struct SlotConfig {
+    /// The logical replication slot's name: 1 to 63 lowercase letters,
+    /// digits or `_`.
+    #[serde(deserialize_with = "bounds::slot_name")]
+    pub name: String,
+    /// Create the slot (pgoutput) when it does not exist. An existing slot is
+    /// used after checking that it is a logical pgoutput slot on this
+    /// database. Default `false`: a missing slot is an error.
+    #[serde(default)]
+    pub create_if_not_exists: bool,
+}
+
+/// `publication:` of a database.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a publication mapping like {name: weft_pub}"
+)]
+pub struct PublicationConfig {
+    /// The publication's name (1 to 63 bytes).
+    #[serde(deserialize_with = "bounds::publication_name")]
+    pub name: String,
+    /// Create the publication when it does not exist. Default `false`: a
+    /// missing publication is an error.
+    #[serde(default)]
+    pub create_if_not_exists: bool,
+}
+
+/// A user function: a WebAssembly component and its settings
+/// (`functions:` entries).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a function mapping with `name`, `type` and `file`"
+)]
+pub struct FunctionConfig {
+    /// The name sinks use to refer to this function.
+    #[serde(deserialize_with = "bounds::resource_name")]
+    pub name: String,
+    /// Free text for humans.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// What the function does, which decides where a sink may use it.
+    #[serde(rename = "type")]
+    pub kind: FunctionKind,
+    /// The component file (`.wasm`). A relative path in the file is resolved
+    /// against the config file's directory; after loading this is the
+    /// resolved path, and the file exists.
+    pub file: PathBuf,
+    /// Settings handed to the component once, when it is instantiated.
+    /// Values may be strings, numbers or booleans; numbers and booleans are
+    /// passed as their text (quote a value to keep it exactly as written).
+    #[serde(default, deserialize_with = "bounds::scalar_map")]
+    pub config: BTreeMap<String, String>,
+    /// Resource bounds for each instance and call.
+    #[serde(default)]
+    pub limits: FunctionLimits,
+}
+
+/// The four kinds of function, as in Sequin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FunctionKind {
+    /// Turns a message into the payload the sink sends.
+    Transform,
+    /// Decides whether a change reaches the sink.
+    Filter,
+    /// Chooses sink-specific keys (topic, subject, key, path...).
+    Routing,
+    /// Adds data under `metadata.enrichment`.
+    Enrichment,
+}
+
+impl FunctionKind {
+    /// The name used in config (`type:` and the sink's key).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FunctionKind::Transform => "transform",
+            FunctionKind::Filter => "filter",
+            FunctionKind::Routing => "routing",
+            FunctionKind::Enrichment => "enrichment",
+        }
+    }
+
+    /// Every kind, in pipeline order.
+    pub const ALL: [FunctionKind; 4] = [
+        FunctionKind::Enrichment,
+        FunctionKind::Filter,
+        FunctionKind::Transform,
+        FunctionKind::Routing,
+    ];
+}
+
+impl fmt::Display for FunctionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `limits:` of a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a limits mapping with `memory_mb` and/or `timeout_ms`"
+)]
+pub struct FunctionLimits {
+    /// Most linear memory one instance may grow to, in MiB (1 to 4096).
+    /// Default 64.
+    #[serde(
+        default = "FunctionLimits::default_memory_mb",
+        deserialize_with = "bounds::in_range::<_, u32, 1, 4096>"
+    )]
+    pub memory_mb: u32,
+    /// Most wall-clock time one call into the function may take, in
+    /// milliseconds (1 to 600000); a call that runs longer is interrupted
+    /// and fails. Default 1000.
+    #[serde(
+        default = "FunctionLimits::default_timeout_ms",
+        deserialize_with = "bounds::in_range::<_, u64, 1, 600_000>"
+    )]
+    pub timeout_ms: u64,
+}
+
+impl FunctionLimits {
+    /// Default `memory_mb`.
+    pub const DEFAULT_MEMORY_MB: u32 = 64;
+    /// Default `timeout_ms`.
+    pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
+
+    fn default_memory_mb() -> u32 {
+        Self::DEFAULT_MEMORY_MB
+    }
+
+    fn default_timeout_ms() -> u64 {
+        Self::DEFAULT_TIMEOUT_MS
+    }
+}
+
+impl Default for FunctionLimits {
+    fn default() -> Self {
+        FunctionLimits {
+            memory_mb: Self::DEFAULT_MEMORY_MB,
+            timeout_ms: Self::DEFAULT_TIMEOUT_MS,
+        }
+    }
+}
+
+/// A sink: which changes of which database go where, through which
+/// functions (`sinks:` entries).
+///
+/// `D` is the destination; loading first reads it as raw YAML and then
+/// checks it per `type`, so that its errors name exact paths. Every sink a
+/// loaded [`Config`](super::Config) holds is a `SinkConfig<DestinationConfig>`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a sink mapping with `name`, `database` and `destination`"
+)]
+pub struct SinkConfig<D = DestinationConfig> {
+    /// The sink's name: the consumer name in messages and the `{name}` of
+    /// its API routes.
+    #[serde(deserialize_with = "bounds::resource_name")]
+    pub name: String,
+    /// The `name` of the database whose changes this sink receives.
+    pub database: String,
+    /// Which tables' changes the sink receives; default all tables in the
+    /// database's publication.
+    #[serde(default)]
+    pub source: SourceConfig,
+    /// Which actions the sink receives; default all.
+    #[serde(default)]
+    pub actions: ActionSet,
+    /// A `transform` function that shapes the payload.
+    #[serde(default)]
+    pub transform: Option<String>,
+    /// A `filter` function that decides which changes pass.
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// A `routing` function that picks sink-specific keys.
+    #[serde(default)]
+    pub routing: Option<String>,
+    /// An `enrichment` function that adds `metadata.enrichment`.
+    #[serde(default)]
+    pub enrichment: Option<String>,
+    /// Where messages go; `type` selects the kind of destination.
+    pub destination: D,
+}
+
+impl<D> SinkConfig<D> {
+    /// The name of the function this sink uses for `kind`, if any.
+    pub fn function(&self, kind: FunctionKind) -> Option<&str> {
+        match kind {
+            FunctionKind::Transform => self.transform.as_deref(),
+            FunctionKind::Filter => self.filter.as_deref(),
+            FunctionKind::Routing => self.routing.as_deref(),
+            FunctionKind::Enrichment => self.enrichment.as_deref(),
+        }
+    }
+
+    /// Whether a change of `action` to `schema.table` reaches this sink
+    /// (before its filter function, if any).
+    pub fn accepts(&self, schema: &str, table: &str, action: Action) -> bool {
+        self.actions.contains(action) && self.source.includes(schema, table)
+    }
+
+    pub(crate) fn with_destination<E>(self, destination: E) -> SinkConfig<E> {
+        SinkConfig {
+            name: self.name,
+            database: self.database,
+            source: self.source,
+            actions: self.actions,
+            transform: self.transform,
+            filter: self.filter,
+            routing: self.routing,
+            enrichment: self.enrichment,
+            destination,
+        }
+    }
+}
+
+/// `source:` of a sink: which tables it receives.
+///
+/// A table is received when it is not excluded (its schema is in
+/// `exclude_schemas` or it is in `exclude_tables`) and either no include
+/// list is given or it is included (its schema is in `include_schemas` or
+/// it is in `include_tables`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a source mapping with include_/exclude_ lists"
+)]
+pub struct SourceConfig {
+    /// Schemas whose tables are received.
+    #[serde(default, deserialize_with = "non_empty_list")]
+    pub include_schemas: Option<Vec<String>>,
+    /// Schemas whose tables are not received.
+    #[serde(default, deserialize_with = "non_empty_list")]
+    pub exclude_schemas: Option<Vec<String>>,
+    /// Tables received, each `schema.table`.
+    #[serde(default, deserialize_with = "non_empty_list")]
+    pub include_tables: Option<Vec<TableRef>>,
+    /// Tables not received, each `schema.table`.
+    #[serde(default, deserialize_with = "non_empty_list")]
+    pub exclude_tables: Option<Vec<TableRef>>,
+}
+
+impl SourceConfig {
+    /// Whether changes to `schema.table` reach the sink.
+    pub fn includes(&self, schema: &str, table: &str) -> bool {
+        let is_table = |t: &TableRef| t.schema == schema && t.table == table;
+        let has = |list: &Option<Vec<String>>| list.iter().flatten().any(|s| s == schema);
+        let excluded =
+            has(&self.exclude_schemas) || self.exclude_tables.iter().flatten().any(is_table);
+        let restricted = self.include_schemas.is_some() || self.include_tables.is_some();
+        let included =
+            has(&self.include_schemas) || self.include_tables.iter().flatten().any(is_table);
+        !excluded && (!restricted || included)
+    }
+}
+
+fn non_empty_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let list = Vec::<T>::deserialize(deserializer)?;
+    if list.is_empty() {
+        return Err(de::Error::custom(
+            "must not be empty; remove the key to leave this filter off",
+        ));
+    }
+    Ok(Some(list))
+}
+
+/// A table named `schema.table`. Names are taken exactly as written (Postgres
+/// folds unquoted SQL names to lowercase, so `CREATE TABLE Orders` is
+/// `public.orders`). A part containing `.` is written in double quotes:
+/// `"my.schema".orders`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TableRef {
+    /// The schema.
+    pub schema: String,
+    /// The table.
+    pub table: String,
+}
+
+impl TableRef {
+    /// Parses `schema.table`; the error explains the expected form.
+    pub fn parse(text: &str) -> Result<TableRef, String> {
+        let bad = || {
+            format!(
+                "{text:?} is not a schema-qualified table name; write it as \"schema.table\", \
+                 e.g. \"public.orders\""
+            )
+        };
+        let (schema, rest) = identifier(text).ok_or_else(bad)?;
+        let rest = rest.strip_prefix('.').ok_or_else(bad)?;
+        let (table, rest) = identifier(rest).ok_or_else(bad)?;
+        if !rest.is_empty() {
+            return Err(bad());
+        }
+        for part in [&schema, &table] {
+            if part.len() > 63 {
+                return Err(format!(
+                    "{text:?}: {part:?} is longer than the 63 bytes Postgres keeps"
+                ));
+            }
+        }
+        Ok(TableRef { schema, table })
+    }
+}
+
+/// One identifier at the start of `text`: `"quoted"` (with `""` for a quote)
+/// or a run without `.` and `"`. Returns it and what follows.
+fn identifier(text: &str) -> Option<(String, &str)> {
+    if let Some(quoted) = text.strip_prefix('"') {
+        let mut name = String::new();
+        let mut chars = quoted.char_indices();
+        while let Some((i, c)) = chars.next() {
+            if c != '"' {
+                name.push(c);
+            } else if quoted[i + 1..].starts_with('"') {
+                name.push('"');
+                chars.next();
+            } else {
+                return (!name.is_empty()).then_some((name, &quoted[i + 1..]));
+            }
+        }
+        None
+    } else {
+        let end = text.find(['.', '"']).unwrap_or(text.len());
+        let name = text[..end].trim();
+        (!name.is_empty() && name == &text[..end]).then(|| (name.to_owned(), &text[end..]))
+    }
+}
+
+impl fmt::Display for TableRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let part = |f: &mut fmt::Formatter<'_>, s: &str| {
+            if s.contains(['.', '"']) {
+                write!(f, "\"{}\"", s.replace('"', "\"\""))
+            } else {
+                f.write_str(s)
+            }
+        };
+        part(f, &self.schema)?;
+        f.write_str(".")?;
+        part(f, &self.table)
+    }
+}
+
+impl<'de> Deserialize<'de> for TableRef {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        TableRef::parse(&text).map_err(de::Error::custom)
+    }
+}
+
+/// The actions a sink receives (`actions:`); default all four.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionSet {
+    insert: bool,
+    update: bool,
+    delete: bool,
+    read: bool,
+}
+
+impl ActionSet {
+    /// Every action.
+    pub const ALL: ActionSet = ActionSet {
+        insert: true,
+        update: true,
+        delete: true,
+        read: true,
+    };
+
+    /// The actions in the set, in the order insert, update, delete, read.
+    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
+        [Action::Insert, Action::Update, Action::Delete, Action::Read]
+            .into_iter()
+            .filter(|action| self.contains(*action))
+    }
+
+    /// Whether the sink receives `action`.
+    pub fn contains(&self, action: Action) -> bool {
+        match action {
+            Action::Insert => self.insert,
+            Action::Update => self.update,
+            Action::Delete => self.delete,
+            Action::Read => self.read,
+        }
+    }
+
+    fn slot(&mut self, action: Action) -> &mut bool {
+        match action {
+            Action::Insert => &mut self.insert,
+            Action::Update => &mut self.update,
+            Action::Delete => &mut self.delete,
+            Action::Read => &mut self.read,
+        }
+    }
+}
+
+impl Default for ActionSet {
+    fn default() -> Self {
+        ActionSet::ALL
+    }
+}
+
+impl FromIterator<Action> for ActionSet {
+    fn from_iter<I: IntoIterator<Item = Action>>(iter: I) -> Self {
+        let mut set = ActionSet {
+            insert: false,
+            update: false,
+            delete: false,
+            read: false,
+        };
+        for action in iter {
+            *set.slot(action) = true;
+        }
+        set
+    }
+}
+
+impl<'de> Deserialize<'de> for ActionSet {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let actions = Vec::<Action>::deserialize(deserializer)?;
+        if actions.is_empty() {
+            return Err(de::Error::custom(
+                "must list at least one of insert, update, delete, read; remove the key to receive all",
+            ));
+        }
+        Ok(actions.into_iter().collect())
+    }
+}

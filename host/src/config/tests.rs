@@ -1,0 +1,725 @@
+//! Loading whole documents: the valid case in full, and the exact message
+//! for each class of mistake.
+
+use std::path::Path;
+
+use super::*;
+use crate::change::Action;
+
+/// A directory holding the component files the configs below name.
+fn fixture_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("up.wasm"), b"\0asm").expect("write component");
+    std::fs::create_dir(dir.path().join("guests")).expect("mkdir");
+    dir
+}
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "PGHOST" => Some("127.0.0.1".into()),
+        "PGPASSWORD" => Some("from-env".into()),
+        _ => None,
+    }
+}
+
+fn load_in(dir: &Path, text: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(text, dir, &env)
+}
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    let dir = fixture_dir();
+    load_in(dir.path(), text)
+}
+
+/// The error's lines, which is what users see.
+fn errors(text: &str) -> Vec<String> {
+    match load(text) {
+        Ok(config) => panic!("expected an error, got {config:#?}"),
+        Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+/// The single error line for `text`.
+fn error(text: &str) -> String {
+    let lines = errors(text);
+    assert_eq!(lines.len(), 1, "expected one error, got {lines:#?}");
+    lines.into_iter().next().unwrap()
+}
+
+const DATABASE: &str = "\
+databases:
+  - name: main
+    hostname: localhost
+    database: app
+    slot: {name: weft_slot}
+    publication: {name: weft_pub}
+";
+
+const FUNCTIONS: &str = "\
+functions:
+  - name: up
+    type: transform
+    file: up.wasm
+";
+
+/// A valid config with one sink whose body is `sink` (indented 4).
+fn with_sink(sink: &str) -> String {
+    format!("{DATABASE}{FUNCTIONS}sinks:\n  - name: s\n    database: main\n{sink}")
+}
+
+const FULL: &str = r#"
+# Every feature at once.
+databases:
+  - name: main
+    hostname: ${PGHOST}
+    port: 5433
+    database: app
+    username: weft
+    password: "${PGPASSWORD}"
+    slot:
+      name: weft_slot
+      create_if_not_exists: true
+    publication:
+      name: weft_pub
+  - name: other
+    url: "postgresql://reader:p%40ss@[::1]/other?sslmode=disable"
+    slot: {name: other_slot}
+    publication: {name: "Other Pub", create_if_not_exists: true}
+
+functions:
+  - name: upcase
+    description: Upper-cases names
+    type: transform
+    file: up.wasm
+    config:
+      field: name
+      times: 3
+      loud: true
+      ratio: 1.5
+    limits:
+      memory_mb: 32
+  - name: only-big
+    type: filter
+    file: ./up.wasm
+
+sinks:
+  - name: orders-stream
+    database: main
+    source:
+      include_tables: [public.orders, '"odd.schema".t']
+    actions: [insert, update]
+    transform: upcase
+    filter: only-big
+    destination:
+      type: sequin_stream
+      ack_wait_ms: 1000
+      max_deliver: 5
+  - name: everything
+    database: other
+    destination: {type: sequin_stream}
+"#;
+
+#[test]
+fn full_config_parses_with_every_value_and_default() {
+    let dir = fixture_dir();
+    let config = load_in(dir.path(), FULL).unwrap_or_else(|e| panic!("{e}"));
+
+    let main = config.database("main").expect("main");
+    let c = main.connection();
+    assert_eq!(
+        (
+            c.host.as_str(),
+            c.port,
+            c.user.as_str(),
+            c.password.as_deref(),
+            c.database.as_str()
+        ),
+        ("127.0.0.1", 5433, "weft", Some("from-env"), "app")
+    );
+    assert!(c.params.is_empty());
+    assert_eq!(
+        main.slot,
+        SlotConfig {
+            name: "weft_slot".into(),
+            create_if_not_exists: true
+        }
+    );
+    assert_eq!(
+        main.publication,
+        PublicationConfig {
+            name: "weft_pub".into(),
+            create_if_not_exists: false
+        }
+    );
+
+    let other = config.database("other").expect("other").connection();
+    assert_eq!(
+        (
+            other.host.as_str(),
+            other.port,
+            other.user.as_str(),
+            other.password.as_deref(),
+            other.database.as_str()
+        ),
+        ("::1", 5432, "reader", Some("p@ss"), "other")
+    );
+    assert_eq!(other.param("sslmode"), Some("disable"));
+    assert_eq!(
+        config.database("other").unwrap().publication.name,
+        "Other Pub"
+    );
+
+    let upcase = config.function("upcase").expect("upcase");
+    assert_eq!(upcase.kind, FunctionKind::Transform);
+    assert_eq!(upcase.file, dir.path().join("up.wasm"));
+    assert_eq!(upcase.description.as_deref(), Some("Upper-cases names"));
+    let settings: Vec<(&str, &str)> = upcase
+        .config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        settings,
+        [
+            ("field", "name"),
+            ("loud", "true"),
+            ("ratio", "1.5"),
+            ("times", "3")
+        ]
+    );
+    assert_eq!(
+        upcase.limits,
+        FunctionLimits {
+            memory_mb: 32,
+            timeout_ms: FunctionLimits::DEFAULT_TIMEOUT_MS
+        }
+    );
+    let filter = config.function("only-big").expect("filter");
+    assert_eq!(filter.kind, FunctionKind::Filter);
+    assert_eq!(filter.limits, FunctionLimits::default());
+
+    let sink = config.sink("orders-stream").expect("sink");
+    assert_eq!(sink.database, "main");
+    assert_eq!(sink.function(FunctionKind::Transform), Some("upcase"));
+    assert_eq!(sink.function(FunctionKind::Filter), Some("only-big"));
+    assert_eq!(sink.function(FunctionKind::Routing), None);
+    assert!(sink.actions.contains(Action::Insert) && sink.actions.contains(Action::Update));
+    assert!(!sink.actions.contains(Action::Delete) && !sink.actions.contains(Action::Read));
+    assert_eq!(
+        sink.actions.iter().collect::<Vec<_>>(),
+        [Action::Insert, Action::Update]
+    );
+    assert!(sink.accepts("public", "orders", Action::Insert));
+    assert!(!sink.accepts("public", "orders", Action::Delete));
+    assert!(!sink.accepts("public", "customers", Action::Insert));
+    assert!(sink.source.includes("public", "orders"));
+    assert!(sink.source.includes("odd.schema", "t"));
+    assert!(!sink.source.includes("public", "customers"));
+    let DestinationConfig::SequinStream(stream) = &sink.destination;
+    assert_eq!(stream.ack_wait_ms, 1000);
+    assert_eq!(stream.max_ack_pending, 10_000);
+    assert_eq!(stream.max_waiting, 20);
+    assert_eq!(stream.max_deliver, Some(5));
+
+    let everything = config.sink("everything").expect("sink");
+    assert_eq!(everything.actions, ActionSet::ALL);
+    assert!(everything.source.includes("any", "table"));
+    assert_eq!(
+        everything.destination,
+        DestinationConfig::SequinStream(SequinStreamConfig::default())
+    );
+    assert_eq!(everything.destination.type_name(), "sequin_stream");
+    assert_eq!(config.sinks_of("main").count(), 1);
+}
+
+#[test]
+fn empty_document_is_an_empty_config() {
+    assert_eq!(load("# nothing yet\n").unwrap(), Config::default());
+    assert_eq!(load("").unwrap(), Config::default());
+}
+
+#[test]
+fn unknown_top_level_key_lists_allowed_keys() {
+    assert_eq!(
+        error("databases: []\nhttp_endpoints: []\n"),
+        "http_endpoints: unknown field `http_endpoints`, expected one of `databases`, `functions`, `sinks` \
+         (`http_endpoints` is a sequin.yml section that weft does not support yet) (line 2, column 17)"
+    );
+    assert_eq!(
+        error("sinkz: []\n"),
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `sinks` (line 1, column 8)"
+    );
+}
+
+#[test]
+fn unknown_keys_are_reported_with_their_path_at_every_level() {
+    let db = DATABASE.replace(
+        "    database: app\n",
+        "    database: app\n    pool_size: 3\n",
+    );
+    assert_eq!(
+        error(&db),
+        "databases[0].pool_size: unknown field `pool_size`, expected one of `name`, `url`, `hostname`, \
+         `port`, `database`, `username`, `password`, `slot`, `publication` (line 5, column 16)"
+    );
+    let slot = DATABASE.replace("{name: weft_slot}", "{name: weft_slot, temporary: true}");
+    assert_eq!(
+        error(&slot),
+        "databases[0].slot.temporary: unknown field `temporary`, expected `name` or `create_if_not_exists` \
+         (line 5, column 40)"
+    );
+    let limits = format!("{FUNCTIONS}    limits: {{fuel: 5}}\n");
+    assert_eq!(
+        error(&limits),
+        "functions[0].limits.fuel: unknown field `fuel`, expected `memory_mb` or `timeout_ms` (line 5, column 20)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    batch_size: 10\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
+         `actions`, `transform`, `filter`, `routing`, `enrichment`, `destination` (line 14, column 17)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    source: {include_table: [public.x]}\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].source.include_table: unknown field `include_table`, expected one of `include_schemas`, \
+         `exclude_schemas`, `include_tables`, `exclude_tables` (line 14, column 29)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    destination:\n      type: sequin_stream\n      ack_wait: 1000\n"
+        )),
+        "sinks[0].destination.ack_wait: unknown field `ack_wait`, expected one of `ack_wait_ms`, \
+         `max_ack_pending`, `max_waiting`, `max_deliver` (line 16, column 17)"
+    );
+}
+
+#[test]
+fn missing_required_fields_are_named() {
+    assert_eq!(
+        error(&format!(
+            "{DATABASE}sinks:\n  - name: s\n    destination: {{type: sequin_stream}}\n"
+        )),
+        "sinks[0]: missing field `database` (line 8, column 5)"
+    );
+    assert_eq!(
+        error(&with_sink("")),
+        "sinks[0]: missing field `destination` (line 12, column 5)"
+    );
+    assert_eq!(
+        error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream (line 14, column 18)"
+    );
+    assert_eq!(
+        error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
+        "databases[0]: missing field `publication` (line 2, column 5)"
+    );
+}
+
+#[test]
+fn bad_enum_values_list_the_allowed_values() {
+    assert_eq!(
+        error(&FUNCTIONS.replace("type: transform", "type: mapper")),
+        "functions[0].type: unknown variant `mapper`, expected one of `transform`, `filter`, `routing`, \
+         `enrichment` (line 3, column 11)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    actions: [insert, upsert]\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].actions[1]: unknown variant `upsert`, expected one of `insert`, `update`, `delete`, `read` \
+         (line 14, column 23)"
+    );
+    assert_eq!(
+        error(&with_sink("    destination:\n      type: kafak\n")),
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream (line 15, column 13)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    destination:\n      type: kafka\n      topic: t\n"
+        )),
+        "sinks[0].destination.type: destination type `kafka` is not supported yet; supported types: \
+         sequin_stream (line 15, column 13)"
+    );
+}
+
+#[test]
+fn table_names_must_be_schema_qualified() {
+    assert_eq!(
+        error(&with_sink(
+            "    source:\n      include_tables: [public.orders, orders]\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].source.include_tables[1]: \"orders\" is not a schema-qualified table name; write it as \
+         \"schema.table\", e.g. \"public.orders\" (line 15, column 39)"
+    );
+    for bad in [
+        "a.b.c",
+        ".orders",
+        "public.",
+        "\"unterminated.x",
+        "public. orders",
+    ] {
+        assert!(TableRef::parse(bad).is_err(), "{bad} should be rejected");
+    }
+    let odd = TableRef::parse("\"we\"\"ird.s\".t").unwrap();
+    assert_eq!(
+        (odd.schema.as_str(), odd.table.as_str()),
+        ("we\"ird.s", "t")
+    );
+    assert_eq!(odd.to_string(), "\"we\"\"ird.s\".t");
+}
+
+#[test]
+fn empty_filter_lists_are_rejected() {
+    assert_eq!(
+        error(&with_sink(
+            "    source: {include_tables: []}\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].source.include_tables: must not be empty; remove the key to leave this filter off \
+         (line 14, column 30)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    actions: []\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].actions: must list at least one of insert, update, delete, read; remove the key to receive \
+         all (line 14, column 14)"
+    );
+}
+
+#[test]
+fn source_includes_and_excludes_combine() {
+    let text = with_sink(
+        "    source:\n      include_schemas: [public]\n      include_tables: [audit.log]\n      \
+         exclude_tables: [public.secrets]\n    destination: {type: sequin_stream}\n",
+    );
+    let config = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let source = &config.sinks[0].source;
+    assert!(source.includes("public", "orders"));
+    assert!(source.includes("audit", "log"));
+    assert!(!source.includes("audit", "other"));
+    assert!(!source.includes("public", "secrets"));
+    let exclude_only = SourceConfig {
+        exclude_schemas: Some(vec!["internal".into()]),
+        ..SourceConfig::default()
+    };
+    assert!(exclude_only.includes("public", "x") && !exclude_only.includes("internal", "x"));
+}
+
+#[test]
+fn all_unresolved_references_are_reported_together() {
+    let text = format!(
+        "{DATABASE}{FUNCTIONS}sinks:
+  - name: a
+    database: main
+    transform: upcase
+    destination: {{type: sequin_stream}}
+  - name: b
+    database: mian
+    filter: up
+    routing: nowhere
+    destination: {{type: sequin_stream}}
+"
+    );
+    assert_eq!(
+        errors(&text),
+        [
+            "sinks[0].transform: no function named \"upcase\"; defined functions: [\"up\"] (line 14, column 16)",
+            "sinks[1].database: no database named \"mian\"; defined databases: [\"main\"] (line 17, column 15)",
+            "sinks[1].filter: function \"up\" has type transform, but `filter` needs a function of type filter \
+             (line 18, column 13)",
+            "sinks[1].routing: no function named \"nowhere\"; defined functions: [\"up\"] (line 19, column 14)",
+        ]
+    );
+}
+
+#[test]
+fn duplicate_names_point_at_the_later_entry() {
+    let text = format!(
+        "{DATABASE}  - name: main\n    url: postgres://other/db\n    slot: {{name: s2}}\n    publication: {{name: p}}\n"
+    );
+    assert_eq!(
+        error(&text),
+        "databases[1].name: duplicate database name \"main\" (databases[0] has it too); names must be unique \
+         (line 7, column 11)"
+    );
+}
+
+#[test]
+fn two_entries_on_one_slot_are_rejected() {
+    let text = format!(
+        "{DATABASE}  - name: again\n    url: postgres://u@localhost:5432/app\n    slot: {{name: weft_slot}}\n    \
+         publication: {{name: p}}\n"
+    );
+    assert_eq!(
+        error(&text),
+        "databases[1].slot.name: slot \"weft_slot\" on localhost:5432/app is already used by databases[0]; a slot \
+         streams to one consumer, give each database entry its own slot (line 9, column 18)"
+    );
+}
+
+#[test]
+fn url_and_fields_are_exclusive_and_one_is_required() {
+    let both = DATABASE.replace(
+        "    hostname: localhost\n",
+        "    hostname: localhost\n    url: postgres://h/db\n",
+    );
+    assert_eq!(
+        error(&both),
+        "databases[0]: set either `url` or `hostname`/`port`/`database`/`username`/`password`, not both; \
+         found `url` and `hostname`, `database` (line 2, column 5)"
+    );
+    let neither = "databases:\n  - name: main\n    username: me\n    slot: {name: s}\n    publication: {name: p}\n";
+    assert_eq!(
+        error(neither),
+        "databases[0]: missing connection settings `hostname`, `database`: set `hostname` and `database` (and \
+         optionally `port`, `username`, `password`), or a single `url` like \
+         postgres://user:password@host:5432/database (line 2, column 5)"
+    );
+    let bad_url = "databases:\n  - name: main\n    url: mysql://u:hunter2@h/db\n    slot: {name: s}\n    publication: {name: p}\n";
+    let message = error(bad_url);
+    assert_eq!(
+        message,
+        "databases[0].url: the URL must start with postgres:// or postgresql:// (line 3, column 10)"
+    );
+    let fields_only = "databases:\n  - name: main\n    hostname: db\n    database: app\n    slot: {name: s}\n    publication: {name: p}\n";
+    let c = load(fields_only).unwrap();
+    let c = c.databases[0].connection();
+    assert_eq!(
+        (c.port, c.user.as_str(), c.password.as_deref()),
+        (5432, "postgres", None)
+    );
+}
+
+#[test]
+fn numbers_out_of_range_say_the_range() {
+    assert_eq!(
+        error(&with_sink(
+            "    destination:\n      type: sequin_stream\n      ack_wait_ms: 100\n"
+        )),
+        "sinks[0].destination.ack_wait_ms: must be at least 500, got 100 (line 16, column 20)"
+    );
+    assert_eq!(
+        error(&DATABASE.replace(
+            "    database: app\n",
+            "    database: app\n    port: 70000\n"
+        )),
+        "databases[0].port: invalid port \"70000\": a port is a number from 1 to 65535 (line 5, column 11)"
+    );
+    let quoted = DATABASE.replace(
+        "    database: app\n",
+        "    database: app\n    port: \"${NOPE:-6543}\"\n",
+    );
+    assert_eq!(load(&quoted).unwrap().databases[0].connection().port, 6543);
+    assert_eq!(
+        error(&format!("{FUNCTIONS}    limits: {{memory_mb: 0}}\n")),
+        "functions[0].limits.memory_mb: must be between 1 and 4096, got 0 (line 5, column 25)"
+    );
+}
+
+#[test]
+fn bad_names_are_rejected() {
+    assert_eq!(
+        error(&DATABASE.replace("slot: {name: weft_slot}", "slot: {name: Weft-Slot}")),
+        "databases[0].slot.name: invalid slot name \"Weft-Slot\": Postgres accepts 1 to 63 lowercase letters, \
+         digits or `_` (line 5, column 18)"
+    );
+    assert_eq!(
+        error(&FUNCTIONS.replace("name: up", "name: \"up case\"")),
+        "functions[0].name: invalid name \"up case\": use 1 to 128 letters, digits, `_` or `-` (line 2, column 11)"
+    );
+}
+
+#[test]
+fn function_config_values_must_be_scalars() {
+    assert_eq!(
+        error(&format!("{FUNCTIONS}    config:\n      list: [1, 2]\n")),
+        "functions[0].config.list: invalid type: sequence, expected a string, number or boolean (line 6, column 13)"
+    );
+}
+
+#[test]
+fn missing_component_file_says_where_it_looked() {
+    let dir = fixture_dir();
+    let text = FUNCTIONS.replace("up.wasm", "nope.wasm")
+        + "  - name: dir\n    type: filter\n    file: guests\n";
+    let lines: Vec<String> = load_in(dir.path(), &text)
+        .unwrap_err()
+        .to_string()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let base = dir.path().display();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "functions[0].file: component file {base}/nope.wasm does not exist (relative paths are resolved \
+                 against the config file's directory, {base}) (line 4, column 11)"
+            ),
+            format!(
+                "functions[1].file: component file {base}/guests is a directory; name the component's .wasm file \
+                 (relative paths are resolved against the config file's directory, {base}) (line 7, column 11)"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn unset_variable_without_default_is_an_error_with_its_line() {
+    let text = DATABASE.replace("hostname: localhost", "hostname: ${DB_HOST}");
+    assert_eq!(
+        error(&text),
+        "environment variable `DB_HOST` is not set and `${DB_HOST}` has no default; set DB_HOST or write \
+         `${DB_HOST:-default}` (line 3, column 15)"
+    );
+}
+
+#[test]
+fn defaults_and_dollar_escapes_reach_the_values() {
+    let text = DATABASE
+        .replace("hostname: localhost", "hostname: ${DB_HOST:-db.local}")
+        .replace(
+            "database: app",
+            "database: app\n    password: \"pa$$word${PGPASSWORD}\"",
+        );
+    let config = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let c = config.databases[0].connection();
+    assert_eq!(c.host, "db.local");
+    assert_eq!(c.password.as_deref(), Some("pa$wordfrom-env"));
+}
+
+#[test]
+fn yaml_syntax_errors_carry_the_parser_position() {
+    let message = error("databases:\n  - name: [unclosed\n");
+    assert!(
+        message.contains("line 3") || message.contains("line 2"),
+        "{message}"
+    );
+    assert!(!message.starts_with(':'), "{message}");
+}
+
+#[test]
+fn load_reads_the_file_resolves_paths_and_names_the_file_in_errors() {
+    let dir = fixture_dir();
+    let config_dir = dir.path().join("conf");
+    std::fs::create_dir(&config_dir).unwrap();
+    let file = config_dir.join("weft.yml");
+    let text = FUNCTIONS.replace("up.wasm", "../up.wasm");
+    std::fs::write(&file, &text).unwrap();
+    let config = Config::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.functions[0].file, config_dir.join("../up.wasm"));
+    assert!(config.functions[0].file.is_file());
+
+    std::fs::write(&file, "sinks: 3\n").unwrap();
+    assert_eq!(
+        Config::load(&file).unwrap_err().to_string(),
+        format!(
+            "{}: sinks: invalid type: integer `3`, expected a sequence (line 1, column 8)",
+            file.display()
+        )
+    );
+
+    let missing = dir.path().join("absent.yml");
+    let message = Config::load(&missing).unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!("cannot read config file {}: ", missing.display())),
+        "{message}"
+    );
+}
+
+#[test]
+fn connection_debug_hides_the_password() {
+    let config = load(FULL).unwrap_or_else(|e| panic!("{e}"));
+    let debug = format!("{:?}", config.databases[0]);
+    assert!(
+        !debug.contains("from-env") && debug.contains("<redacted>"),
+        "{debug}"
+    );
+    assert_eq!(
+        config.databases[0].connection().to_string(),
+        "weft@127.0.0.1:5433/app"
+    );
+    assert_eq!(
+        config.databases[1].connection().to_string(),
+        "reader@[::1]:5432/other"
+    );
+}
+
+/// Loads `text` with every component file it names created under a
+/// scratch directory two levels deep (so `../..` paths stay inside it).
+fn load_with_components(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Config {
+    let root = tempfile::tempdir().expect("temp dir");
+    let base = root.path().join("examples").join("config");
+    std::fs::create_dir_all(&base).unwrap();
+    for line in text.lines() {
+        if let Some(file) = line.trim().strip_prefix("file:") {
+            let path = base.join(file.trim());
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, b"\0asm").unwrap();
+        }
+    }
+    Config::from_yaml(text, &base, env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn demo_config_loads() {
+    let text = include_str!("../../../examples/config/demo.yml");
+    let config = load_with_components(text, &|_| None);
+    let demo = config.database("demo").expect("demo database");
+    assert_eq!(demo.connection().host, "127.0.0.1");
+    assert_eq!(demo.connection().port, 5432);
+    let sink = config.sink("orders").expect("orders sink");
+    assert!(sink.source.includes("public", "orders"));
+    assert_eq!(sink.transform.as_deref(), Some("upcase"));
+    assert_eq!(
+        config.function("upcase").unwrap().kind,
+        FunctionKind::Transform
+    );
+}
+
+#[test]
+fn reference_example_in_docs_loads() {
+    let doc = include_str!("../../../docs/config.md");
+    let start = doc.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let text = &doc[start..start + doc[start..].find("```").expect("closed block")];
+    let config = load_with_components(text, &|name| (name == "PGPASSWORD").then(|| "pw".into()));
+    assert_eq!(config.sinks.len(), 1);
+    assert_eq!(config.functions[0].limits.timeout_ms, 500);
+}
+
+#[test]
+fn a_broken_database_is_reported_once_not_again_by_its_sinks() {
+    let text = "databases:
+  - name: main
+    url: postgres://u@h
+    slot: {name: s}
+    publication: {name: p}
+sinks:
+  - name: s
+    database: main
+    destination: {type: sequin_stream}
+";
+    assert_eq!(
+        errors(text),
+        [
+            "databases[0].url: the URL has no database name; add it after the host, as in \
+          postgres://host:5432/mydb (line 3, column 10)"
+        ]
+    );
+}
+
+#[test]
+fn wrong_shapes_are_described_in_config_terms() {
+    assert_eq!(
+        error("- databases\n"),
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `sinks` (line 1, column 1)"
+    );
+    assert_eq!(
+        error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
+        "databases[0].slot: invalid type: string \"weft_slot\", expected a slot mapping like {name: weft_slot} \
+         (line 5, column 11)"
+    );
+}

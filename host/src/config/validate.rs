@@ -1,0 +1,301 @@
+//! The second pass: checks that span fields or entries (connection form,
+//! destinations per type, names and references), collecting every problem
+//! instead of stopping at the first.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_yaml_ng::Value;
+
+use super::destination::DestinationConfig;
+use super::document::{DatabaseDoc, Document};
+use super::model::{DatabaseConfig, FunctionConfig, FunctionKind, PgConnection, SinkConfig};
+use super::path::DocPath;
+use super::{Config, pg_url};
+
+/// One problem found by the second pass.
+pub(crate) struct Problem {
+    pub(crate) path: DocPath,
+    pub(crate) message: String,
+}
+
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, path: DocPath, message: impl Into<String>) {
+        self.0.push(Problem {
+            path,
+            message: message.into(),
+        });
+    }
+}
+
+/// Turns the parsed document into a [`Config`], or returns every problem.
+pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec<Problem>> {
+    let mut problems = Problems::default();
+    let root = DocPath::root();
+
+    // Sinks are checked against every database entry, including one whose
+    // connection is wrong, so that one mistake is not reported twice.
+    let database_names: Vec<String> = document.databases.iter().map(|d| d.name.clone()).collect();
+    let databases = resolve_databases(document.databases, &root.key("databases"), &mut problems);
+    let functions = resolve_functions(
+        document.functions,
+        base_dir,
+        &root.key("functions"),
+        &mut problems,
+    );
+    let sinks = resolve_sinks(
+        document.sinks,
+        &database_names,
+        &functions,
+        &root.key("sinks"),
+        &mut problems,
+    );
+
+    if problems.0.is_empty() {
+        Ok(Config {
+            databases,
+            functions,
+            sinks,
+        })
+    } else {
+        Err(problems.0)
+    }
+}
+
+/// Reports entries whose name an earlier entry already has.
+fn check_unique_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    what: &str,
+    list: &DocPath,
+    problems: &mut Problems,
+) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.enumerate() {
+        if let Some(&first) = seen.get(name) {
+            problems.add(
+                list.index(i).key("name"),
+                format!("duplicate {what} name {name:?} ({list}[{first}] has it too); names must be unique"),
+            );
+        } else {
+            seen.insert(name, i);
+        }
+    }
+}
+
+fn resolve_databases(
+    docs: Vec<DatabaseDoc>,
+    list: &DocPath,
+    problems: &mut Problems,
+) -> Vec<DatabaseConfig> {
+    check_unique_names(
+        docs.iter().map(|d| d.name.as_str()),
+        "database",
+        list,
+        problems,
+    );
+    let mut databases: Vec<DatabaseConfig> = Vec::with_capacity(docs.len());
+    let mut slot_owner: HashMap<(String, u16, String, String), usize> = HashMap::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let path = list.index(i);
+        let Some(connection) = resolve_connection(&doc, &path, problems) else {
+            continue;
+        };
+        let key = (
+            connection.host.clone(),
+            connection.port,
+            connection.database.clone(),
+            doc.slot.name.clone(),
+        );
+        if let Some(first) = slot_owner.get(&key) {
+            problems.add(
+                path.key("slot").key("name"),
+                format!(
+                    "slot {:?} on {}:{}/{} is already used by {list}[{first}]; \
+                     a slot streams to one consumer, give each database entry its own slot",
+                    doc.slot.name, connection.host, connection.port, connection.database
+                ),
+            );
+        } else {
+            slot_owner.insert(key, i);
+        }
+        databases.push(DatabaseConfig {
+            name: doc.name,
+            connection,
+            slot: doc.slot,
+            publication: doc.publication,
+        });
+    }
+    databases
+}
+
+fn resolve_connection(
+    doc: &DatabaseDoc,
+    path: &DocPath,
+    problems: &mut Problems,
+) -> Option<PgConnection> {
+    let fields: Vec<&str> = [
+        ("hostname", doc.hostname.is_some()),
+        ("port", doc.port.is_some()),
+        ("database", doc.database.is_some()),
+        ("username", doc.username.is_some()),
+        ("password", doc.password.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+
+    if let Some(url) = &doc.url {
+        if !fields.is_empty() {
+            problems.add(
+                path.clone(),
+                format!(
+                    "set either `url` or `hostname`/`port`/`database`/`username`/`password`, \
+                     not both; found `url` and {}",
+                    backticked(&fields)
+                ),
+            );
+            return None;
+        }
+        return match pg_url::parse(url) {
+            Ok(connection) => Some(connection),
+            Err(message) => {
+                problems.add(path.key("url"), format!("the URL {message}"));
+                None
+            }
+        };
+    }
+
+    let missing: Vec<&str> = [
+        ("hostname", doc.hostname.is_none()),
+        ("database", doc.database.is_none()),
+    ]
+    .into_iter()
+    .filter_map(|(name, missing)| missing.then_some(name))
+    .collect();
+    if !missing.is_empty() {
+        problems.add(
+            path.clone(),
+            format!(
+                "missing connection settings {}: set `hostname` and `database` \
+                 (and optionally `port`, `username`, `password`), or a single `url` \
+                 like postgres://user:password@host:5432/database",
+                backticked(&missing)
+            ),
+        );
+        return None;
+    }
+    Some(PgConnection {
+        host: doc.hostname.clone().unwrap_or_default(),
+        port: doc.port.unwrap_or(pg_url::DEFAULT_PORT),
+        user: doc
+            .username
+            .clone()
+            .unwrap_or_else(|| pg_url::DEFAULT_USER.to_owned()),
+        password: doc.password.clone(),
+        database: doc.database.clone().unwrap_or_default(),
+        params: Vec::new(),
+    })
+}
+
+fn backticked(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn resolve_functions(
+    mut functions: Vec<FunctionConfig>,
+    base_dir: &Path,
+    list: &DocPath,
+    problems: &mut Problems,
+) -> Vec<FunctionConfig> {
+    check_unique_names(
+        functions.iter().map(|f| f.name.as_str()),
+        "function",
+        list,
+        problems,
+    );
+    for (i, function) in functions.iter_mut().enumerate() {
+        let relative = function.file.is_relative();
+        let file = base_dir.join(&function.file);
+        let problem = if file.is_file() {
+            None
+        } else if file.is_dir() {
+            Some("is a directory; name the component's .wasm file")
+        } else {
+            Some("does not exist")
+        };
+        if let Some(problem) = problem {
+            let hint = if relative {
+                format!(
+                    " (relative paths are resolved against the config file's directory, {})",
+                    base_dir.display()
+                )
+            } else {
+                String::new()
+            };
+            problems.add(
+                list.index(i).key("file"),
+                format!("component file {} {problem}{hint}", file.display()),
+            );
+        }
+        function.file = file;
+    }
+    functions
+}
+
+fn resolve_sinks(
+    raw: Vec<SinkConfig<Value>>,
+    database_names: &[String],
+    functions: &[FunctionConfig],
+    list: &DocPath,
+    problems: &mut Problems,
+) -> Vec<SinkConfig> {
+    check_unique_names(raw.iter().map(|s| s.name.as_str()), "sink", list, problems);
+    let function_names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+    let mut sinks = Vec::with_capacity(raw.len());
+    for (i, sink) in raw.into_iter().enumerate() {
+        let path = list.index(i);
+        if !database_names.contains(&sink.database) {
+            problems.add(
+                path.key("database"),
+                format!(
+                    "no database named {:?}; defined databases: {database_names:?}",
+                    sink.database
+                ),
+            );
+        }
+        for kind in FunctionKind::ALL {
+            let Some(name) = sink.function(kind) else {
+                continue;
+            };
+            match functions.iter().find(|f| f.name == name) {
+                None => problems.add(
+                    path.key(kind.as_str()),
+                    format!("no function named {name:?}; defined functions: {function_names:?}"),
+                ),
+                Some(function) if function.kind != kind => problems.add(
+                    path.key(kind.as_str()),
+                    format!(
+                        "function {name:?} has type {}, but `{kind}` needs a function of type {kind}",
+                        function.kind
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
+        let destination_path = path.key("destination");
+        let mut sink = sink;
+        let raw_destination = std::mem::take(&mut sink.destination);
+        match DestinationConfig::from_yaml(raw_destination) {
+            Ok(destination) => sinks.push(sink.with_destination(destination)),
+            Err(problem) => problems.add(destination_path.join(&problem.path), problem.message),
+        }
+    }
+    sinks
+}
