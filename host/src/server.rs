@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
-use crate::change::Action;
-use crate::config::{Config, DatabaseConfig, SinkConfig};
+use crate::config::{Config, DatabaseConfig, DestinationConfig, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, NamedTransform, Pipeline, SinkPipeline};
 use crate::plugins::{EngineSettings, PluginEngine};
+use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::Store;
 
 /// What `weft run` needs.
@@ -89,7 +89,18 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
 
     let pull_api = PullApiState::new(store.clone(), shutdown.clone());
     for sink in &config.sinks {
-        pull_api.add_sink(&sink.name, sink.destination.sequin_stream_settings());
+        match &sink.destination {
+            DestinationConfig::SequinStream(settings) => {
+                pull_api.add_sink(
+                    &sink.name,
+                    SequinStreamSettings {
+                        ack_wait: settings.ack_wait(),
+                        max_ack_pending: settings.max_ack_pending,
+                        max_waiting: settings.max_waiting,
+                    },
+                );
+            }
+        }
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -187,23 +198,25 @@ fn sink_pipeline(config: &Config, engine: &PluginEngine, sink: &SinkConfig) -> R
             Some(NamedTransform { name: function.name.clone(), function: Arc::new(Mutex::new(loaded)) })
         }
     };
-    Ok(SinkPipeline::new(
-        &sink.name,
-        &sink.database,
-        sink.source.include_tables.iter().cloned(),
-        sink.actions.iter().copied().map(Action::from),
-        transform,
-    ))
+    Ok(SinkPipeline::new(sink.clone(), transform))
 }
 
 fn source_config(
     database: &DatabaseConfig,
     sinks: &[&SinkConfig],
 ) -> Result<crate::source::SourceConfig, ServerError> {
-    let mut tables: Vec<String> = sinks
-        .iter()
-        .flat_map(|sink| sink.source.include_tables.iter().cloned())
-        .collect();
+    // The publication lists the sinks' tables, unless a sink selects whole
+    // schemas: then it covers all tables and the sinks pick theirs.
+    let mut tables: Vec<String> = Vec::new();
+    for sink in sinks {
+        match (&sink.source.include_tables, &sink.source.include_schemas) {
+            (Some(listed), None) => tables.extend(listed.iter().map(ToString::to_string)),
+            _ => {
+                tables.clear();
+                break;
+            }
+        }
+    }
     tables.sort();
     tables.dedup();
     let connection = database.connect_options().map_err(|source| ServerError::Source {

@@ -1,10 +1,10 @@
 //! One sink's view of the stream: which changes it takes and the functions
 //! it runs on them.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use crate::change::{Action, Change};
+use crate::change::Change;
+use crate::config::SinkConfig;
 use crate::message::{ConsumerRef, Message};
 use crate::plugins::{FunctionError, Payload, PluginError, TransformFunction};
 use crate::store::NewMessage;
@@ -53,44 +53,26 @@ pub struct NamedTransform {
 
 /// The part of a sink that runs in the pipeline.
 pub struct SinkPipeline {
-    name: String,
-    database_name: String,
+    config: SinkConfig,
     consumer: ConsumerRef,
-    tables: HashSet<String>,
-    actions: HashSet<Action>,
     transform: Option<NamedTransform>,
 }
 
 impl SinkPipeline {
-    /// A sink called `name` on the database configured as `database_name`,
-    /// taking `actions` on `tables` (`schema.table`), with an optional
-    /// transform.
-    pub fn new(
-        name: &str,
-        database_name: &str,
-        tables: impl IntoIterator<Item = String>,
-        actions: impl IntoIterator<Item = Action>,
-        transform: Option<NamedTransform>,
-    ) -> Self {
-        SinkPipeline {
-            name: name.to_string(),
-            database_name: database_name.to_string(),
-            consumer: ConsumerRef::for_sink(name),
-            tables: tables.into_iter().collect(),
-            actions: actions.into_iter().collect(),
-            transform,
-        }
+    /// The pipeline of the sink configured as `config`, with its transform
+    /// already loaded.
+    pub fn new(config: SinkConfig, transform: Option<NamedTransform>) -> Self {
+        SinkPipeline { consumer: ConsumerRef::for_sink(&config.name), config, transform }
     }
 
     /// The sink's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.config.name
     }
 
     /// Whether this sink takes `change`.
     pub fn accepts(&self, change: &Change) -> bool {
-        self.actions.contains(&change.action)
-            && self.tables.contains(&change.relation.qualified_name())
+        self.config.accepts(&change.relation.schema, &change.relation.name, change.action)
     }
 
     /// Turns the changes this sink takes into stored messages, running the
@@ -99,7 +81,7 @@ impl SinkPipeline {
         let accepted: Vec<&Change> = changes.iter().copied().filter(|c| self.accepts(c)).collect();
         let messages: Vec<Message> = accepted
             .iter()
-            .map(|change| Message::from_change(change, &self.database_name, &self.consumer))
+            .map(|change| Message::from_change(change, &self.config.database, &self.consumer))
             .collect();
         let payloads = match &self.transform {
             None => messages
