@@ -391,27 +391,32 @@ async fn values_render_exactly_like_to_jsonb_in_utc() {
     let client = pg.client("postgres").await;
     client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
     assert_eq!(txns[0].changes.len(), 3);
+    let mut mismatches = Vec::new();
     for change in &txns[0].changes {
         let new = change.new.as_ref().unwrap();
         let id = new["id"].as_i64().unwrap() as i32;
         let expected: serde_json::Value = client
-            .query_one("SELECT to_jsonb(t) FROM typed t WHERE id = $1", &[&id])
+            .query_one("SELECT to_jsonb(r) FROM typed r WHERE id = $1", &[&id])
             .await
             .unwrap()
             .get(0);
-        let expected = expected.as_object().unwrap();
+        let expected = expected
+            .as_object()
+            .unwrap_or_else(|| panic!("to_jsonb gave {expected:?}"));
         assert_eq!(expected.len(), new.len());
         for (column, want) in expected {
-            let got = &new[column];
             // Compare the JSON text: numbers must match digit for digit and
             // object keys in jsonb order.
-            assert_eq!(
-                got.to_string(),
-                want.to_string(),
-                "row {id}, column {column}"
-            );
+            let got = new[column].to_string();
+            let want = want.to_string();
+            if got != want {
+                mismatches.push(format!(
+                    "row {id} column {column}: got {got}, to_jsonb {want}"
+                ));
+            }
         }
     }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     source.stop().await.unwrap();
 }
 
@@ -434,9 +439,9 @@ async fn set_up_errors_name_the_object_and_the_fix() {
     pg.psql(
         "CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE b (id int PRIMARY KEY);
          CREATE ROLE plain LOGIN;
-         CREATE PUBLICATION only_a FOR TABLE a;
-         SELECT pg_create_logical_replication_slot('wrong_plugin', 'test_decoding');",
+         CREATE PUBLICATION only_a FOR TABLE a;",
     );
+    pg.psql("SELECT pg_create_logical_replication_slot('wrong_plugin', 'test_decoding')");
     let url = pg.url("postgres");
 
     let mut c = config(&url, "s1", "p1", &["public.a"]);

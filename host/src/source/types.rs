@@ -7,15 +7,18 @@
 //! text we receive is deterministic whatever the server's own settings are;
 //! this module only has to turn that text into what `to_jsonb()` would show.
 //!
-//! * numbers (`int2/4/8`, `oid`, `float4/8`, `numeric`) become JSON numbers,
+//! * numbers (`int2/4/8`, `float4/8`, `numeric`) become JSON numbers,
 //!   exactly (serde_json is built with `arbitrary_precision`); `NaN` and
 //!   `±Infinity` become strings, as in `to_jsonb()`;
 //! * `bool` becomes `true`/`false`;
 //! * `json` and `jsonb` are embedded, with jsonb's key order (shorter keys
 //!   first, then bytewise; the last duplicate wins), since `to_jsonb()`
 //!   turns both into jsonb;
-//! * `timestamp`, `timestamptz` and `timetz` take the ISO-8601 "T" form with
-//!   a `+HH:MM` offset;
+//! * numbers print as `numeric` prints them (`to_jsonb()` stores every
+//!   number as numeric): `1e+300` becomes `1000…0`, `1.5e-3` becomes
+//!   `0.0015`; this applies to floats and to numbers inside json;
+//! * `timestamp` and `timestamptz` take the ISO-8601 "T" form with a
+//!   `+HH:MM` offset; `timetz` stays as printed (to_jsonb does not reformat it);
 //! * arrays become (nested) JSON arrays of their elements' renderings;
 //! * everything else (text types, uuid, date, time, interval, bytea, enums,
 //!   ranges, unknown types) is the output text as a JSON string.
@@ -37,8 +40,6 @@ pub enum Scalar {
     Timestamp,
     /// `timestamp with time zone`.
     Timestamptz,
-    /// `time with time zone`.
-    Timetz,
     /// Anything else: the output text as a string.
     Text,
 }
@@ -60,25 +61,23 @@ pub fn builtin_kind(oid: u32) -> Option<TypeKind> {
     use TypeKind::{Array as A, Scalar as S};
     Some(match oid {
         16 => S(Bool),
-        20 | 21 | 23 | 26 | 700 | 701 | 1700 => S(Number),
+        20 | 21 | 23 | 700 | 701 | 1700 => S(Number),
         114 => S(Json),
         3802 => S(Jsonb),
         1114 => S(Timestamp),
         1184 => S(Timestamptz),
-        1266 => S(Timetz),
         // char, name, text, bytea, varchar, bpchar, date, time, interval,
         // uuid, bit, varbit, money, inet, cidr, macaddr, xml, tsvector ...
-        17 | 18 | 19 | 25 | 142 | 650 | 790 | 829 | 869 | 1042 | 1043 | 1082 | 1083 | 1186
-        | 1560 | 1562 | 2950 | 3614 => S(Text),
+        17 | 18 | 19 | 25 | 26 | 142 | 1266 | 650 | 790 | 829 | 869 | 1042 | 1043 | 1082 | 1083
+        | 1186 | 1560 | 1562 | 2950 | 3614 => S(Text),
         1000 => A(Bool),
-        1005 | 1007 | 1016 | 1028 | 1021 | 1022 | 1231 => A(Number),
+        1005 | 1007 | 1016 | 1021 | 1022 | 1231 => A(Number),
         199 => A(Json),
         3807 => A(Jsonb),
         1115 => A(Timestamp),
         1185 => A(Timestamptz),
-        1270 => A(Timetz),
-        1001 | 1002 | 1003 | 1009 | 143 | 651 | 791 | 1040 | 1041 | 1014 | 1015 | 1182 | 1183
-        | 1187 | 1561 | 1563 | 2951 | 3643 => A(Text),
+        1001 | 1002 | 1003 | 1009 | 1028 | 1270 | 143 | 651 | 791 | 1040 | 1041 | 1014 | 1015
+        | 1182 | 1183 | 1187 | 1561 | 1563 | 2951 | 3643 => A(Text),
         _ => return None,
     })
 }
@@ -153,7 +152,6 @@ fn render_scalar(scalar: Scalar, text: &str) -> Value {
         },
         Scalar::Timestamp => Value::String(text.replacen(' ', "T", 1)),
         Scalar::Timestamptz => Value::String(full_offset(&text.replacen(' ', "T", 1))),
-        Scalar::Timetz => Value::String(full_offset(text)),
         Scalar::Text => Value::String(text.to_string()),
     }
 }
@@ -163,10 +161,68 @@ fn number(text: &str) -> Value {
     if text.eq_ignore_ascii_case("nan") || text.ends_with("Infinity") {
         return Value::String(text.to_string());
     }
-    match serde_json::from_str::<Number>(text) {
-        Ok(n) => Value::Number(n),
-        Err(_) => Value::String(text.to_string()),
+    match numeric_canonical(text).and_then(|t| serde_json::from_str::<Number>(&t).ok()) {
+        Some(n) => Value::Number(n),
+        None => Value::String(text.to_string()),
     }
+}
+
+/// Rewrites a decimal literal (`-1.50`, `1e+300`, `2.5E-3`) the way
+/// Postgres's `numeric` prints it: no exponent, no leading zeros, the scale
+/// of the literal (`max(0, fraction digits - exponent)`), no sign on zero.
+/// `None` when the text is not a decimal literal or is beyond numeric range.
+fn numeric_canonical(text: &str) -> Option<String> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int_part.is_empty() && frac_part.is_empty()
+        || !int_part
+            .bytes()
+            .chain(frac_part.bytes())
+            .all(|b| b.is_ascii_digit())
+        || exponent.abs() > 200_000
+    {
+        return None;
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let shift = exponent - frac_part.len() as i64;
+    let (int_digits, frac_digits) = if shift >= 0 {
+        (
+            format!("{digits}{}", "0".repeat(shift as usize)),
+            String::new(),
+        )
+    } else {
+        let scale = (-shift) as usize;
+        let padded = if digits.len() <= scale {
+            format!("{}{digits}", "0".repeat(scale + 1 - digits.len()))
+        } else {
+            digits
+        };
+        let split = padded.len() - scale;
+        (padded[..split].to_string(), padded[split..].to_string())
+    };
+    let int_digits = match int_digits.trim_start_matches('0') {
+        "" => "0",
+        trimmed => trimmed,
+    };
+    let is_zero = int_digits == "0" && frac_digits.bytes().all(|b| b == b'0');
+    let mut out = String::with_capacity(int_digits.len() + frac_digits.len() + 2);
+    if negative && !is_zero {
+        out.push('-');
+    }
+    out.push_str(int_digits);
+    if !frac_digits.is_empty() {
+        out.push('.');
+        out.push_str(&frac_digits);
+    }
+    Some(out)
 }
 
 /// `+00` → `+00:00`: Postgres prints whole-hour offsets without minutes,
@@ -202,6 +258,8 @@ fn jsonb_order(value: Value) -> Value {
             )
         }
         Value::Array(items) => Value::Array(items.into_iter().map(jsonb_order).collect()),
+        // jsonb stores numbers as numeric.
+        Value::Number(n) => number(&n.to_string()),
         other => other,
     }
 }
@@ -337,14 +395,22 @@ mod tests {
         );
         assert_eq!(r(701, "NaN"), json!("NaN"));
         assert_eq!(r(701, "-Infinity"), json!("-Infinity"));
-        assert_eq!(r(701, "1e+100").to_string(), "1e+100");
+        assert_eq!(r(701, "1e+5").to_string(), "100000");
         assert_eq!(
             r(1184, "2024-01-02 03:04:05.123456+00"),
             json!("2024-01-02T03:04:05.123456+00:00")
         );
         assert_eq!(r(1114, "2024-01-02 03:04:05"), json!("2024-01-02T03:04:05"));
-        assert_eq!(r(1266, "03:04:05+05:30"), json!("03:04:05+05:30"));
-        assert_eq!(r(1266, "03:04:05-02"), json!("03:04:05-02:00"));
+        assert_eq!(r(1266, "03:04:05-02"), json!("03:04:05-02"));
+        assert_eq!(r(700, "1e-3").to_string(), "0.001");
+        assert_eq!(r(701, "1.5e+3").to_string(), "1500");
+        assert_eq!(r(701, "-0").to_string(), "0");
+        assert_eq!(r(1700, "-0.000").to_string(), "0.000");
+        assert_eq!(r(1700, "007.10").to_string(), "7.10");
+        assert_eq!(
+            r(3802, r#"[1.0e2, 2.50, -1E-2]"#).to_string(),
+            "[100,2.50,-0.01]"
+        );
         assert_eq!(r(1184, "infinity"), json!("infinity"));
         assert_eq!(
             r(3802, r#"{"bb": 1, "a": {"zz": 2, "c": 3}}"#).to_string(),
