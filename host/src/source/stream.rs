@@ -32,6 +32,9 @@ use crate::lsn::Lsn;
 const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 /// Status updates triggered by `durable` changes are throttled to this.
 const STATUS_THROTTLE: Duration = Duration::from_secs(1);
+/// Periodic status updates ask the server for a keepalive, so a connection
+/// that stays silent this long while weft waits to read is dead.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What survives reconnects within one [`super::run`].
 #[derive(Debug, Default)]
@@ -111,6 +114,8 @@ pub struct Session<'a> {
     received: Lsn,
     last_status: Instant,
     status_due: bool,
+    /// When weft last went back to reading (after a frame was handled).
+    reading_since: Instant,
 }
 
 /// Why the emit loop stopped without an error.
@@ -189,6 +194,7 @@ impl<'a> Session<'a> {
                 received: Lsn::ZERO,
                 last_status: Instant::now(),
                 status_due: false,
+                reading_since: Instant::now(),
             };
             let outcome = session.stream().await;
             if matches!(outcome, Ok(Stop::Shutdown)) {
@@ -220,25 +226,37 @@ impl<'a> Session<'a> {
                     }
                     self.status_due = true;
                 }
-                _ = ticker.tick() => self.maybe_send_status().await?,
+                _ = ticker.tick() => {
+                    if self.reading_since.elapsed() > READ_TIMEOUT {
+                        return Err(SourceError::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no message from the server for {} s", READ_TIMEOUT.as_secs()),
+                        )));
+                    }
+                    self.maybe_send_status().await?;
+                }
                 frame = self.replication.next_frame() => {
-                    match frame? {
+                    let frame = frame?;
+                    self.reading_since = Instant::now();
+                    match frame {
                         ReplicationFrame::XLogData { wal_start, data, .. } => {
                             self.received = self.received.max(wal_start);
                             let message = self.decoder.decode(data)?;
                             if let Some(stop) = self.handle(message).await? {
                                 return Ok(stop);
                             }
+                            self.reading_since = Instant::now();
                         }
                         ReplicationFrame::Keepalive { wal_end, reply_requested } => {
                             if reply_requested {
-                                self.send_status(reply_requested).await?;
+                                self.send_status(false).await?;
                             }
                             if self.open.is_none() && self.streams.is_empty() {
                                 self.received = self.received.max(wal_end);
                                 if let Some(stop) = self.emit(SourceEvent::Idle { wal_end }).await? {
                                     return Ok(stop);
                                 }
+                                self.reading_since = Instant::now();
                             }
                         }
                         ReplicationFrame::End => {
@@ -255,16 +273,19 @@ impl<'a> Session<'a> {
 
     async fn maybe_send_status(&mut self) -> Result<(), SourceError> {
         let elapsed = self.last_status.elapsed();
-        if (self.status_due && elapsed >= STATUS_THROTTLE) || elapsed >= STATUS_INTERVAL {
+        if elapsed >= STATUS_INTERVAL {
+            // Ask for a keepalive back: it proves the connection is alive.
+            self.send_status(true).await?;
+        } else if self.status_due && elapsed >= STATUS_THROTTLE {
             self.send_status(false).await?;
         }
         Ok(())
     }
 
-    async fn send_status(&mut self, _reply_requested: bool) -> Result<(), SourceError> {
+    async fn send_status(&mut self, ask_for_reply: bool) -> Result<(), SourceError> {
         let flushed = *self.durable.borrow_and_update();
         self.replication
-            .send_status(self.received.max(flushed), flushed, false)
+            .send_status(self.received.max(flushed), flushed, ask_for_reply)
             .await?;
         self.last_status = Instant::now();
         self.status_due = false;
@@ -276,6 +297,14 @@ impl<'a> Session<'a> {
     /// alive (status updates) while the pipeline applies backpressure.
     async fn emit(&mut self, event: SourceEvent) -> Result<Option<Stop>, SourceError> {
         let events = self.events;
+        match events.try_reserve() {
+            Ok(permit) => {
+                permit.send(event);
+                return Ok(None);
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return Err(SourceError::PipelineClosed),
+            Err(mpsc::error::TrySendError::Full(())) => {}
+        }
         let mut ticker = tokio::time::interval(STATUS_THROTTLE);
         ticker.tick().await;
         loop {
