@@ -92,14 +92,15 @@ impl Running {
         out
     }
 
-    /// Asserts nothing but Idle arrives for `wait`.
-    async fn expect_quiet(&mut self, wait: Duration) {
-        let deadline = tokio::time::Instant::now() + wait;
-        while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.events.recv()).await {
-            assert!(
-                matches!(event, SourceEvent::Idle { .. }),
-                "unexpected event {event:?}"
-            );
+    /// Waits for the next Idle event; any other event fails the test.
+    async fn next_idle(&mut self, wait: Duration) -> Lsn {
+        let event = tokio::time::timeout(wait, self.events.recv())
+            .await
+            .expect("an Idle event in time")
+            .expect("the source stopped");
+        match event {
+            SourceEvent::Idle { wal_end } => wal_end,
+            other => panic!("unexpected event {other:?}"),
         }
     }
 
@@ -299,7 +300,14 @@ async fn reconnects_after_the_walsender_dies_without_duplicates() {
     let next = source.transactions(1).await;
     assert_eq!(next[0].changes[0].new.as_ref().unwrap()["id"], json!(2));
     assert!(next[0].commit_lsn > first[0].commit_lsn);
-    source.expect_quiet(Duration::from_secs(2)).await;
+    // No duplicates, and once idle the source says so with a position at or
+    // past the last commit (the periodic status update asks for a keepalive).
+    let idle = source.next_idle(Duration::from_secs(30)).await;
+    assert!(
+        idle >= next[0].end_lsn,
+        "idle at {idle}, last commit ended at {}",
+        next[0].end_lsn
+    );
     source.stop().await.unwrap();
 }
 
@@ -417,6 +425,78 @@ async fn values_render_exactly_like_to_jsonb_in_utc() {
         }
     }
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    source.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_values_are_marked_or_taken_from_the_full_old_row() {
+    let pg = PgCluster::start();
+    pg.psql(
+        "CREATE TABLE docs (id int PRIMARY KEY, body text, n int);
+         CREATE TABLE docs_full (id int PRIMARY KEY, body text, n int);
+         ALTER TABLE docs_full REPLICA IDENTITY FULL;",
+    );
+    let mut source = Running::start(config(&pg.url("postgres"), "slot_u", "pub_u", &[]));
+    wait_for_slot(&pg, "slot_u").await;
+    // md5 chains do not compress, so the value is stored out of line.
+    let big = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 400) g)";
+    pg.psql(&format!(
+        "INSERT INTO docs VALUES (1, {big}, 0); INSERT INTO docs_full VALUES (1, {big}, 0);"
+    ));
+    pg.psql("UPDATE docs SET n = 1; UPDATE docs_full SET n = 1;");
+    let txns = source.transactions(2).await;
+    let body = txns[0].changes[0].new.as_ref().unwrap()["body"].clone();
+    assert_eq!(body.as_str().unwrap().len(), 400 * 32);
+    let [plain, full] = &txns[1].changes[..] else {
+        panic!("{:?}", txns[1])
+    };
+    assert_eq!(
+        plain.new.as_ref().unwrap()["body"],
+        json!("unchanged_toast")
+    );
+    assert_eq!(full.new.as_ref().unwrap()["body"], body);
+    assert_eq!(
+        full.changes().unwrap().keys().collect::<Vec<_>>(),
+        vec!["n"]
+    );
+    source.stop().await.unwrap();
+}
+
+/// Measures decode-to-channel throughput (debug build) and checks order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_many_changes_in_order() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE events (id int PRIMARY KEY, payload text, at timestamptz)");
+    let mut source = Running::start(config(&pg.url("postgres"), "slot_m", "pub_m", &["events"]));
+    wait_for_slot(&pg, "slot_m").await;
+    const BATCHES: usize = 20;
+    const PER_BATCH: usize = 5_000;
+    pg.psql(&format!(
+        "SELECT 1; {}",
+        (0..BATCHES)
+            .map(|b| format!(
+                "INSERT INTO events SELECT g, 'payload ' || g, now() FROM generate_series({}, {}) g;",
+                b * PER_BATCH + 1,
+                (b + 1) * PER_BATCH
+            ))
+            .collect::<String>()
+    ));
+    let started = std::time::Instant::now();
+    let txns = source.transactions(1).await;
+    let elapsed = started.elapsed();
+    let ids: Vec<i64> = txns
+        .iter()
+        .flat_map(|t| &t.changes)
+        .map(|c| c.new.as_ref().unwrap()["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), BATCHES * PER_BATCH);
+    assert!(ids.windows(2).all(|w| w[0] + 1 == w[1]));
+    eprintln!(
+        "source throughput: {} changes in {:?} = {:.0} changes/s",
+        ids.len(),
+        elapsed,
+        ids.len() as f64 / elapsed.as_secs_f64()
+    );
     source.stop().await.unwrap();
 }
 
