@@ -54,7 +54,11 @@ struct Running {
 
 impl Running {
     fn start(config: SourceConfig) -> Running {
-        let (tx, events) = mpsc::channel(1024);
+        Self::start_with_capacity(config, 1024)
+    }
+
+    fn start_with_capacity(config: SourceConfig, capacity: usize) -> Running {
+        let (tx, events) = mpsc::channel(capacity);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
@@ -498,6 +502,31 @@ async fn streams_many_changes_in_order() {
         ids.len() as f64 / elapsed.as_secs_f64()
     );
     source.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_confirming_and_stops_promptly_under_backpressure() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY)");
+    let mut source =
+        Running::start_with_capacity(config(&pg.url("postgres"), "slot_b", "pub_b", &[]), 1);
+    wait_for_slot(&pg, "slot_b").await;
+    pg.psql("INSERT INTO items VALUES (1)");
+    pg.psql("INSERT INTO items SELECT generate_series(2, 50)");
+    let first = source.transactions(1).await;
+    // The pipeline now stalls (nobody reads) while the source holds the
+    // second transaction; durable progress must still reach the server.
+    source.durable.send(first[0].end_lsn).unwrap();
+    wait_until(
+        &pg,
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_b'",
+        &first[0].end_lsn.to_string(),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    source.stop().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(confirmed_flush(&pg, "slot_b"), first[0].end_lsn);
 }
 
 async fn run_once(config: SourceConfig) -> SourceError {

@@ -145,6 +145,14 @@ impl PgCluster {
         }
     }
 
+    /// Creates database `name` (owned by `postgres`).
+    pub fn create_database(&self, name: &str) {
+        self.psql(&format!(
+            "CREATE DATABASE \"{}\"",
+            name.replace('"', "\"\"")
+        ));
+    }
+
     /// A connected `tokio_postgres::Client` as `postgres` in `db`. The
     /// connection runs on a spawned task of the current runtime.
     pub async fn client(&self, db: &str) -> tokio_postgres::Client {
