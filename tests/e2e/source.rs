@@ -505,6 +505,51 @@ async fn streams_many_changes_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_a_server_restart() {
+    let mut pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY)");
+    let mut source = Running::start(config(&pg.url("postgres"), "slot_x", "pub_x", &[]));
+    wait_for_slot(&pg, "slot_x").await;
+    pg.psql("INSERT INTO items VALUES (1)");
+    let first = source.transactions(1).await;
+    pg.restart();
+    pg.psql("INSERT INTO items VALUES (2)");
+    // Transaction 1 is resent by the server (never confirmed) but skipped.
+    let next = source.transactions(1).await;
+    assert_eq!(next[0].changes[0].new.as_ref().unwrap()["id"], json!(2));
+    assert!(next[0].commit_lsn > first[0].end_lsn);
+    source.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_interrupts_a_slot_creation_that_waits() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY)");
+    // An open transaction with a write makes CREATE_REPLICATION_SLOT wait.
+    let blocker = pg.client("postgres").await;
+    blocker
+        .batch_execute("BEGIN; INSERT INTO items VALUES (1);")
+        .await
+        .unwrap();
+    let source = Running::start(config(&pg.url("postgres"), "slot_w", "pub_w", &[]));
+    wait_until(
+        &pg,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'weft' AND backend_type = 'walsender'",
+        "1",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !source.handle.is_finished(),
+        "slot creation waits for the open transaction"
+    );
+    let started = std::time::Instant::now();
+    source.stop().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keeps_confirming_and_stops_promptly_under_backpressure() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY)");

@@ -153,31 +153,41 @@ impl<'a> Session<'a> {
             }
         });
         let result = async {
-            slot::check_server(&client, &options.user).await?;
-            slot::ensure_publication(&client, config).await?;
-            let mut replication = ReplicationConnection::connect(options).await?;
-            slot::ensure_slot(&client, &mut replication, config).await?;
-            let identity = replication.identify_system().await?;
-            tracing::info!(system_id = %identity.system_id, timeline = identity.timeline,
-                wal = %identity.xlog_pos, "replication connection ready");
+            // Setup can wait long (CREATE_REPLICATION_SLOT waits for running
+            // transactions), so shutdown interrupts it.
+            let setup = async {
+                slot::check_server(&client, &options.user).await?;
+                slot::ensure_publication(&client, config).await?;
+                let mut replication = ReplicationConnection::connect(options).await?;
+                slot::ensure_slot(&client, &mut replication, config).await?;
+                let identity = replication.identify_system().await?;
+                tracing::info!(system_id = %identity.system_id, timeline = identity.timeline,
+                    wal = %identity.xlog_pos, "replication connection ready");
 
-            let streaming = replication.server_version() >= 140000;
-            let mut plugin_options = vec![
-                (
-                    "proto_version",
-                    if streaming { "2" } else { "1" }.to_string(),
-                ),
-                ("publication_names", quote_ident(&config.publication_name)),
-            ];
-            if streaming {
-                plugin_options.push(("messages", "true".to_string()));
-                plugin_options.push(("streaming", "on".to_string()));
-            }
-            // 0/0: start from the slot's confirmed position.
-            replication
-                .start_replication(&config.slot_name, Lsn::ZERO, &plugin_options)
-                .await?;
-            tracing::info!(streaming, "replication started");
+                let streaming = replication.server_version() >= 140000;
+                let mut plugin_options = vec![
+                    (
+                        "proto_version",
+                        if streaming { "2" } else { "1" }.to_string(),
+                    ),
+                    ("publication_names", quote_ident(&config.publication_name)),
+                ];
+                if streaming {
+                    plugin_options.push(("messages", "true".to_string()));
+                    plugin_options.push(("streaming", "on".to_string()));
+                }
+                // 0/0: start from the slot's confirmed position.
+                replication
+                    .start_replication(&config.slot_name, Lsn::ZERO, &plugin_options)
+                    .await?;
+                tracing::info!(streaming, "replication started");
+                Ok::<_, SourceError>(replication)
+            };
+            let replication = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                replication = setup => replication?,
+            };
             progress.streamed = true;
             let mut session = Session {
                 replication,
