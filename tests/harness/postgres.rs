@@ -117,6 +117,8 @@ impl PgCluster {
 
     /// Runs SQL through `psql` as `postgres` in database `postgres` and
     /// returns the unaligned, tuples-only output. Panics on any error.
+    /// Several statements in one call run as one transaction (`psql -c`);
+    /// use separate calls for separate transactions.
     pub fn psql(&self, sql: &str) -> String {
         self.psql_in("postgres", sql)
     }
