@@ -23,7 +23,11 @@ impl ConsumerRef {
     /// The consumer reference for the sink called `name`.
     pub fn for_sink(name: &str) -> Self {
         ConsumerRef {
-            id: uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("weft.sink.{name}").as_bytes()).to_string(),
+            id: uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_OID,
+                format!("weft.sink.{name}").as_bytes(),
+            )
+            .to_string(),
             name: name.to_string(),
         }
     }

@@ -1,1 +1,5 @@
 //! End-to-end tests: the real `weft` binary against real services.
+
+#[path = "../harness/mod.rs"]
+mod harness;
+mod source;

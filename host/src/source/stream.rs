@@ -1,0 +1,556 @@
+//! One replication session: connect, check, stream, decode, emit, confirm.
+//!
+//! Ordering: a plain transaction arrives from pgoutput only once committed
+//! (Begin … Commit), so its changes are emitted as they are decoded. A
+//! streamed transaction (proto v2 `streaming 'on'`) arrives in chunks while
+//! still running; its changes wait in a [`TransactionBuffer`] until Stream
+//! Commit and are dropped on Stream Abort (for a subtransaction: only the
+//! subtransaction's changes).
+//!
+//! Confirmation: the standby status update's flush and apply LSNs are the
+//! latest value of the `durable` watch, never more. It is sent when the
+//! server asks, when `durable` changes (at most once a second) and at least
+//! every 10 seconds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::pgoutput::{Decoder, LogicalMessage, OldTuple, PgTimestamp};
+use super::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
+use super::relation::Relations;
+use super::{SourceConfig, SourceError, slot};
+use crate::change::{Action, Change, Relation, Row, SourceEvent};
+use crate::lsn::Lsn;
+
+/// Status updates go out at least this often, keeping the walsender's
+/// `wal_sender_timeout` from firing.
+const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// Status updates triggered by `durable` changes are throttled to this.
+const STATUS_THROTTLE: Duration = Duration::from_secs(1);
+/// Periodic status updates ask the server for a keepalive, so a connection
+/// that stays silent this long while weft waits to read is dead.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What survives reconnects within one [`super::run`].
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// The end LSN of the last transaction emitted; after a reconnect the
+    /// server resends from the slot's confirmed position, and transactions
+    /// committed before this are skipped.
+    emitted_through: Lsn,
+    /// Whether a session reached streaming since the last check.
+    streamed: bool,
+}
+
+impl Progress {
+    /// Whether a session reached streaming since the last call.
+    pub fn take_streamed(&mut self) -> bool {
+        std::mem::take(&mut self.streamed)
+    }
+}
+
+/// A change waiting for its transaction's commit.
+#[derive(Debug, Clone)]
+struct PendingChange {
+    subxid: u32,
+    relation: Arc<Relation>,
+    action: Action,
+    new: Option<Row>,
+    old: Option<Row>,
+}
+
+/// The changes of one streamed, still running transaction.
+///
+/// Kept in memory for now. This is the seam for spilling huge transactions
+/// to disk: only `push`, `abort_subtransaction` and `into_changes` touch
+/// the storage.
+#[derive(Debug, Default)]
+struct TransactionBuffer {
+    changes: Vec<PendingChange>,
+}
+
+impl TransactionBuffer {
+    fn push(&mut self, change: PendingChange) {
+        self.changes.push(change);
+    }
+
+    fn abort_subtransaction(&mut self, subxid: u32) {
+        self.changes.retain(|c| c.subxid != subxid);
+    }
+
+    fn into_changes(self) -> impl Iterator<Item = PendingChange> {
+        self.changes.into_iter()
+    }
+}
+
+/// The plain (non-streamed) transaction being received.
+struct OpenTransaction {
+    xid: u32,
+    commit_lsn: Lsn,
+    commit_timestamp: DateTime<Utc>,
+    next_idx: u32,
+    /// Already emitted before a reconnect.
+    skip: bool,
+}
+
+/// One connected replication session.
+pub struct Session<'a> {
+    replication: ReplicationConnection,
+    client: tokio_postgres::Client,
+    relations: Relations,
+    decoder: Decoder,
+    events: &'a mpsc::Sender<SourceEvent>,
+    durable: watch::Receiver<Lsn>,
+    shutdown: &'a CancellationToken,
+    progress: &'a mut Progress,
+    open: Option<OpenTransaction>,
+    streams: HashMap<u32, TransactionBuffer>,
+    current_stream: Option<u32>,
+    received: Lsn,
+    last_status: Instant,
+    status_due: bool,
+    /// When weft last went back to reading (after a frame was handled).
+    reading_since: Instant,
+}
+
+/// Why the emit loop stopped without an error.
+enum Stop {
+    Shutdown,
+}
+
+impl<'a> Session<'a> {
+    /// Connects, checks and streams until shutdown (`Ok`) or an error.
+    pub async fn run(
+        config: &SourceConfig,
+        events: &'a mpsc::Sender<SourceEvent>,
+        durable: watch::Receiver<Lsn>,
+        shutdown: &'a CancellationToken,
+        progress: &'a mut Progress,
+    ) -> Result<(), SourceError> {
+        let options = &config.connection;
+        let (client, connection) = options
+            .query_config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| match e.as_db_error() {
+                Some(_) => SourceError::Query {
+                    context: "opening the query connection".into(),
+                    source: e,
+                },
+                None => SourceError::Connect {
+                    address: format!("{}:{}", options.host, options.port),
+                    reason: e.to_string(),
+                },
+            })?;
+        let connection_task = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "query connection ended");
+            }
+        });
+        let result = async {
+            // Setup can wait long (CREATE_REPLICATION_SLOT waits for running
+            // transactions), so shutdown interrupts it.
+            let setup = async {
+                slot::check_server(&client, &options.user).await?;
+                slot::ensure_publication(&client, config).await?;
+                let mut replication = ReplicationConnection::connect(options).await?;
+                slot::ensure_slot(&client, &mut replication, config).await?;
+                let identity = replication.identify_system().await?;
+                tracing::info!(system_id = %identity.system_id, timeline = identity.timeline,
+                    wal = %identity.xlog_pos, "replication connection ready");
+
+                let streaming = replication.server_version() >= 140000;
+                let mut plugin_options = vec![
+                    (
+                        "proto_version",
+                        if streaming { "2" } else { "1" }.to_string(),
+                    ),
+                    ("publication_names", quote_ident(&config.publication_name)),
+                ];
+                if streaming {
+                    plugin_options.push(("messages", "true".to_string()));
+                    plugin_options.push(("streaming", "on".to_string()));
+                }
+                // 0/0: start from the slot's confirmed position.
+                replication
+                    .start_replication(&config.slot_name, Lsn::ZERO, &plugin_options)
+                    .await?;
+                tracing::info!(streaming, "replication started");
+                Ok::<_, SourceError>(replication)
+            };
+            let replication = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                replication = setup => replication?,
+            };
+            progress.streamed = true;
+            let mut session = Session {
+                replication,
+                client,
+                relations: Relations::default(),
+                decoder: Decoder::new(),
+                events,
+                durable,
+                shutdown,
+                progress,
+                open: None,
+                streams: HashMap::new(),
+                current_stream: None,
+                received: Lsn::ZERO,
+                last_status: Instant::now(),
+                status_due: false,
+                reading_since: Instant::now(),
+            };
+            let outcome = session.stream().await;
+            if matches!(outcome, Ok(Stop::Shutdown)) {
+                // Best effort: report what is durable, then say goodbye.
+                let flushed = *session.durable.borrow();
+                let _ = session
+                    .replication
+                    .send_status(session.received, flushed, false)
+                    .await;
+                session.replication.close().await;
+            }
+            outcome.map(|_| ())
+        }
+        .await;
+        connection_task.abort();
+        result
+    }
+
+    async fn stream(&mut self) -> Result<Stop, SourceError> {
+        let mut ticker = tokio::time::interval(STATUS_THROTTLE);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Ok(Stop::Shutdown),
+                changed = self.durable.changed() => {
+                    if changed.is_err() {
+                        // The pipeline is gone; nothing more can be confirmed.
+                        return Err(SourceError::PipelineClosed);
+                    }
+                    self.status_due = true;
+                }
+                _ = ticker.tick() => {
+                    if self.reading_since.elapsed() > READ_TIMEOUT {
+                        return Err(SourceError::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no message from the server for {} s", READ_TIMEOUT.as_secs()),
+                        )));
+                    }
+                    self.maybe_send_status().await?;
+                }
+                frame = self.replication.next_frame() => {
+                    let frame = frame?;
+                    self.reading_since = Instant::now();
+                    match frame {
+                        ReplicationFrame::XLogData { wal_start, data, .. } => {
+                            self.received = self.received.max(wal_start);
+                            let message = self.decoder.decode(data)?;
+                            if let Some(stop) = self.handle(message).await? {
+                                return Ok(stop);
+                            }
+                            self.reading_since = Instant::now();
+                        }
+                        ReplicationFrame::Keepalive { wal_end, reply_requested } => {
+                            if reply_requested {
+                                self.send_status(false).await?;
+                            }
+                            if self.open.is_none() && self.streams.is_empty() {
+                                self.received = self.received.max(wal_end);
+                                if let Some(stop) = self.emit(SourceEvent::Idle { wal_end }).await? {
+                                    return Ok(stop);
+                                }
+                                self.reading_since = Instant::now();
+                            }
+                        }
+                        ReplicationFrame::End => {
+                            return Err(SourceError::Io(std::io::Error::new(
+                                std::io::ErrorKind::ConnectionAborted,
+                                "the server ended the replication stream",
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn maybe_send_status(&mut self) -> Result<(), SourceError> {
+        let elapsed = self.last_status.elapsed();
+        if elapsed >= STATUS_INTERVAL {
+            // Ask for a keepalive back: it proves the connection is alive.
+            self.send_status(true).await?;
+        } else if self.status_due && elapsed >= STATUS_THROTTLE {
+            self.send_status(false).await?;
+        }
+        Ok(())
+    }
+
+    async fn send_status(&mut self, ask_for_reply: bool) -> Result<(), SourceError> {
+        let flushed = *self.durable.borrow_and_update();
+        self.replication
+            .send_status(self.received.max(flushed), flushed, ask_for_reply)
+            .await?;
+        self.last_status = Instant::now();
+        self.status_due = false;
+        tracing::trace!(%flushed, "sent standby status");
+        Ok(())
+    }
+
+    /// Sends one event to the pipeline, keeping the replication connection
+    /// alive (status updates) while the pipeline applies backpressure.
+    async fn emit(&mut self, event: SourceEvent) -> Result<Option<Stop>, SourceError> {
+        let events = self.events;
+        match events.try_reserve() {
+            Ok(permit) => {
+                permit.send(event);
+                return Ok(None);
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return Err(SourceError::PipelineClosed),
+            Err(mpsc::error::TrySendError::Full(())) => {}
+        }
+        let mut ticker = tokio::time::interval(STATUS_THROTTLE);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                biased;
+                permit = events.reserve() => {
+                    let permit = permit.map_err(|_| SourceError::PipelineClosed)?;
+                    permit.send(event);
+                    return Ok(None);
+                }
+                _ = self.shutdown.cancelled() => return Ok(Some(Stop::Shutdown)),
+                _ = ticker.tick() => {
+                    if self.durable.has_changed().unwrap_or(false) {
+                        self.status_due = true;
+                    }
+                    self.maybe_send_status().await?;
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, message: LogicalMessage) -> Result<Option<Stop>, SourceError> {
+        match message {
+            LogicalMessage::Begin {
+                final_lsn,
+                commit_timestamp,
+                xid,
+            } => {
+                self.open = Some(OpenTransaction {
+                    xid,
+                    commit_lsn: final_lsn,
+                    commit_timestamp: timestamp(commit_timestamp),
+                    next_idx: 0,
+                    skip: final_lsn < self.progress.emitted_through,
+                });
+            }
+            LogicalMessage::Commit {
+                commit_lsn,
+                end_lsn,
+                ..
+            } => {
+                let open = self
+                    .open
+                    .take()
+                    .ok_or_else(|| SourceError::Protocol("Commit without a Begin".into()))?;
+                if !open.skip {
+                    let stop = self
+                        .emit(SourceEvent::Commit {
+                            commit_lsn,
+                            end_lsn,
+                        })
+                        .await?;
+                    self.progress.emitted_through = self.progress.emitted_through.max(end_lsn);
+                    return Ok(stop);
+                }
+            }
+            LogicalMessage::Relation {
+                oid,
+                namespace,
+                name,
+                columns,
+                ..
+            } => {
+                let tracked = self
+                    .relations
+                    .apply(&self.client, oid, namespace, name, columns)
+                    .await?;
+                tracing::debug!(relation = %tracked.relation.qualified_name(), "relation described");
+            }
+            LogicalMessage::Insert { xid, relation, new } => {
+                let tracked = self.relation(relation)?;
+                let row = tracked.row(&new, None)?;
+                let relation = tracked.relation.clone();
+                return self
+                    .change(xid, relation, Action::Insert, Some(row), None)
+                    .await;
+            }
+            LogicalMessage::Update {
+                xid,
+                relation,
+                old,
+                new,
+            } => {
+                let tracked = self.relation(relation)?;
+                let old_row = old
+                    .as_ref()
+                    .map(|o| tracked.row(o.values(), None))
+                    .transpose()?;
+                let full_old = match &old {
+                    Some(OldTuple::Full(_)) => old_row.as_ref(),
+                    _ => None,
+                };
+                let new_row = tracked.row(&new, full_old)?;
+                let old_row = old_row.map(|r| only_sent_columns(r, old.as_ref()));
+                let relation = tracked.relation.clone();
+                return self
+                    .change(xid, relation, Action::Update, Some(new_row), old_row)
+                    .await;
+            }
+            LogicalMessage::Delete { xid, relation, old } => {
+                let tracked = self.relation(relation)?;
+                let old_row = tracked.row(old.values(), None)?;
+                let old_row = only_sent_columns(old_row, Some(&old));
+                let relation = tracked.relation.clone();
+                return self
+                    .change(xid, relation, Action::Delete, None, Some(old_row))
+                    .await;
+            }
+            LogicalMessage::Truncate { relations, .. } => {
+                // The change model has no truncate action yet.
+                tracing::warn!(?relations, "TRUNCATE is not propagated to sinks");
+            }
+            LogicalMessage::Message { prefix, lsn, .. } => {
+                // Seam for heartbeats and backfill watermarks (a later issue).
+                tracing::debug!(%prefix, %lsn, "logical message");
+            }
+            LogicalMessage::Origin { .. } | LogicalMessage::Type { .. } => {}
+            LogicalMessage::StreamStart { xid, .. } => {
+                self.current_stream = Some(xid);
+                self.streams.entry(xid).or_default();
+            }
+            LogicalMessage::StreamStop => self.current_stream = None,
+            LogicalMessage::StreamAbort { xid, subxid } => {
+                if xid == subxid {
+                    self.streams.remove(&xid);
+                } else if let Some(buffer) = self.streams.get_mut(&xid) {
+                    buffer.abort_subtransaction(subxid);
+                }
+            }
+            LogicalMessage::StreamCommit {
+                xid,
+                commit_lsn,
+                end_lsn,
+                commit_timestamp,
+                ..
+            } => {
+                let buffer = self.streams.remove(&xid).unwrap_or_default();
+                if commit_lsn < self.progress.emitted_through {
+                    return Ok(None);
+                }
+                let commit_timestamp = timestamp(commit_timestamp);
+                for (idx, pending) in buffer.into_changes().enumerate() {
+                    let change = Change {
+                        relation: pending.relation,
+                        action: pending.action,
+                        commit_lsn,
+                        commit_idx: idx as u32,
+                        xid,
+                        commit_timestamp,
+                        new: pending.new,
+                        old: pending.old,
+                    };
+                    if let Some(stop) = self.emit(SourceEvent::Change(change)).await? {
+                        return Ok(Some(stop));
+                    }
+                }
+                let stop = self
+                    .emit(SourceEvent::Commit {
+                        commit_lsn,
+                        end_lsn,
+                    })
+                    .await?;
+                self.progress.emitted_through = self.progress.emitted_through.max(end_lsn);
+                return Ok(stop);
+            }
+        }
+        Ok(None)
+    }
+
+    fn relation(&self, oid: u32) -> Result<&super::relation::TrackedRelation, SourceError> {
+        self.relations.get(oid).ok_or_else(|| {
+            SourceError::Protocol(format!(
+                "a change for relation {oid} came before its Relation message"
+            ))
+        })
+    }
+
+    async fn change(
+        &mut self,
+        xid: Option<u32>,
+        relation: Arc<Relation>,
+        action: Action,
+        new: Option<Row>,
+        old: Option<Row>,
+    ) -> Result<Option<Stop>, SourceError> {
+        if let Some(subxid) = xid {
+            let top = self.current_stream.ok_or_else(|| {
+                SourceError::Protocol("a streamed change outside Stream Start/Stop".into())
+            })?;
+            self.streams.entry(top).or_default().push(PendingChange {
+                subxid,
+                relation,
+                action,
+                new,
+                old,
+            });
+            return Ok(None);
+        }
+        let open = self
+            .open
+            .as_mut()
+            .ok_or_else(|| SourceError::Protocol("a change outside a transaction".into()))?;
+        if open.skip {
+            return Ok(None);
+        }
+        let change = Change {
+            relation,
+            action,
+            commit_lsn: open.commit_lsn,
+            commit_idx: open.next_idx,
+            xid: open.xid,
+            commit_timestamp: open.commit_timestamp,
+            new,
+            old,
+        };
+        open.next_idx += 1;
+        self.emit(SourceEvent::Change(change)).await
+    }
+}
+
+/// A key-only old tuple ('K') carries NULLs for the non-key columns; keep
+/// just the key columns the server actually sent.
+fn only_sent_columns(row: Row, old: Option<&OldTuple>) -> Row {
+    match old {
+        Some(OldTuple::Key(values)) => row
+            .into_iter()
+            .zip(values)
+            .filter(|(_, v)| !matches!(v, super::pgoutput::TupleValue::Null))
+            .map(|(kv, _)| kv)
+            .collect(),
+        _ => row,
+    }
+}
+
+/// Postgres timestamps count microseconds from 2000-01-01 UTC.
+fn timestamp(micros: PgTimestamp) -> DateTime<Utc> {
+    const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+    DateTime::from_timestamp_micros(micros.saturating_add(PG_EPOCH_MICROS)).unwrap_or_default()
+}

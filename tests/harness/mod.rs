@@ -1,0 +1,6 @@
+//! Shared test harness: real services started per test.
+//!
+//! * [`postgres::PgCluster`]: a throwaway Postgres cluster with logical
+//!   replication enabled.
+
+pub mod postgres;
