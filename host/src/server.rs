@@ -219,7 +219,7 @@ fn source_config(
     }
     tables.sort();
     tables.dedup();
-    let connection = database.connect_options().map_err(|source| ServerError::Source {
+    let connection = crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| ServerError::Source {
         database: database.name.clone(),
         source,
     })?;

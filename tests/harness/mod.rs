@@ -4,3 +4,5 @@
 //!   replication enabled.
 
 pub mod postgres;
+pub mod guests;
+pub mod weft;

@@ -55,6 +55,12 @@ pub struct PgConnection {
 }
 
 impl PgConnection {
+    /// Parses a `postgres://` or `postgresql://` URL as libpq reads it.
+    /// The error never repeats the URL, which may hold a password.
+    pub fn from_url(url: &str) -> Result<PgConnection, String> {
+        super::pg_url::parse(url)
+    }
+
     /// The value of a URL query parameter such as `sslmode`.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params

