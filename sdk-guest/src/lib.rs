@@ -1,1 +1,143 @@
-//! The weft guest SDK.
+//! Write weft functions in Rust.
+//!
+//! A weft function is a WebAssembly component that exports one world of the
+//! `weft:plugin` WIT package (see `wit/` at the root of the weft repository).
+//! This crate hides the generated bindings: you implement a small trait for
+//! your own type and export it with one macro. The host calls your component
+//! with batches of changes; the SDK loops over the batch and keeps outcomes
+//! aligned with the input.
+//!
+//! # A transform
+//!
+//! ```ignore
+//! use weft_sdk_guest::{export_transform, Change, Config, Error, Payload, Transform};
+//!
+//! struct Tag { label: String }
+//!
+//! impl Transform for Tag {
+//!     fn init(config: Config) -> Result<Self, String> {
+//!         Ok(Tag { label: config.require("label")?.to_string() })
+//!     }
+//!
+//!     fn transform(&mut self, mut change: Change) -> Result<Payload, Error> {
+//!         change.record_mut()?.insert("label".into(), self.label.clone().into());
+//!         Ok(Payload::Json(change.to_message()?))
+//!     }
+//! }
+//!
+//! export_transform!(Tag);
+//! ```
+//!
+//! Build it as a `cdylib` for `wasm32-wasip2` (`cargo build --target
+//! wasm32-wasip2 --release`); the output `.wasm` file is the component.
+//!
+//! Enable the cargo feature of the kind you write (`transform` or `filter`).
+
+// The generated bindings name this crate by path, also from inside it.
+extern crate self as weft_sdk_guest;
+
+mod change;
+mod config;
+mod error;
+mod payload;
+
+#[cfg(feature = "filter")]
+pub mod filter;
+#[cfg(feature = "transform")]
+pub mod transform;
+
+pub use change::{Action, Change, Metadata};
+pub use config::Config;
+pub use error::Error;
+pub use payload::Payload;
+pub use serde_json;
+
+#[cfg(feature = "filter")]
+pub use filter::Filter;
+#[cfg(feature = "transform")]
+pub use transform::Transform;
+
+/// The bindings generated from the `weft:plugin` WIT package, one module per
+/// world. Most plugins never need them directly.
+pub mod bindings {
+    /// Bindings of the `transform` world.
+    #[cfg(feature = "transform")]
+    pub mod transform {
+        wit_bindgen::generate!({
+            world: "weft:plugin/transform@0.1.0",
+            path: "../wit",
+            pub_export_macro: true,
+            export_macro_name: "export_transform_world",
+            default_bindings_module: "weft_sdk_guest::bindings::transform",
+            runtime_path: "weft_sdk_guest::__private::wit_bindgen::rt",
+        });
+    }
+
+    /// Bindings of the `filter` world.
+    #[cfg(feature = "filter")]
+    pub mod filter {
+        wit_bindgen::generate!({
+            world: "weft:plugin/filter@0.1.0",
+            path: "../wit",
+            pub_export_macro: true,
+            export_macro_name: "export_filter_world",
+            default_bindings_module: "weft_sdk_guest::bindings::filter",
+            runtime_path: "weft_sdk_guest::__private::wit_bindgen::rt",
+        });
+    }
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use wit_bindgen;
+}
+
+/// Converts the generated WIT types of one world into the SDK's own types.
+/// Every world generates its own copy of `weft:plugin/types`.
+#[allow(unused_macros)]
+macro_rules! wit_conversions {
+    ($types:path) => {
+        use $types as wit;
+
+        impl From<wit::Change> for $crate::Change {
+            fn from(change: wit::Change) -> Self {
+                let m = change.metadata;
+                $crate::Change::new(
+                    match change.action {
+                        wit::Action::Insert => $crate::Action::Insert,
+                        wit::Action::Update => $crate::Action::Update,
+                        wit::Action::Delete => $crate::Action::Delete,
+                        wit::Action::Read => $crate::Action::Read,
+                    },
+                    change.record,
+                    change.changes,
+                    $crate::Metadata {
+                        table_schema: m.table_schema,
+                        table_name: m.table_name,
+                        commit_timestamp: m.commit_timestamp,
+                        commit_lsn: m.commit_lsn,
+                        commit_idx: m.commit_idx,
+                        idempotency_key: m.idempotency_key,
+                        record_pks: m.record_pks,
+                        database_name: m.database_name,
+                        consumer_id: m.consumer_id,
+                        consumer_name: m.consumer_name,
+                        transaction_annotations: m.transaction_annotations,
+                        enrichment: m.enrichment,
+                    },
+                )
+            }
+        }
+
+        impl From<$crate::Error> for wit::FunctionError {
+            fn from(error: $crate::Error) -> Self {
+                match error {
+                    $crate::Error::Permanent(reason) => wit::FunctionError::Permanent(reason),
+                    $crate::Error::Transient(reason) => wit::FunctionError::Transient(reason),
+                }
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use wit_conversions;

@@ -1,2 +1,43 @@
 //! The WebAssembly function host: engine, sandbox limits and bindings to the
-//! `weft:plugin` WIT package.
+//! `weft:plugin` WIT package (`wit/` at the repository root).
+//!
+//! A user function is a WebAssembly component exporting one world of that
+//! package. The host compiles it once (cached on disk by content hash),
+//! pre-links it against a WASI context that grants nothing ambient, and keeps
+//! one live instance per loaded function, reused across calls. Each call
+//! takes a whole batch and returns one outcome per change, index-aligned.
+//!
+//! Why this shape:
+//! * Calls are synchronous: a synchronous component call costs ~140 ns, an
+//!   async one ~10x that. The pipeline calls from `spawn_blocking`.
+//! * A trap, a timeout (epoch interruption) or a memory-cap hit fails the
+//!   call as a whole with a [`PluginError`] naming the plugin and the reason,
+//!   and the instance is discarded; the next call gets a fresh one. Nothing a
+//!   guest does can take down the host.
+//! * Per-change failures the guest reports itself are [`FunctionError`]s:
+//!   permanent (bad data, dead-letter) or transient (retry).
+//!
+//! Modules: [`engine`] (wasmtime engine, epoch ticker, compiled cache),
+//! [`limits`] (memory, CPU and table caps), `sandbox` (WASI context and guest
+//! output to logs), `instance` (instance lifecycle and failure
+//! classification), [`transform`] and [`filter`] (typed bindings per world).
+
+mod bindings;
+mod cache;
+pub mod engine;
+mod error;
+pub mod filter;
+mod instance;
+pub mod limits;
+mod message;
+mod sandbox;
+pub mod transform;
+
+#[cfg(test)]
+mod tests;
+
+pub use engine::{EngineSettings, PluginEngine};
+pub use error::{FunctionError, PluginError};
+pub use filter::FilterFunction;
+pub use limits::Limits;
+pub use transform::{Payload, TransformFunction};

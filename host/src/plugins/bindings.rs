@@ -1,0 +1,24 @@
+//! Host bindings generated from `wit/`, one module per world. The shared
+//! `weft:plugin/types` interface is generated once (in `transform`) and
+//! reused by the other worlds, so a converted change works for every kind.
+
+/// The `transform` world.
+pub(crate) mod transform {
+    wasmtime::component::bindgen!({
+        world: "transform",
+        path: "../wit",
+    });
+}
+
+/// The `filter` world.
+pub(crate) mod filter {
+    wasmtime::component::bindgen!({
+        world: "filter",
+        path: "../wit",
+        with: {
+            "weft:plugin/types": super::transform::weft::plugin::types,
+        },
+    });
+}
+
+pub(crate) use transform::weft::plugin::types;

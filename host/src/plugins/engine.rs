@@ -1,0 +1,271 @@
+//! The one wasmtime engine shared by every function.
+//!
+//! * The pooling allocator pre-reserves slots for instances, memories and
+//!   tables, making instantiation cheap: a discarded instance is replaced in
+//!   microseconds.
+//! * Epoch interruption bounds CPU per call: a background thread ticks the
+//!   epoch every `epoch_tick`; a store's deadline is set before every call.
+//!   The thread stops by itself once the engine is dropped.
+//! * Compiled components are cached on disk (see the `cache` module).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker, types::ComponentItem};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::cache::{ComponentCache, Origin};
+use super::filter::FilterFunction;
+use super::instance::GuestState;
+use super::transform::TransformFunction;
+use super::{Limits, PluginError};
+
+/// Engine-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// Directory of the compiled-component cache; created if missing. Only
+    /// weft must be able to write it.
+    pub cache_dir: PathBuf,
+    /// How often the epoch advances; the granularity of call timeouts.
+    /// Default 10 ms.
+    pub epoch_tick: Duration,
+    /// Component instances alive at once, across all functions (pool size).
+    /// Default 1000.
+    pub max_instances: u32,
+    /// Upper bound of any function's memory cap ([`Limits::memory_bytes`]).
+    /// Default 256 MiB.
+    pub max_memory_bytes: usize,
+}
+
+impl EngineSettings {
+    /// Default settings with the given cache directory.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
+        EngineSettings {
+            cache_dir: cache_dir.into(),
+            epoch_tick: Duration::from_millis(10),
+            max_instances: 1000,
+            max_memory_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Loads functions. Cheap to clone; all clones share the engine, the
+/// linker and the cache.
+#[derive(Clone)]
+pub struct PluginEngine {
+    inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for PluginEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginEngine")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct EngineInner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<GuestState>,
+    pub(crate) settings: EngineSettings,
+    cache: ComponentCache,
+}
+
+/// A component compiled and checked, ready to be pre-instantiated.
+pub(crate) struct LoadedComponent {
+    pub(crate) component: Component,
+    pub(crate) path: PathBuf,
+}
+
+impl PluginEngine {
+    /// Creates the engine, its epoch ticker and its cache directory.
+    pub fn new(settings: EngineSettings) -> Result<Self, PluginError> {
+        if settings.epoch_tick.is_zero()
+            || settings.max_instances == 0
+            || settings.max_memory_bytes == 0
+        {
+            return Err(PluginError::Settings(format!(
+                "epoch_tick, max_instances and max_memory_bytes must be above zero (got {settings:?})"
+            )));
+        }
+        let mut pool = PoolingAllocationConfig::new();
+        let instances = settings.max_instances;
+        pool.total_component_instances(instances)
+            .total_core_instances(instances.saturating_mul(4))
+            .total_memories(instances.saturating_mul(2))
+            .total_tables(instances.saturating_mul(4))
+            .max_core_instances_per_component(crate::plugins::limits::DEFAULT_INSTANCES as u32 * 2)
+            .max_memories_per_component(crate::plugins::limits::DEFAULT_MEMORIES as u32 * 2)
+            .max_tables_per_component(crate::plugins::limits::DEFAULT_TABLES as u32 * 2)
+            .max_memory_size(settings.max_memory_bytes);
+
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| {
+            PluginError::Settings(format!("cannot create the wasmtime engine: {e:#}"))
+        })?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| PluginError::Settings(format!("cannot link WASI: {e:#}")))?;
+
+        let cache = ComponentCache::open(&settings.cache_dir, &engine).map_err(|source| {
+            PluginError::CacheDir {
+                path: settings.cache_dir.clone(),
+                source,
+            }
+        })?;
+
+        spawn_epoch_ticker(&engine, settings.epoch_tick).map_err(|e| {
+            PluginError::Settings(format!("cannot spawn the epoch ticker thread: {e}"))
+        })?;
+        Ok(PluginEngine {
+            inner: Arc::new(EngineInner {
+                engine,
+                linker,
+                settings,
+                cache,
+            }),
+        })
+    }
+
+    /// Loads the transform component at `wasm_path` as `name`, checks that it
+    /// implements the `transform` world, creates an instance and calls its
+    /// `init` with `config`.
+    pub fn load_transform(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<TransformFunction, PluginError> {
+        let loaded =
+            self.load_component(name, wasm_path, limits, "transform", &["init", "transform"])?;
+        TransformFunction::new(self.clone(), name, loaded, config, limits)
+    }
+
+    /// Loads the filter component at `wasm_path` as `name`; see
+    /// [`PluginEngine::load_transform`].
+    pub fn load_filter(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<FilterFunction, PluginError> {
+        let loaded = self.load_component(name, wasm_path, limits, "filter", &["init", "filter"])?;
+        FilterFunction::new(self.clone(), name, loaded, config, limits)
+    }
+
+    pub(crate) fn inner(&self) -> &EngineInner {
+        &self.inner
+    }
+
+    /// Reads, checks, compiles (or loads from cache) and checks the exports of
+    /// a component.
+    fn load_component(
+        &self,
+        plugin: &str,
+        path: &Path,
+        limits: &Limits,
+        world: &'static str,
+        exports: &[&str],
+    ) -> Result<LoadedComponent, PluginError> {
+        limits.validate(plugin, self.inner.settings.max_memory_bytes)?;
+        let wasm = std::fs::read(path).map_err(|source| PluginError::Read {
+            plugin: plugin.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })?;
+        check_preamble(&wasm).map_err(|reason| PluginError::NotAComponent {
+            plugin: plugin.to_string(),
+            path: path.to_path_buf(),
+            reason,
+        })?;
+
+        let started = Instant::now();
+        let (component, origin) =
+            self.inner
+                .cache
+                .load(&self.inner.engine, &wasm)
+                .map_err(|e| PluginError::Compile {
+                    plugin: plugin.to_string(),
+                    path: path.to_path_buf(),
+                    message: format!("{e:#}"),
+                })?;
+        tracing::info!(
+            plugin,
+            path = %path.display(),
+            cached = origin == Origin::Cached,
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "loaded component"
+        );
+
+        let component_type = component.component_type();
+        let missing: Vec<String> = exports
+            .iter()
+            .filter(|name| {
+                !matches!(
+                    component_type
+                        .get_export(&self.inner.engine, name)
+                        .map(|export| export.ty),
+                    Some(ComponentItem::ComponentFunc(_))
+                )
+            })
+            .map(|name| name.to_string())
+            .collect();
+        if !missing.is_empty() {
+            return Err(PluginError::WrongWorld {
+                plugin: plugin.to_string(),
+                path: path.to_path_buf(),
+                world,
+                missing,
+            });
+        }
+        Ok(LoadedComponent {
+            component,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// Checks the 8-byte preamble: `\0asm`, then version and layer. A component
+/// is layer 1; a core module is layer 0.
+fn check_preamble(wasm: &[u8]) -> Result<(), String> {
+    if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
+        return Err(
+            "is not a WebAssembly file (no `\\0asm` header); give the path of a .wasm component"
+                .into(),
+        );
+    }
+    if wasm[6..8] == [0, 0] {
+        return Err(
+            "is a core WebAssembly module, not a component; build it for \
+                    `--target wasm32-wasip2` or wrap it with `wasm-tools component new`"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// Ticks the engine's epoch until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine, tick: Duration) -> std::io::Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("weft-plugin-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(tick);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => return,
+                }
+            }
+        })?;
+    Ok(())
+}

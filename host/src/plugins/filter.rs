@@ -1,0 +1,90 @@
+//! The filter kind: keep (`true`) or drop (`false`) each change.
+
+use std::collections::BTreeMap;
+
+use wasmtime::Store;
+use wasmtime::component::{Component, Linker};
+
+use super::bindings::{filter as world, types};
+use super::engine::{LoadedComponent, PluginEngine};
+use super::instance::{GuestInstance, GuestState, WorldBindings};
+use super::message::to_wit_change;
+use super::transform::function_error;
+use super::{FunctionError, Limits, PluginError};
+use crate::message::Message;
+
+/// A loaded filter component with its live instance.
+pub struct FilterFunction {
+    instance: GuestInstance<world::Filter>,
+}
+
+impl std::fmt::Debug for FilterFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FilterFunction")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FilterFunction {
+    pub(crate) fn new(
+        engine: PluginEngine,
+        name: &str,
+        loaded: LoadedComponent,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<Self, PluginError> {
+        Ok(FilterFunction {
+            instance: GuestInstance::new(engine, name, loaded, config, limits)?,
+        })
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        self.instance.plugin()
+    }
+
+    /// Filters a batch: `Ok(true)` keeps a message, `Ok(false)` drops it; one
+    /// outcome per message, in order. Blocks; call it from `spawn_blocking`.
+    pub fn filter(
+        &mut self,
+        batch: &[Message],
+    ) -> Result<Vec<Result<bool, FunctionError>>, PluginError> {
+        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
+        let outcomes = self
+            .instance
+            .call(|bindings, store| bindings.call_filter(store, &changes))?;
+        if outcomes.len() != batch.len() {
+            self.instance.discard();
+            return Err(PluginError::OutcomeCount {
+                plugin: self.name().to_string(),
+                expected: batch.len(),
+                got: outcomes.len(),
+            });
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.map_err(function_error))
+            .collect())
+    }
+}
+
+impl WorldBindings for world::Filter {
+    type Pre = world::FilterPre<GuestState>;
+
+    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
+        world::FilterPre::new(linker.instantiate_pre(component)?)
+    }
+
+    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
+        pre.instantiate(store)
+    }
+
+    fn init(
+        &self,
+        store: &mut Store<GuestState>,
+        config: &Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.call_init(store, config)
+    }
+}

@@ -1,0 +1,218 @@
+//! The life of a guest instance: created from a pre-instantiated component,
+//! `init`ed with the function's config, reused across calls, discarded when
+//! a call fails, re-created on the next call. Also turns wasmtime failures
+//! into typed [`PluginError`]s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::engine::{LoadedComponent, PluginEngine};
+use super::limits::InstanceLimiter;
+use super::sandbox::{self, GuestOutput, Stream};
+use super::{Limits, PluginError};
+
+/// The host state of one instance's store.
+pub(crate) struct GuestState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: InstanceLimiter,
+    stderr: GuestOutput,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The generated bindings of one world.
+pub(crate) trait WorldBindings: Sized + Send + 'static {
+    /// The pre-instantiated component (`<World>Pre`).
+    type Pre: Send + Sync;
+
+    /// Type-checks the component against the world and pre-links it.
+    fn pre(
+        linker: &Linker<GuestState>,
+        component: &wasmtime::component::Component,
+    ) -> wasmtime::Result<Self::Pre>;
+
+    /// Creates an instance.
+    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self>;
+
+    /// Calls the world's `init` export.
+    #[allow(clippy::ptr_arg)] // the generated binding takes `&Vec`
+    fn init(
+        &self,
+        store: &mut Store<GuestState>,
+        config: &Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), String>>;
+}
+
+/// One function's instance slot.
+pub(crate) struct GuestInstance<B: WorldBindings> {
+    plugin: Arc<str>,
+    engine: PluginEngine,
+    pre: B::Pre,
+    config: Vec<(String, String)>,
+    limits: Limits,
+    live: Option<Live<B>>,
+}
+
+struct Live<B> {
+    store: Store<GuestState>,
+    bindings: B,
+}
+
+impl<B: WorldBindings> GuestInstance<B> {
+    /// Pre-links `loaded`, then creates and `init`s a first instance so that
+    /// a bad config fails at load time.
+    pub(crate) fn new(
+        engine: PluginEngine,
+        plugin: &str,
+        loaded: LoadedComponent,
+        config: &std::collections::BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<Self, PluginError> {
+        let pre =
+            B::pre(&engine.inner().linker, &loaded.component).map_err(|e| PluginError::Link {
+                plugin: plugin.to_string(),
+                path: loaded.path.clone(),
+                message: format!("{e:#}"),
+            })?;
+        let mut instance = GuestInstance {
+            plugin: Arc::from(plugin),
+            engine,
+            pre,
+            config: config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            limits: limits.clone(),
+            live: None,
+        };
+        instance.ensure_live()?;
+        Ok(instance)
+    }
+
+    /// The plugin's name.
+    pub(crate) fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// Runs `call` on the live instance (created first if needed) under the
+    /// CPU deadline. On failure the instance is discarded.
+    pub(crate) fn call<R>(
+        &mut self,
+        call: impl FnOnce(&B, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
+        self.ensure_live()?;
+        let live = self
+            .live
+            .as_mut()
+            .expect("ensure_live created the instance");
+        arm(
+            &mut live.store,
+            self.limits.call_timeout,
+            self.engine.inner().settings.epoch_tick,
+        );
+        match call(&live.bindings, &mut live.store) {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                let live = self.live.take().expect("instance is live");
+                Err(classify(
+                    &self.plugin,
+                    &self.limits,
+                    live.store.data(),
+                    error,
+                ))
+            }
+        }
+    }
+
+    /// Drops the live instance, if any; the next call creates a fresh one.
+    pub(crate) fn discard(&mut self) {
+        self.live = None;
+    }
+
+    fn ensure_live(&mut self) -> Result<(), PluginError> {
+        if self.live.is_some() {
+            return Ok(());
+        }
+        let stderr = GuestOutput::new(self.plugin.clone(), Stream::Stderr);
+        let state = GuestState {
+            wasi: sandbox::wasi_context(&self.plugin, &stderr),
+            table: ResourceTable::new(),
+            limiter: InstanceLimiter::new(&self.limits),
+            stderr,
+        };
+        let inner = self.engine.inner();
+        let mut store = Store::new(&inner.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        arm(
+            &mut store,
+            self.limits.call_timeout,
+            inner.settings.epoch_tick,
+        );
+
+        let bindings = B::instantiate(&self.pre, &mut store)
+            .map_err(|error| classify(&self.plugin, &self.limits, store.data(), error))?;
+        match bindings.init(&mut store, &self.config) {
+            Ok(Ok(())) => {
+                self.live = Some(Live { store, bindings });
+                Ok(())
+            }
+            Ok(Err(message)) => Err(PluginError::Init {
+                plugin: self.plugin.to_string(),
+                message,
+            }),
+            Err(error) => Err(classify(&self.plugin, &self.limits, store.data(), error)),
+        }
+    }
+}
+
+/// Sets the CPU deadline for the next call and clears per-call state.
+fn arm(store: &mut Store<GuestState>, timeout: Duration, tick: Duration) {
+    // +1: the next tick may come right away, so `n` ticks guarantee only
+    // `(n - 1) * tick` of running time.
+    let ticks = timeout.as_nanos().div_ceil(tick.as_nanos()) as u64 + 1;
+    store.set_epoch_deadline(ticks);
+    store.epoch_deadline_trap();
+    store.data_mut().limiter.memory_exceeded = None;
+    store.data().stderr.clear_tail();
+}
+
+/// Names why a call failed: out of memory, timeout, or another trap.
+fn classify(
+    plugin: &str,
+    limits: &Limits,
+    state: &GuestState,
+    error: wasmtime::Error,
+) -> PluginError {
+    if let Some(exceeded) = &state.limiter.memory_exceeded {
+        return PluginError::OutOfMemory {
+            plugin: plugin.to_string(),
+            limit: exceeded.limit,
+            requested: exceeded.requested,
+        };
+    }
+    if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+        return PluginError::Timeout {
+            plugin: plugin.to_string(),
+            limit: limits.call_timeout,
+        };
+    }
+    tracing::debug!(plugin, error = ?error, "guest call failed");
+    let message = match error.downcast_ref::<Trap>() {
+        Some(trap) => format!("{trap}"),
+        None => format!("{error:#}"),
+    };
+    PluginError::Trap {
+        plugin: plugin.to_string(),
+        message,
+        guest_stderr: state.stderr.tail(),
+    }
+}

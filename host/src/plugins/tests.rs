@@ -1,0 +1,569 @@
+//! Tests against the real wasmtime and real guest components, built from the
+//! workspace's guest crates by `scripts/build-guests.sh`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Once, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::change::Action;
+use crate::lsn::Lsn;
+use crate::message::{ConsumerRef, Message, Metadata, idempotency_key};
+
+/// The target dir this test binary was built in (`<target>/debug/deps/..`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.ancestors()
+        .nth(3)
+        .expect("target dir above debug/deps")
+        .to_path_buf()
+}
+
+/// The component built from guest crate `crate_name`, building all guests
+/// once per test run.
+fn guest(crate_name: &str) -> PathBuf {
+    static BUILD: Once = Once::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    BUILD.call_once(|| {
+        let output = std::process::Command::new(root.join("scripts/build-guests.sh"))
+            .env("CARGO_TARGET_DIR", target_dir())
+            .output()
+            .expect("run scripts/build-guests.sh");
+        assert!(
+            output.status.success(),
+            "scripts/build-guests.sh failed (is the wasm32-wasip2 target installed? `rustup target add wasm32-wasip2`):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    target_dir().join(format!(
+        "guests/wasm32-wasip2/guest/{}.wasm",
+        crate_name.replace('-', "_")
+    ))
+}
+
+/// One engine for all tests: each pooled engine reserves address space.
+fn engine() -> &'static PluginEngine {
+    static ENGINE: OnceLock<(tempfile::TempDir, PluginEngine)> = OnceLock::new();
+    &ENGINE
+        .get_or_init(|| {
+            let cache = tempfile::tempdir().expect("temp dir");
+            let mut settings = EngineSettings::new(cache.path());
+            settings.max_instances = 64;
+            let engine = PluginEngine::new(settings).expect("engine");
+            (cache, engine)
+        })
+        .1
+}
+
+fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn message(action: Action, record: Value, changes: Option<Value>) -> Message {
+    let as_row = |v: Value| v.as_object().expect("row is an object").clone();
+    Message {
+        record: as_row(record),
+        changes: changes.map(as_row),
+        action,
+        metadata: Metadata {
+            table_schema: "public".into(),
+            table_name: "users".into(),
+            commit_timestamp: "2024-05-01T12:00:00.123456Z".into(),
+            commit_lsn: Lsn(123_456),
+            commit_idx: 3,
+            idempotency_key: idempotency_key(Lsn(123_456), 3),
+            record_pks: vec!["1".into()],
+            database_name: "app".into(),
+            transaction_annotations: None,
+            enrichment: None,
+            consumer: ConsumerRef::for_sink("orders-out"),
+        },
+    }
+}
+
+fn hostile(limits: &Limits) -> TransformFunction {
+    engine()
+        .load_transform(
+            "hostile",
+            &guest("weft-hostile-transform"),
+            &config(&[("greeting", "hi")]),
+            limits,
+        )
+        .expect("load hostile guest")
+}
+
+fn run(
+    function: &mut TransformFunction,
+    what: &str,
+) -> Result<Vec<Result<Payload, FunctionError>>, PluginError> {
+    function.transform(&[message(Action::Insert, json!({"id": 1, "do": what}), None)])
+}
+
+fn json_payload(outcome: &Result<Payload, FunctionError>) -> &Value {
+    match outcome {
+        Ok(Payload::Json(value)) => value,
+        other => panic!("expected a JSON payload, got {other:?}"),
+    }
+}
+
+#[test]
+fn upcase_transform_edits_the_record_and_keeps_the_sequin_shape() {
+    let mut upcase = engine()
+        .load_transform(
+            "upcase",
+            &guest("weft-upcase-transform"),
+            &config(&[("column", "name")]),
+            &Limits::default(),
+        )
+        .expect("load upcase");
+    // Parsed from text: a `json!` float literal would round through f64.
+    let row = serde_json::from_str(
+        r#"{"id": 1, "name": "ada", "balance": 12345678901234567890.123456789012}"#,
+    )
+    .unwrap();
+    let insert = message(Action::Insert, row, None);
+    let update = message(
+        Action::Update,
+        json!({"id": 2, "name": "grace"}),
+        Some(json!({"name": "g"})),
+    );
+    let bad = message(Action::Insert, json!({"id": 3, "name": 42}), None);
+
+    let outcomes = upcase
+        .transform(&[insert.clone(), update.clone(), bad])
+        .expect("transform");
+    assert_eq!(outcomes.len(), 3);
+
+    let mut expected = serde_json::to_value(&insert).unwrap();
+    expected["record"]["name"] = json!("ADA");
+    expected["record"]["transformed_by"] = json!("weft-upcase");
+    assert_eq!(json_payload(&outcomes[0]), &expected);
+    // numeric values cross the boundary digit for digit.
+    assert_eq!(
+        json_payload(&outcomes[0])["record"]["balance"].to_string(),
+        "12345678901234567890.123456789012"
+    );
+
+    let mut expected = serde_json::to_value(&update).unwrap();
+    expected["record"]["name"] = json!("GRACE");
+    expected["record"]["transformed_by"] = json!("weft-upcase");
+    assert_eq!(json_payload(&outcomes[1]), &expected);
+
+    match &outcomes[2] {
+        Err(FunctionError::Permanent(reason)) => {
+            assert!(reason.contains("`name` is not a string"), "{reason}")
+        }
+        other => panic!("expected a permanent error, got {other:?}"),
+    }
+}
+
+#[test]
+fn init_error_names_the_missing_config_key() {
+    let error = engine()
+        .load_transform(
+            "upcase",
+            &guest("weft-upcase-transform"),
+            &BTreeMap::new(),
+            &Limits::default(),
+        )
+        .expect_err("load must fail without `column`");
+    assert!(matches!(error, PluginError::Init { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("upcase") && text.contains("missing config key `column`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_component_is_rejected_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let text_file = dir.path().join("notes.wasm");
+    std::fs::write(&text_file, "hello").unwrap();
+    let error = engine()
+        .load_transform("notes", &text_file, &BTreeMap::new(), &Limits::default())
+        .err()
+        .unwrap();
+    let text = error.to_string();
+    assert!(
+        text.contains("notes.wasm") && text.contains("not a WebAssembly file"),
+        "{text}"
+    );
+
+    // The smallest valid core module: preamble only.
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let error = engine()
+        .load_transform("core", &core, &BTreeMap::new(), &Limits::default())
+        .err()
+        .unwrap();
+    let text = error.to_string();
+    assert!(
+        text.contains("core.wasm") && text.contains("core WebAssembly module, not a component"),
+        "{text}"
+    );
+
+    let missing = dir.path().join("absent.wasm");
+    let error = engine()
+        .load_transform("absent", &missing, &BTreeMap::new(), &Limits::default())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(error, PluginError::Read { .. }) && error.to_string().contains("absent.wasm"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_component_of_another_world_names_the_missing_export() {
+    let path = guest("weft-even-id-filter");
+    let error = engine()
+        .load_transform("evens", &path, &BTreeMap::new(), &Limits::default())
+        .err()
+        .unwrap();
+    match &error {
+        PluginError::WrongWorld { world, missing, .. } => {
+            assert_eq!(*world, "transform");
+            assert_eq!(missing, &vec!["transform".to_string()]);
+        }
+        other => panic!("expected WrongWorld, got {other:?}"),
+    }
+    let text = error.to_string();
+    assert!(
+        text.contains("weft_even_id_filter.wasm") && text.contains("missing export `transform`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn filter_keeps_drops_and_reports_errors_per_change() {
+    let mut filter = engine()
+        .load_filter(
+            "evens",
+            &guest("weft-even-id-filter"),
+            &BTreeMap::new(),
+            &Limits::default(),
+        )
+        .expect("load filter");
+    let batch = [
+        message(Action::Insert, json!({"id": 1}), None),
+        message(Action::Insert, json!({"id": 2}), None),
+        message(Action::Insert, json!({"name": "no id"}), None),
+    ];
+    let outcomes = filter.filter(&batch).expect("filter");
+    assert_eq!(outcomes[0], Ok(false));
+    assert_eq!(outcomes[1], Ok(true));
+    assert_eq!(
+        outcomes[2],
+        Err(FunctionError::Permanent("row has no `id`".into()))
+    );
+}
+
+#[test]
+fn an_instance_is_reused_across_calls() {
+    let mut function = hostile(&Limits::default());
+    assert_eq!(
+        json_payload(&run(&mut function, "count").unwrap()[0])["handled"],
+        json!(1)
+    );
+    assert_eq!(
+        json_payload(&run(&mut function, "count").unwrap()[0])["handled"],
+        json!(2)
+    );
+}
+
+#[test]
+fn an_infinite_loop_times_out_and_the_next_call_gets_a_fresh_instance() {
+    let limits = Limits {
+        call_timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let mut function = hostile(&limits);
+    run(&mut function, "count").unwrap();
+
+    let started = Instant::now();
+    let error = run(&mut function, "loop").expect_err("a loop must time out");
+    let elapsed = started.elapsed();
+    assert!(matches!(error, PluginError::Timeout { .. }), "{error:?}");
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(1000),
+        "took {elapsed:?}"
+    );
+    assert!(
+        error.to_string().contains("plugin `hostile` timed out"),
+        "{error}"
+    );
+
+    // A fresh instance: the count restarts and init ran again with the config.
+    let outcome = run(&mut function, "count").expect("call after timeout");
+    assert_eq!(
+        json_payload(&outcome[0]),
+        &json!({"handled": 1, "greeting": "hi"})
+    );
+}
+
+#[test]
+fn unbounded_allocation_hits_the_memory_cap() {
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let mut function = hostile(&limits);
+    let error = run(&mut function, "alloc").expect_err("allocation must fail");
+    match &error {
+        PluginError::OutOfMemory {
+            limit, requested, ..
+        } => {
+            assert_eq!(*limit, 16 << 20);
+            assert!(*requested > 16 << 20);
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .contains("plugin `hostile` ran out of memory"),
+        "{error}"
+    );
+    assert_eq!(
+        json_payload(&run(&mut function, "count").unwrap()[0])["handled"],
+        json!(1)
+    );
+}
+
+#[test]
+fn a_panic_is_a_trap_carrying_the_panic_message() {
+    let mut function = hostile(&Limits::default());
+    let error = run(&mut function, "panic").expect_err("a panic must trap");
+    match &error {
+        PluginError::Trap { guest_stderr, .. } => {
+            let stderr = guest_stderr.as_deref().unwrap_or_default();
+            assert!(
+                stderr.contains("hostile guest panicked on purpose"),
+                "{stderr}"
+            );
+        }
+        other => panic!("expected Trap, got {other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .contains("hostile guest panicked on purpose"),
+        "{error}"
+    );
+    assert_eq!(
+        json_payload(&run(&mut function, "count").unwrap()[0])["handled"],
+        json!(1)
+    );
+}
+
+#[test]
+fn the_sandbox_grants_no_files_env_args_or_network() {
+    let mut function = hostile(&Limits::default());
+    let seen = json_payload(&run(&mut function, "snoop").unwrap()[0]).clone();
+    assert!(
+        seen["file"].as_str().unwrap().starts_with("error"),
+        "{seen}"
+    );
+    assert!(seen["dir"].as_str().unwrap().starts_with("error"), "{seen}");
+    assert!(seen["tcp"].as_str().unwrap().starts_with("error"), "{seen}");
+    assert_eq!(seen["env"], json!(0), "{seen}");
+    assert_eq!(seen["home"], Value::Null, "{seen}");
+    assert_eq!(seen["args"], json!(0), "{seen}");
+    assert_eq!(seen["now_ok"], json!(true), "clocks are granted: {seen}");
+}
+
+#[test]
+fn bytes_payloads_and_guest_errors_map_to_host_types() {
+    let mut function = hostile(&Limits::default());
+    let batch = [
+        message(Action::Insert, json!({"do": "bytes"}), None),
+        message(Action::Insert, json!({"do": "fail"}), None),
+        message(Action::Insert, json!({"do": "retry"}), None),
+        message(Action::Insert, json!({"do": "print"}), None),
+    ];
+    let outcomes = function.transform(&batch).unwrap();
+    assert_eq!(
+        outcomes[0],
+        Ok(Payload::Bytes {
+            content_type: "application/octet-stream".into(),
+            data: vec![0, 1, 2, 255]
+        })
+    );
+    assert_eq!(outcomes[1], Err(FunctionError::Permanent("bad row".into())));
+    assert_eq!(
+        outcomes[2],
+        Err(FunctionError::Transient("try later".into()))
+    );
+    assert_eq!(outcomes[3], Ok(Payload::Json(json!("printed"))));
+}
+
+#[test]
+fn limits_above_the_engine_bounds_are_rejected() {
+    let limits = Limits {
+        memory_bytes: usize::MAX,
+        ..Limits::default()
+    };
+    let error = engine()
+        .load_transform(
+            "greedy",
+            &guest("weft-hostile-transform"),
+            &BTreeMap::new(),
+            &limits,
+        )
+        .err()
+        .unwrap();
+    assert!(
+        matches!(error, PluginError::Settings(_)) && error.to_string().contains("greedy"),
+        "{error}"
+    );
+}
+
+#[test]
+fn compiled_components_are_cached_on_disk_and_bad_entries_are_replaced() {
+    let cache = tempfile::tempdir().unwrap();
+    let settings = || {
+        let mut settings = EngineSettings::new(cache.path());
+        settings.max_instances = 4;
+        settings
+    };
+    let path = guest("weft-upcase-transform");
+    let cfg = config(&[("column", "name")]);
+    let batch = [message(Action::Insert, json!({"name": "x"}), None)];
+
+    let first = PluginEngine::new(settings()).unwrap();
+    first
+        .load_transform("upcase", &path, &cfg, &Limits::default())
+        .unwrap();
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].extension().unwrap(), "cwasm");
+    let modified = std::fs::metadata(&entries[0]).unwrap().modified().unwrap();
+
+    // A second engine with the same settings loads the entry as is.
+    let second = PluginEngine::new(settings()).unwrap();
+    let mut upcase = second
+        .load_transform("upcase", &path, &cfg, &Limits::default())
+        .unwrap();
+    assert_eq!(
+        json_payload(&upcase.transform(&batch).unwrap()[0])["record"]["name"],
+        json!("X")
+    );
+    assert_eq!(
+        std::fs::metadata(&entries[0]).unwrap().modified().unwrap(),
+        modified
+    );
+
+    // A corrupt entry is recompiled and replaced. (Written aside and renamed
+    // over: the live entry is memory-mapped by `upcase`, and truncating a
+    // mapped file in place would crash this process with SIGBUS.)
+    let garbage = cache.path().join("garbage");
+    std::fs::write(&garbage, b"garbage").unwrap();
+    std::fs::rename(&garbage, &entries[0]).unwrap();
+    let third = PluginEngine::new(settings()).unwrap();
+    let mut upcase = third
+        .load_transform("upcase", &path, &cfg, &Limits::default())
+        .unwrap();
+    assert_eq!(
+        json_payload(&upcase.transform(&batch).unwrap()[0])["record"]["name"],
+        json!("X")
+    );
+    assert!(std::fs::metadata(&entries[0]).unwrap().len() > 1000);
+}
+
+#[test]
+fn engines_and_functions_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<PluginEngine>();
+    send::<TransformFunction>();
+    send::<FilterFunction>();
+    let engine = engine().clone();
+    let path = guest("weft-upcase-transform");
+    let mut upcase = std::thread::spawn(move || {
+        engine
+            .load_transform(
+                "upcase",
+                &path,
+                &config(&[("column", "name")]),
+                &Limits::default(),
+            )
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    let outcome = upcase
+        .transform(&[message(Action::Insert, json!({"name": "x"}), None)])
+        .unwrap();
+    assert_eq!(json_payload(&outcome[0])["record"]["name"], json!("X"));
+}
+
+/// Rough numbers for the report, not a benchmark:
+/// `cargo test -p weft --release --lib plugins::tests::measure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure() {
+    let path = guest("weft-upcase-transform");
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = config(&[("column", "name")]);
+    let settings = || {
+        let mut settings = EngineSettings::new(cache.path());
+        settings.max_instances = 4;
+        settings
+    };
+    let cold_engine = PluginEngine::new(settings()).unwrap();
+    let started = Instant::now();
+    cold_engine
+        .load_transform("upcase", &path, &cfg, &Limits::default())
+        .unwrap();
+    let cold = started.elapsed();
+    let warm_engine = PluginEngine::new(settings()).unwrap();
+    let started = Instant::now();
+    let mut upcase = warm_engine
+        .load_transform("upcase", &path, &cfg, &Limits::default())
+        .unwrap();
+    let cached = started.elapsed();
+    println!("load: cold compile {cold:?}, cached {cached:?}");
+
+    let batch: Vec<Message> = (0..100)
+        .map(|i| {
+            message(
+                Action::Insert,
+                json!({"id": i, "name": format!("user {i}"), "email": format!("u{i}@example.com"),
+                       "balance": "1234.5600", "created_at": "2024-05-01T12:00:00Z", "active": true}),
+                None,
+            )
+        })
+        .collect();
+    for _ in 0..20 {
+        upcase.transform(&batch).unwrap();
+    }
+    let rounds = 200;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        upcase.transform(&batch).unwrap();
+    }
+    let per_message = started.elapsed() / (rounds * batch.len() as u32);
+    println!("upcase at batch 100: {per_message:?} per message");
+    let started = Instant::now();
+    for _ in 0..rounds {
+        for message in &batch {
+            serde_json::to_value(message).unwrap();
+        }
+    }
+    println!(
+        "host-only baseline (message to JSON value): {:?} per message",
+        started.elapsed() / (rounds * batch.len() as u32)
+    );
+}

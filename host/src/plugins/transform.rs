@@ -1,0 +1,124 @@
+//! The transform kind: one payload per change.
+
+use std::collections::BTreeMap;
+
+use wasmtime::Store;
+use wasmtime::component::{Component, Linker};
+
+use super::bindings::{transform as world, types};
+use super::engine::{LoadedComponent, PluginEngine};
+use super::instance::{GuestInstance, GuestState, WorldBindings};
+use super::message::to_wit_change;
+use super::{FunctionError, Limits, PluginError};
+use crate::message::Message;
+
+/// What a transform produced for one change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// A JSON value; JSON sinks send it as is.
+    Json(serde_json::Value),
+    /// Opaque bytes with their media type (e.g. Avro, Protobuf).
+    Bytes {
+        /// The media type.
+        content_type: String,
+        /// The encoded bytes.
+        data: Vec<u8>,
+    },
+}
+
+/// A loaded transform component with its live instance.
+pub struct TransformFunction {
+    instance: GuestInstance<world::Transform>,
+}
+
+impl std::fmt::Debug for TransformFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransformFunction")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TransformFunction {
+    pub(crate) fn new(
+        engine: PluginEngine,
+        name: &str,
+        loaded: LoadedComponent,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<Self, PluginError> {
+        Ok(TransformFunction {
+            instance: GuestInstance::new(engine, name, loaded, config, limits)?,
+        })
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        self.instance.plugin()
+    }
+
+    /// Transforms a batch: one outcome per message, in order. Blocks for up
+    /// to the call timeout; call it from `spawn_blocking`.
+    pub fn transform(
+        &mut self,
+        batch: &[Message],
+    ) -> Result<Vec<Result<Payload, FunctionError>>, PluginError> {
+        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
+        let outcomes = self
+            .instance
+            .call(|bindings, store| bindings.call_transform(store, &changes))?;
+        if outcomes.len() != batch.len() {
+            self.instance.discard();
+            return Err(PluginError::OutcomeCount {
+                plugin: self.name().to_string(),
+                expected: batch.len(),
+                got: outcomes.len(),
+            });
+        }
+        outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(index, outcome)| match outcome {
+                Ok(types::Payload::Json(text)) => serde_json::from_str(&text)
+                    .map(|v| Ok(Payload::Json(v)))
+                    .map_err(|e| PluginError::InvalidJson {
+                        plugin: self.name().to_string(),
+                        index,
+                        message: e.to_string(),
+                    }),
+                Ok(types::Payload::Bytes(bytes)) => Ok(Ok(Payload::Bytes {
+                    content_type: bytes.content_type,
+                    data: bytes.data,
+                })),
+                Err(error) => Ok(Err(function_error(error))),
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn function_error(error: types::FunctionError) -> FunctionError {
+    match error {
+        types::FunctionError::Permanent(reason) => FunctionError::Permanent(reason),
+        types::FunctionError::Transient(reason) => FunctionError::Transient(reason),
+    }
+}
+
+impl WorldBindings for world::Transform {
+    type Pre = world::TransformPre<GuestState>;
+
+    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
+        world::TransformPre::new(linker.instantiate_pre(component)?)
+    }
+
+    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
+        pre.instantiate(store)
+    }
+
+    fn init(
+        &self,
+        store: &mut Store<GuestState>,
+        config: &Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.call_init(store, config)
+    }
+}
