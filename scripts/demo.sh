@@ -18,7 +18,7 @@ say "building weft and the example transform (the first build takes a few minute
 scripts/build-guests.sh >/dev/null
 cargo build --quiet --bin weft
 WEFT="$CARGO_TARGET_DIR/debug/weft"
-TRANSFORM="$CARGO_TARGET_DIR/guests/wasm32-wasip2/guest/upcase_transform.wasm"
+TRANSFORM="$CARGO_TARGET_DIR/guests/wasm32-wasip2/guest/weft_upcase_transform.wasm"
 [ -f "$TRANSFORM" ] || die "the example transform was not built at $TRANSFORM"
 
 WORK="$(mktemp -d -t weft-demo.XXXXXX)"

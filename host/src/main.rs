@@ -61,7 +61,11 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Run { config, data_dir, listen } => {
+        Command::Run {
+            config,
+            data_dir,
+            listen,
+        } => {
             let config = match weft::config::Config::load(&config) {
                 Ok(config) => config,
                 Err(error) => {
@@ -74,7 +78,11 @@ fn main() -> ExitCode {
                 .thread_name("weft")
                 .build()
                 .expect("the tokio runtime starts");
-            let options = weft::server::RunOptions { config, data_dir, listen };
+            let options = weft::server::RunOptions {
+                config,
+                data_dir,
+                listen,
+            };
             match runtime.block_on(weft::server::run(options)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -89,7 +97,9 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("WEFT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
-use crate::config::{Config, DatabaseConfig, DestinationConfig, SinkConfig};
+use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionLimits, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, NamedTransform, Pipeline, SinkPipeline};
-use crate::plugins::{EngineSettings, PluginEngine};
+use crate::plugins::{EngineSettings, Limits, PluginEngine};
 use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::Store;
 
@@ -78,12 +78,22 @@ pub enum ServerError {
 
 /// Runs weft until a shutdown signal, or until a source or pipeline fails.
 pub async fn run(options: RunOptions) -> Result<(), ServerError> {
-    let RunOptions { config, data_dir, listen } = options;
-    std::fs::create_dir_all(&data_dir)
-        .map_err(|source| ServerError::DataDir { path: data_dir.clone(), source })?;
+    let RunOptions {
+        config,
+        data_dir,
+        listen,
+    } = options;
+    std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
     let store = Store::open(&data_dir.join("weft.db"))?;
-    let engine = PluginEngine::new(EngineSettings::with_cache_dir(data_dir.join("plugin-cache")))
-        .map_err(|source| ServerError::Plugin { function: "(engine)".into(), source })?;
+    let engine = PluginEngine::new(EngineSettings::new(data_dir.join("plugin-cache"))).map_err(
+        |source| ServerError::Plugin {
+            function: "(engine)".into(),
+            source,
+        },
+    )?;
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
@@ -104,7 +114,10 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|source| ServerError::Listen { address: listen, source })?;
+        .map_err(|source| ServerError::Listen {
+            address: listen,
+            source,
+        })?;
     info!(address = %listener.local_addr().unwrap_or(listen), "HTTP API listening");
     {
         let shutdown = shutdown.clone();
@@ -113,15 +126,21 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             async move {
                 crate::api::serve(listener, router, shutdown)
                     .await
-                    .map_err(|source| ServerError::Listen { address: listen, source })
+                    .map_err(|source| ServerError::Listen {
+                        address: listen,
+                        source,
+                    })
             }
             .instrument(info_span!("api")),
         );
     }
 
     for database in &config.databases {
-        let sinks: Vec<&SinkConfig> =
-            config.sinks.iter().filter(|sink| sink.database == database.name).collect();
+        let sinks: Vec<&SinkConfig> = config
+            .sinks
+            .iter()
+            .filter(|sink| sink.database == database.name)
+            .collect();
         if sinks.is_empty() {
             info!(database = %database.name, "no sinks on this database; not replicating it");
             continue;
@@ -133,7 +152,13 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         let source_config = source_config(database, &sinks)?;
         let (events_tx, events_rx) = mpsc::channel(4096);
         let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
-        let pipeline = Pipeline::new(pipelines, store.clone(), durable_tx, pull_api.clone(), BatchLimits::default());
+        let pipeline = Pipeline::new(
+            pipelines,
+            store.clone(),
+            durable_tx,
+            pull_api.clone(),
+            BatchLimits::default(),
+        );
         let name = database.name.clone();
         let span = info_span!("source", database = %name, slot = %database.slot.name);
         let source_shutdown = shutdown.clone();
@@ -141,7 +166,10 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             async move {
                 crate::source::run(source_config, events_tx, durable_rx, source_shutdown)
                     .await
-                    .map_err(|source| ServerError::Source { database: name, source })
+                    .map_err(|source| ServerError::Source {
+                        database: name,
+                        source,
+                    })
             }
             .instrument(span),
         );
@@ -152,7 +180,10 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
                 pipeline
                     .run(events_rx, pipeline_shutdown)
                     .await
-                    .map_err(|source| ServerError::Pipeline { database: name, source })
+                    .map_err(|source| ServerError::Pipeline {
+                        database: name,
+                        source,
+                    })
             }
             .instrument(info_span!("pipeline", database = %database.name)),
         );
@@ -185,7 +216,11 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     result
 }
 
-fn sink_pipeline(config: &Config, engine: &PluginEngine, sink: &SinkConfig) -> Result<SinkPipeline, ServerError> {
+fn sink_pipeline(
+    config: &Config,
+    engine: &PluginEngine,
+    sink: &SinkConfig,
+) -> Result<SinkPipeline, ServerError> {
     let transform = match &sink.transform {
         None => None,
         Some(name) => {
@@ -193,12 +228,32 @@ fn sink_pipeline(config: &Config, engine: &PluginEngine, sink: &SinkConfig) -> R
                 .function(name)
                 .expect("config validation guarantees the transform exists");
             let loaded = engine
-                .load_transform(&function.name, &function.file, &function.config, &function.limits())
-                .map_err(|source| ServerError::Plugin { function: function.name.clone(), source })?;
-            Some(NamedTransform { name: function.name.clone(), function: Arc::new(Mutex::new(loaded)) })
+                .load_transform(
+                    &function.name,
+                    &function.file,
+                    &function.config,
+                    &plugin_limits(&function.limits),
+                )
+                .map_err(|source| ServerError::Plugin {
+                    function: function.name.clone(),
+                    source,
+                })?;
+            Some(NamedTransform {
+                name: function.name.clone(),
+                function: Arc::new(Mutex::new(loaded)),
+            })
         }
     };
     Ok(SinkPipeline::new(sink.clone(), transform))
+}
+
+/// The sandbox limits of a function, from its config.
+fn plugin_limits(limits: &FunctionLimits) -> Limits {
+    Limits {
+        memory_bytes: limits.memory_mb as usize * 1024 * 1024,
+        call_timeout: std::time::Duration::from_millis(limits.timeout_ms),
+        ..Limits::default()
+    }
 }
 
 fn source_config(
@@ -219,10 +274,13 @@ fn source_config(
     }
     tables.sort();
     tables.dedup();
-    let connection = crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| ServerError::Source {
-        database: database.name.clone(),
-        source,
-    })?;
+    let connection =
+        crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {
+            ServerError::Source {
+                database: database.name.clone(),
+                source,
+            }
+        })?;
     Ok(crate::source::SourceConfig {
         connection,
         slot_name: database.slot.name.clone(),
@@ -242,4 +300,3 @@ async fn wait_for_signal() {
         _ = int.recv() => {}
     }
 }
-

@@ -14,7 +14,10 @@ fn run_weft_with(config: &str) -> (Option<i32>, String) {
         .arg(&path)
         .output()
         .expect("run weft");
-    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 const DATABASE: &str = r#"
@@ -27,9 +30,16 @@ databases:
 
 fn assert_refused(config: &str, expected: &[&str]) {
     let (code, stderr) = run_weft_with(config);
-    assert_eq!(code, Some(2), "weft must refuse the config; stderr:\n{stderr}");
+    assert_eq!(
+        code,
+        Some(2),
+        "weft must refuse the config; stderr:\n{stderr}"
+    );
     for fragment in expected {
-        assert!(stderr.contains(fragment), "expected {fragment:?} in:\n{stderr}");
+        assert!(
+            stderr.contains(fragment),
+            "expected {fragment:?} in:\n{stderr}"
+        );
     }
 }
 
@@ -38,7 +48,10 @@ fn unknown_destination_type_names_the_path_and_allowed_values() {
     let config = format!(
         "{DATABASE}sinks:\n  - name: s\n    database: shop\n    destination: {{ type: kafak }}\n"
     );
-    assert_refused(&config, &["sinks[0].destination.type", "kafak", "sequin_stream"]);
+    assert_refused(
+        &config,
+        &["sinks[0].destination.type", "kafak", "sequin_stream"],
+    );
 }
 
 #[test]
@@ -51,7 +64,8 @@ fn unknown_key_names_its_path() {
 
 #[test]
 fn missing_field_names_its_path() {
-    let config = format!("{DATABASE}sinks:\n  - name: s\n    destination: {{ type: sequin_stream }}\n");
+    let config =
+        format!("{DATABASE}sinks:\n  - name: s\n    destination: {{ type: sequin_stream }}\n");
     assert_refused(&config, &["sinks[0]", "missing field `database`"]);
 }
 
@@ -68,7 +82,15 @@ fn unresolved_references_are_all_reported() {
     let config = format!(
         "{DATABASE}sinks:\n  - name: s\n    database: nope\n    transform: up\n    destination: {{ type: sequin_stream }}\n"
     );
-    assert_refused(&config, &["sinks[0].database", "\"nope\"", "sinks[0].transform", "\"up\""]);
+    assert_refused(
+        &config,
+        &[
+            "sinks[0].database",
+            "\"nope\"",
+            "sinks[0].transform",
+            "\"up\"",
+        ],
+    );
 }
 
 #[test]

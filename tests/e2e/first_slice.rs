@@ -34,12 +34,15 @@ sinks:
     destination: {{ type: sequin_stream, ack_wait_ms: 2000 }}
 "#,
         port = pg.port(),
-        wasm = guests::wasm("upcase_transform").display(),
+        wasm = guests::wasm("weft_upcase_transform").display(),
     )
 }
 
 fn ack_ids(messages: &[Value]) -> Vec<&str> {
-    messages.iter().map(|m| m["ack_id"].as_str().expect("ack_id is a string")).collect()
+    messages
+        .iter()
+        .map(|m| m["ack_id"].as_str().expect("ack_id is a string"))
+        .collect()
 }
 
 /// (action, id, customer) of each message's payload.
@@ -51,7 +54,10 @@ fn summary(messages: &[Value]) -> Vec<(String, i64, String)> {
             (
                 data["action"].as_str().unwrap().to_string(),
                 data["record"]["id"].as_i64().unwrap(),
-                data["record"]["customer"].as_str().unwrap_or_default().to_string(),
+                data["record"]["customer"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             )
         })
         .collect()
@@ -61,11 +67,16 @@ fn summary(messages: &[Value]) -> Vec<(String, i64, String)> {
 fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE orders (id int PRIMARY KEY, customer text, total numeric(10,2))");
+    // FULL, so that updates carry the old row and `changes` has content.
+    pg.psql("ALTER TABLE orders REPLICA IDENTITY FULL");
     pg.psql("CREATE TABLE ignored (id int PRIMARY KEY)");
     let dir = tempfile::tempdir().unwrap();
     let mut weft = WeftProcess::start(dir.path(), &config(&pg));
+    pg.wait_for_active_slot("weft_e2e");
 
-    pg.psql("INSERT INTO orders VALUES (1, 'ada', 10.50), (2, 'grace', 20.00), (3, 'linus', 30.25)");
+    pg.psql(
+        "INSERT INTO orders VALUES (1, 'ada', 10.50), (2, 'grace', 20.00), (3, 'linus', 30.25)",
+    );
     pg.psql("INSERT INTO ignored VALUES (1)");
     pg.psql("UPDATE orders SET customer = 'ada l' WHERE id = 1");
     pg.psql("DELETE FROM orders WHERE id = 2");
@@ -84,7 +95,11 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
         weft.log_text()
     );
     let insert = &first[0]["data"];
-    assert_eq!(insert["record"]["total"], serde_json::json!(10.50));
+    assert_eq!(
+        insert["record"]["total"].to_string(),
+        "10.50",
+        "numeric keeps its scale, as to_jsonb does"
+    );
     assert_eq!(insert["record"]["transformed_by"], "weft-upcase");
     assert_eq!(insert["changes"], Value::Null);
     let metadata = &insert["metadata"];
@@ -95,9 +110,17 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
     assert_eq!(metadata["consumer"]["name"], "orders");
     assert!(metadata["commit_lsn"].as_u64().unwrap() > 0);
     assert_eq!(metadata["commit_idx"], 0);
-    assert!(metadata["commit_timestamp"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        metadata["commit_timestamp"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
     let key = metadata["idempotency_key"].as_str().unwrap();
-    assert_eq!(key, weft::message::idempotency_key(weft::lsn::Lsn(metadata["commit_lsn"].as_u64().unwrap()), 0));
+    assert_eq!(
+        key,
+        weft::message::idempotency_key(weft::lsn::Lsn(metadata["commit_lsn"].as_u64().unwrap()), 0)
+    );
 
     // Ack rows 1 and 2, nack row 3: row 3's insert comes straight back, and
     // the next change of rows 1 and 2 follows.
@@ -109,12 +132,34 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
     second_summary.sort_by_key(|(_, id, _)| *id);
     assert_eq!(
         second_summary,
-        vec![("update".into(), 1, "ADA L".into()), ("delete".into(), 2, "".into()), ("insert".into(), 3, "LINUS".into())]
+        vec![
+            ("update".into(), 1, "ADA L".into()),
+            ("delete".into(), 2, "GRACE".into()),
+            ("insert".into(), 3, "LINUS".into())
+        ]
     );
-    let update = second.iter().find(|m| m["data"]["action"] == "update").unwrap();
-    assert_eq!(update["data"]["changes"]["customer"], "ada", "changes holds the old value");
-    let delete = second.iter().find(|m| m["data"]["action"] == "delete").unwrap();
-    assert_eq!(delete["data"]["record"]["id"], 2, "a delete carries at least the key");
+    let update = second
+        .iter()
+        .find(|m| m["data"]["action"] == "update")
+        .unwrap();
+    assert_eq!(
+        update["data"]["changes"],
+        serde_json::json!({"customer": "ada"}),
+        "changes holds the old values of changed columns"
+    );
+    let delete = second
+        .iter()
+        .find(|m| m["data"]["action"] == "delete")
+        .unwrap();
+    assert_eq!(
+        delete["data"]["record"]["id"], 2,
+        "a delete carries the old row"
+    );
+    assert_eq!(
+        delete["data"]["record"]["total"].to_string(),
+        "20.00",
+        "FULL identity: the whole old row"
+    );
 
     // Ack the update and the delete; leave row 3's insert unacked; crash.
     let acked: Vec<&str> = second
@@ -134,7 +179,10 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
     while after.len() < 2 && std::time::Instant::now() < deadline {
         let got = weft.receive("orders", 100, 1000);
         for (action, id, _) in summary(&got) {
-            assert!(after.insert(id, action).is_none(), "row {id} delivered twice after restart");
+            assert!(
+                after.insert(id, action).is_none(),
+                "row {id} delivered twice after restart"
+            );
         }
         let ids = ack_ids(&got);
         if !ids.is_empty() {
@@ -148,5 +196,9 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
         weft.log_text()
     );
     // And nothing else is left.
-    assert!(weft.receive("orders", 100, 3000).is_empty(), "acked messages reappeared");
+    assert!(
+        weft.receive("orders", 100, 3000).is_empty(),
+        "acked messages reappeared"
+    );
+    assert_eq!(weft.terminate(), Some(0), "SIGTERM shuts weft down cleanly");
 }

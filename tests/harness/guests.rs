@@ -31,6 +31,10 @@ fn guest_dir() -> &'static PathBuf {
 /// (underscored, e.g. `upcase_transform`).
 pub fn wasm(name: &str) -> PathBuf {
     let path = guest_dir().join(format!("{name}.wasm"));
-    assert!(path.exists(), "guest component {} was not built", path.display());
+    assert!(
+        path.exists(),
+        "guest component {} was not built",
+        path.display()
+    );
     path
 }

@@ -3,6 +3,6 @@
 //! * [`postgres::PgCluster`]: a throwaway Postgres cluster with logical
 //!   replication enabled.
 
-pub mod postgres;
 pub mod guests;
+pub mod postgres;
 pub mod weft;

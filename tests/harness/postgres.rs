@@ -123,6 +123,20 @@ impl PgCluster {
         self.psql_in("postgres", sql)
     }
 
+    /// Waits until replication slot `slot` exists and a walsender streams
+    /// from it: from then on every committed change reaches its consumer.
+    pub fn wait_for_active_slot(&self, slot: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let query = format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'");
+        while std::time::Instant::now() < deadline {
+            if self.psql(&query).trim() == "t" {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("replication slot {slot} did not become active within 60s");
+    }
+
     /// Like [`PgCluster::psql`] in database `db`.
     pub fn psql_in(&self, db: &str, sql: &str) -> String {
         self.try_psql_in(db, sql)

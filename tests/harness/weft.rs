@@ -9,7 +9,11 @@ use serde_json::{Value, json};
 
 /// A free loopback port (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A `weft run` child process with its own data directory and API port.
@@ -64,15 +68,29 @@ impl WeftProcess {
     fn wait_healthy(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("weft exited with {status} while starting; log:\n{}", self.log_text());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "weft exited with {status} while starting; log:\n{}",
+                    self.log_text()
+                );
             }
-            if http().get(self.url("/health")).send().is_ok_and(|r| r.status().is_success()) {
+            if http()
+                .get(self.url("/health"))
+                .send()
+                .is_ok_and(|r| r.status().is_success())
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("weft did not answer /health within 60s; log:\n{}", self.log_text());
+        panic!(
+            "weft did not answer /health within 60s; log:\n{}",
+            self.log_text()
+        );
     }
 
     /// The base URL of the API plus `path`.
@@ -96,8 +114,11 @@ impl WeftProcess {
     /// Sends SIGTERM and waits for a clean exit, returning the exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-            .expect("SIGTERM weft");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM weft");
         child.wait().expect("reap weft").code()
     }
 
@@ -115,9 +136,16 @@ impl WeftProcess {
             )))
             .send()
             .expect("receive");
-        assert!(response.status().is_success(), "receive failed: {}", response.text().unwrap_or_default());
+        assert!(
+            response.status().is_success(),
+            "receive failed: {}",
+            response.text().unwrap_or_default()
+        );
         let body: Value = response.json().expect("receive returns JSON");
-        body["data"].as_array().expect("receive returns {data: [...]}").clone()
+        body["data"]
+            .as_array()
+            .expect("receive returns {data: [...]}")
+            .clone()
     }
 
     /// Receives until `count` messages arrived or `timeout` passed, acking

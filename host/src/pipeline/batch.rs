@@ -42,7 +42,10 @@ impl Batch {
     pub fn push(&mut self, event: SourceEvent) {
         match event {
             SourceEvent::Change(change) => self.open.push(change),
-            SourceEvent::Commit { commit_lsn, end_lsn } => {
+            SourceEvent::Commit {
+                commit_lsn,
+                end_lsn,
+            } => {
                 self.committed.changes.append(&mut self.open);
                 self.committed.last_commit_lsn = commit_lsn;
                 self.committed.last_end_lsn = end_lsn;
@@ -59,8 +62,7 @@ impl Batch {
 
     /// Whether the batch should be processed before taking more events.
     pub fn is_full(&self, limits: &BatchLimits) -> bool {
-        self.committed.changes.len() + self.open.len() >= limits.max_changes
-            && self.open.is_empty()
+        self.committed.changes.len() + self.open.len() >= limits.max_changes && self.open.is_empty()
     }
 
     /// Whether at least one transaction has committed since the last take.
@@ -91,7 +93,10 @@ mod tests {
     #[test]
     fn open_transaction_is_kept_and_idle_waits_for_it() {
         let mut batch = Batch::default();
-        batch.push(SourceEvent::Commit { commit_lsn: Lsn(10), end_lsn: Lsn(11) });
+        batch.push(SourceEvent::Commit {
+            commit_lsn: Lsn(10),
+            end_lsn: Lsn(11),
+        });
         batch.push(SourceEvent::Idle { wal_end: Lsn(20) });
         assert!(batch.has_committed_work());
         let committed = batch.take_committed();

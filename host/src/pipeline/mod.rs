@@ -56,7 +56,13 @@ impl Pipeline {
         pull_api: PullApiState,
         limits: BatchLimits,
     ) -> Self {
-        Pipeline { sinks, store, durable, pull_api, limits }
+        Pipeline {
+            sinks,
+            store,
+            durable,
+            pull_api,
+            limits,
+        }
     }
 
     /// Consumes `events` until the channel closes or `shutdown` fires.
@@ -127,7 +133,10 @@ impl Pipeline {
                     }
                 }
             };
-            sink_batches.push(SinkBatch { sink: sink.name().to_string(), messages });
+            sink_batches.push(SinkBatch {
+                sink: sink.name().to_string(),
+                messages,
+            });
         }
         let store = self.store.clone();
         let last_commit = committed.last_commit_lsn;

@@ -21,7 +21,9 @@ pub enum SinkPipelineError {
         source: PluginError,
     },
     /// The transform rejected one message.
-    #[error("transform {function} rejected the message with idempotency key {idempotency_key}: {error}")]
+    #[error(
+        "transform {function} rejected the message with idempotency key {idempotency_key}: {error}"
+    )]
     Rejected {
         /// The function's name in the config.
         function: String,
@@ -31,7 +33,9 @@ pub enum SinkPipelineError {
         error: String,
     },
     /// The transform produced a payload the sink cannot carry.
-    #[error("transform {function} returned a {content_type} bytes payload, but sequin_stream sinks carry JSON only")]
+    #[error(
+        "transform {function} returned a {content_type} bytes payload, but sequin_stream sinks carry JSON only"
+    )]
     UnsupportedPayload {
         /// The function's name in the config.
         function: String,
@@ -62,7 +66,11 @@ impl SinkPipeline {
     /// The pipeline of the sink configured as `config`, with its transform
     /// already loaded.
     pub fn new(config: SinkConfig, transform: Option<NamedTransform>) -> Self {
-        SinkPipeline { consumer: ConsumerRef::for_sink(&config.name), config, transform }
+        SinkPipeline {
+            consumer: ConsumerRef::for_sink(&config.name),
+            config,
+            transform,
+        }
     }
 
     /// The sink's name.
@@ -72,13 +80,24 @@ impl SinkPipeline {
 
     /// Whether this sink takes `change`.
     pub fn accepts(&self, change: &Change) -> bool {
-        self.config.accepts(&change.relation.schema, &change.relation.name, change.action)
+        self.config.accepts(
+            &change.relation.schema,
+            &change.relation.name,
+            change.action,
+        )
     }
 
     /// Turns the changes this sink takes into stored messages, running the
     /// transform on them as one batch.
-    pub async fn process(&mut self, changes: &[&Change]) -> Result<Vec<NewMessage>, SinkPipelineError> {
-        let accepted: Vec<&Change> = changes.iter().copied().filter(|c| self.accepts(c)).collect();
+    pub async fn process(
+        &mut self,
+        changes: &[&Change],
+    ) -> Result<Vec<NewMessage>, SinkPipelineError> {
+        let accepted: Vec<&Change> = changes
+            .iter()
+            .copied()
+            .filter(|c| self.accepts(c))
+            .collect();
         let messages: Vec<Message> = accepted
             .iter()
             .map(|change| Message::from_change(change, &self.config.database, &self.consumer))
@@ -108,7 +127,11 @@ impl SinkPipeline {
 /// The message group of a change: its table and primary-key values. Changes
 /// of one group are delivered one at a time, in commit order.
 pub fn group_id(change: &Change) -> String {
-    format!("{}:{}", change.relation.qualified_name(), change.primary_key_values().join(":"))
+    format!(
+        "{}:{}",
+        change.relation.qualified_name(),
+        change.primary_key_values().join(":")
+    )
 }
 
 async fn run_transform(
@@ -119,13 +142,21 @@ async fn run_transform(
         return Ok(Vec::new());
     }
     let function = Arc::clone(&transform.function);
-    let keys: Vec<String> = messages.iter().map(|m| m.metadata.idempotency_key.clone()).collect();
+    let keys: Vec<String> = messages
+        .iter()
+        .map(|m| m.metadata.idempotency_key.clone())
+        .collect();
     let outcomes = tokio::task::spawn_blocking(move || {
-        let mut function = function.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut function = function
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         function.transform(&messages)
     })
     .await?
-    .map_err(|source| SinkPipelineError::Plugin { function: transform.name.clone(), source })?;
+    .map_err(|source| SinkPipelineError::Plugin {
+        function: transform.name.clone(),
+        source,
+    })?;
     outcomes
         .into_iter()
         .zip(keys)
@@ -136,7 +167,11 @@ async fn run_transform(
                 content_type,
             }),
             Err(FunctionError::Permanent(error) | FunctionError::Transient(error)) => {
-                Err(SinkPipelineError::Rejected { function: transform.name.clone(), idempotency_key, error })
+                Err(SinkPipelineError::Rejected {
+                    function: transform.name.clone(),
+                    idempotency_key,
+                    error,
+                })
             }
         })
         .collect()
