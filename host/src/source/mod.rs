@@ -344,10 +344,10 @@ mod tests {
         assert_eq!(o.password.as_deref(), Some("p@ss"));
         assert_eq!((o.host.as_str(), o.port), ("db.local", 6543));
         assert_eq!(o.database, "app");
-        let o = PgConnectOptions::from_url("postgresql://u@[::1]/").unwrap();
+        let o = PgConnectOptions::from_url("postgresql://u@[::1]/app").unwrap();
         assert_eq!(
             (o.host.as_str(), o.port, o.database.as_str()),
-            ("::1", 5432, "u")
+            ("::1", 5432, "app")
         );
         assert!(format!("{o:?}").contains("None"));
         let e = PgConnectOptions::from_url("postgres://u@h/db?sslmode=require").unwrap_err();
