@@ -28,11 +28,11 @@ const MAX_LINE_BYTES: usize = 4096;
 /// How much recent stderr is kept to explain a trap.
 const STDERR_TAIL_BYTES: usize = 2048;
 
-/// Builds the WASI context for one instance of `plugin`.
-pub(crate) fn wasi_context(plugin: &Arc<str>, stderr: &GuestOutput) -> WasiCtx {
+/// Builds the WASI context for one instance, writing to `stdout` and `stderr`.
+pub(crate) fn wasi_context(stdout: &GuestOutput, stderr: &GuestOutput) -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
     builder
-        .stdout(GuestOutput::new(plugin.clone(), Stream::Stdout))
+        .stdout(stdout.clone())
         .stderr(stderr.clone())
         .allow_ip_name_lookup(false)
         .allow_tcp(false)

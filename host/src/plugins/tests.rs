@@ -566,4 +566,55 @@ fn measure() {
         "host-only baseline (message to JSON value): {:?} per message",
         started.elapsed() / (rounds * batch.len() as u32)
     );
+
+    // Where the time goes: the hostile guest's `count` parses the record and
+    // returns a tiny JSON; its echo also serializes the record back.
+    let mut hostile = warm_engine
+        .load_transform(
+            "hostile",
+            &guest("weft-hostile-transform"),
+            &BTreeMap::new(),
+            &Limits::default(),
+        )
+        .unwrap();
+    for what in ["count", "echo"] {
+        let batch: Vec<Message> = batch
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                m.record.insert("do".into(), json!(what));
+                m
+            })
+            .collect();
+        hostile.transform(&batch).unwrap();
+        let started = Instant::now();
+        for _ in 0..rounds {
+            hostile.transform(&batch).unwrap();
+        }
+        println!(
+            "hostile `{what}` at batch 100: {:?} per message",
+            started.elapsed() / (rounds * batch.len() as u32)
+        );
+    }
+}
+
+#[test]
+fn an_exhausted_instance_pool_is_reported_as_such() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut settings = EngineSettings::new(cache.path());
+    settings.max_instances = 1;
+    let engine = PluginEngine::new(settings).unwrap();
+    let path = guest("weft-upcase-transform");
+    let cfg = config(&[("column", "name")]);
+    let _first = engine
+        .load_transform("first", &path, &cfg, &Limits::default())
+        .unwrap();
+    let error = engine
+        .load_transform("second", &path, &cfg, &Limits::default())
+        .unwrap_err();
+    assert!(
+        matches!(error, PluginError::Instantiate { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("max_instances"), "{error}");
 }
