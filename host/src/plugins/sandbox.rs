@@ -208,3 +208,76 @@ impl tokio::io::AsyncWrite for GuestOutput {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
+
+    use super::*;
+
+    /// Counts guest-output events and rate-limit warnings.
+    #[derive(Clone, Default)]
+    struct Counter {
+        lines: Arc<AtomicUsize>,
+        warnings: Arc<AtomicUsize>,
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Counter {
+        fn on_event(&self, event: &tracing::Event<'_>, _ctx: LayerContext<'_, S>) {
+            if event.metadata().target() != "weft::plugins::guest" {
+                return;
+            }
+            let mut suppressed = false;
+            event.record(
+                &mut |field: &tracing::field::Field, _: &dyn std::fmt::Debug| {
+                    suppressed |= field.name() == "suppressed";
+                },
+            );
+            if suppressed {
+                self.warnings.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.lines.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn guest_output_is_logged_by_line_and_rate_limited() {
+        let counter = Counter::default();
+        let subscriber = tracing_subscriber::registry().with(counter.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let mut out = GuestOutput::new(Arc::from("noisy"), Stream::Stderr);
+            out.write(Bytes::from_static(b"partial ")).unwrap();
+            assert_eq!(
+                counter.lines.load(Ordering::SeqCst),
+                0,
+                "no event before the newline"
+            );
+            out.write(Bytes::from_static(b"line\n")).unwrap();
+            assert_eq!(counter.lines.load(Ordering::SeqCst), 1);
+            assert_eq!(out.tail().as_deref(), Some("partial line"));
+
+            let flood: Vec<u8> = (0..1000)
+                .flat_map(|i| format!("line {i}\n").into_bytes())
+                .collect();
+            out.write(Bytes::from(flood)).unwrap();
+            let logged = counter.lines.load(Ordering::SeqCst);
+            assert!(
+                (100..=110).contains(&logged),
+                "burst of 100 lines, then limited: logged {logged}"
+            );
+            assert!(
+                out.tail().unwrap().ends_with("line 999"),
+                "the tail keeps the latest output"
+            );
+
+            // Once the budget refills, the drop count is reported.
+            std::thread::sleep(Duration::from_millis(150));
+            out.write(Bytes::from_static(b"after\n")).unwrap();
+            assert_eq!(counter.warnings.load(Ordering::SeqCst), 1);
+        });
+    }
+}
