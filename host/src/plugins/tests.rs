@@ -618,3 +618,61 @@ fn an_exhausted_instance_pool_is_reported_as_such() {
     );
     assert!(error.to_string().contains("max_instances"), "{error}");
 }
+
+fn raw(mode: &str, limits: &Limits) -> Result<TransformFunction, PluginError> {
+    engine().load_transform(
+        "raw",
+        &guest("weft-raw-transform"),
+        &config(&[("mode", mode)]),
+        limits,
+    )
+}
+
+#[test]
+fn a_wrong_number_of_outcomes_fails_the_call() {
+    let mut function = raw("short", &Limits::default()).unwrap();
+    let batch = [
+        message(Action::Insert, json!({"id": 1}), None),
+        message(Action::Insert, json!({"id": 2}), None),
+    ];
+    let error = function.transform(&batch).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PluginError::OutcomeCount {
+                expected: 2,
+                got: 1,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("returned 1 outcomes for a batch of 2"),
+        "{error}"
+    );
+}
+
+#[test]
+fn invalid_json_from_the_guest_fails_the_call() {
+    let mut function = raw("bad-json", &Limits::default()).unwrap();
+    let error = function
+        .transform(&[message(Action::Insert, json!({"id": 1}), None)])
+        .unwrap_err();
+    assert!(
+        matches!(error, PluginError::InvalidJson { index: 0, .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_looping_init_times_out_at_load() {
+    let limits = Limits {
+        call_timeout: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let error = raw("init-loop", &limits).unwrap_err();
+    assert!(matches!(error, PluginError::Timeout { .. }), "{error:?}");
+}
