@@ -676,3 +676,22 @@ fn a_looping_init_times_out_at_load() {
     let error = raw("init-loop", &limits).unwrap_err();
     assert!(matches!(error, PluginError::Timeout { .. }), "{error:?}");
 }
+
+/// The pipeline calls from `spawn_blocking`; WASI's blocking output enters
+/// the ambient tokio runtime, which works there (not on a worker thread).
+#[test]
+fn calls_work_from_spawn_blocking_and_guest_output_does_not_block() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut function = hostile(&Limits::default());
+    let outcomes = runtime
+        .block_on(
+            async move { tokio::task::spawn_blocking(move || run(&mut function, "print")).await },
+        )
+        .expect("join")
+        .expect("transform");
+    assert_eq!(outcomes[0], Ok(Payload::Json(json!("printed"))));
+}
