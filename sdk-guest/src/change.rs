@@ -147,6 +147,17 @@ impl Change {
     /// `{"record", "changes", "action", "metadata"}`, with the record as
     /// edited through [`Change::record_mut`].
     pub fn to_message(&self) -> Result<Value, Error> {
+        self.message_with(self.record()?.clone())
+    }
+
+    /// Like [`Change::to_message`], without copying the record.
+    pub fn into_message(mut self) -> Result<Value, Error> {
+        self.record()?;
+        let record = self.record.take().expect("record parsed just above");
+        self.message_with(record)
+    }
+
+    fn message_with(&self, record: Map<String, Value>) -> Result<Value, Error> {
         let m = &self.metadata;
         let mut metadata = Map::new();
         metadata.insert("table_schema".into(), m.table_schema.clone().into());
@@ -170,7 +181,7 @@ impl Change {
         metadata.insert("consumer".into(), Value::Object(consumer));
 
         let mut message = Map::new();
-        message.insert("record".into(), Value::Object(self.record()?.clone()));
+        message.insert("record".into(), Value::Object(record));
         message.insert(
             "changes".into(),
             parse_optional(self.changes_text.as_deref())?,

@@ -21,7 +21,7 @@
 //!
 //!     fn transform(&mut self, mut change: Change) -> Result<Payload, Error> {
 //!         change.record_mut()?.insert("label".into(), self.label.clone().into());
-//!         Ok(Payload::Json(change.to_message()?))
+//!         Ok(Payload::Json(change.into_message()?))
 //!     }
 //! }
 //!

@@ -91,6 +91,17 @@ pub enum PluginError {
         /// wasmtime's explanation (names the import or export).
         message: String,
     },
+    /// An instance could not be created (e.g. the engine's instance pool is
+    /// exhausted).
+    #[error(
+        "plugin `{plugin}`: cannot create an instance: {message}; if the instance pool is exhausted, raise the engine's max_instances"
+    )]
+    Instantiate {
+        /// The plugin's name.
+        plugin: String,
+        /// wasmtime's explanation.
+        message: String,
+    },
     /// The guest's `init` rejected its configuration.
     #[error("plugin `{plugin}` rejected its config: {message}")]
     Init {
@@ -168,6 +179,7 @@ impl PluginError {
                 | PluginError::OutcomeCount { .. }
                 | PluginError::InvalidJson { .. }
                 | PluginError::Init { .. }
+                | PluginError::Instantiate { .. }
         )
     }
 }

@@ -45,7 +45,9 @@ impl FilterFunction {
     }
 
     /// Filters a batch: `Ok(true)` keeps a message, `Ok(false)` drops it; one
-    /// outcome per message, in order. Blocks; call it from `spawn_blocking`.
+    /// outcome per message, in order. Blocks; call it from `spawn_blocking` or a plain thread,
+    /// never on an async worker thread: WASI output from the guest enters the
+    /// ambient tokio runtime with `block_on`.
     pub fn filter(
         &mut self,
         batch: &[Message],

@@ -62,6 +62,9 @@ pub(crate) struct GuestInstance<B: WorldBindings> {
     pre: B::Pre,
     config: Vec<(String, String)>,
     limits: Limits,
+    /// Kept across instances so that a crash-looping guest stays rate-limited.
+    stdout: GuestOutput,
+    stderr: GuestOutput,
     live: Option<Live<B>>,
 }
 
@@ -92,6 +95,8 @@ impl<B: WorldBindings> GuestInstance<B> {
             pre,
             config: config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             limits: limits.clone(),
+            stdout: GuestOutput::new(Arc::from(plugin), Stream::Stdout),
+            stderr: GuestOutput::new(Arc::from(plugin), Stream::Stderr),
             live: None,
         };
         instance.ensure_live()?;
@@ -142,12 +147,11 @@ impl<B: WorldBindings> GuestInstance<B> {
         if self.live.is_some() {
             return Ok(());
         }
-        let stderr = GuestOutput::new(self.plugin.clone(), Stream::Stderr);
         let state = GuestState {
-            wasi: sandbox::wasi_context(&self.plugin, &stderr),
+            wasi: sandbox::wasi_context(&self.stdout, &self.stderr),
             table: ResourceTable::new(),
             limiter: InstanceLimiter::new(&self.limits),
-            stderr,
+            stderr: self.stderr.clone(),
         };
         let inner = self.engine.inner();
         let mut store = Store::new(&inner.engine, state);
@@ -158,8 +162,16 @@ impl<B: WorldBindings> GuestInstance<B> {
             inner.settings.epoch_tick,
         );
 
-        let bindings = B::instantiate(&self.pre, &mut store)
-            .map_err(|error| classify(&self.plugin, &self.limits, store.data(), error))?;
+        let bindings = B::instantiate(&self.pre, &mut store).map_err(|error| {
+            if store.data().limiter.memory_exceeded.is_some() || error.is::<Trap>() {
+                classify(&self.plugin, &self.limits, store.data(), error)
+            } else {
+                PluginError::Instantiate {
+                    plugin: self.plugin.to_string(),
+                    message: format!("{error:#}"),
+                }
+            }
+        })?;
         match bindings.init(&mut store, &self.config) {
             Ok(Ok(())) => {
                 self.live = Some(Live { store, bindings });

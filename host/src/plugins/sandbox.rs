@@ -28,11 +28,11 @@ const MAX_LINE_BYTES: usize = 4096;
 /// How much recent stderr is kept to explain a trap.
 const STDERR_TAIL_BYTES: usize = 2048;
 
-/// Builds the WASI context for one instance of `plugin`.
-pub(crate) fn wasi_context(plugin: &Arc<str>, stderr: &GuestOutput) -> WasiCtx {
+/// Builds the WASI context for one instance, writing to `stdout` and `stderr`.
+pub(crate) fn wasi_context(stdout: &GuestOutput, stderr: &GuestOutput) -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
     builder
-        .stdout(GuestOutput::new(plugin.clone(), Stream::Stdout))
+        .stdout(stdout.clone())
         .stderr(stderr.clone())
         .allow_ip_name_lookup(false)
         .allow_tcp(false)
@@ -206,5 +206,78 @@ impl tokio::io::AsyncWrite for GuestOutput {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
+
+    use super::*;
+
+    /// Counts guest-output events and rate-limit warnings.
+    #[derive(Clone, Default)]
+    struct Counter {
+        lines: Arc<AtomicUsize>,
+        warnings: Arc<AtomicUsize>,
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Counter {
+        fn on_event(&self, event: &tracing::Event<'_>, _ctx: LayerContext<'_, S>) {
+            if event.metadata().target() != "weft::plugins::guest" {
+                return;
+            }
+            let mut suppressed = false;
+            event.record(
+                &mut |field: &tracing::field::Field, _: &dyn std::fmt::Debug| {
+                    suppressed |= field.name() == "suppressed";
+                },
+            );
+            if suppressed {
+                self.warnings.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.lines.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn guest_output_is_logged_by_line_and_rate_limited() {
+        let counter = Counter::default();
+        let subscriber = tracing_subscriber::registry().with(counter.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let mut out = GuestOutput::new(Arc::from("noisy"), Stream::Stderr);
+            out.write(Bytes::from_static(b"partial ")).unwrap();
+            assert_eq!(
+                counter.lines.load(Ordering::SeqCst),
+                0,
+                "no event before the newline"
+            );
+            out.write(Bytes::from_static(b"line\n")).unwrap();
+            assert_eq!(counter.lines.load(Ordering::SeqCst), 1);
+            assert_eq!(out.tail().as_deref(), Some("partial line"));
+
+            let flood: Vec<u8> = (0..1000)
+                .flat_map(|i| format!("line {i}\n").into_bytes())
+                .collect();
+            out.write(Bytes::from(flood)).unwrap();
+            let logged = counter.lines.load(Ordering::SeqCst);
+            assert!(
+                (100..=110).contains(&logged),
+                "burst of 100 lines, then limited: logged {logged}"
+            );
+            assert!(
+                out.tail().unwrap().ends_with("line 999"),
+                "the tail keeps the latest output"
+            );
+
+            // Once the budget refills, the drop count is reported.
+            std::thread::sleep(Duration::from_millis(150));
+            out.write(Bytes::from_static(b"after\n")).unwrap();
+            assert_eq!(counter.warnings.load(Ordering::SeqCst), 1);
+        });
     }
 }

@@ -566,4 +566,132 @@ fn measure() {
         "host-only baseline (message to JSON value): {:?} per message",
         started.elapsed() / (rounds * batch.len() as u32)
     );
+
+    // Where the time goes: the hostile guest's `count` parses the record and
+    // returns a tiny JSON; its echo also serializes the record back.
+    let mut hostile = warm_engine
+        .load_transform(
+            "hostile",
+            &guest("weft-hostile-transform"),
+            &BTreeMap::new(),
+            &Limits::default(),
+        )
+        .unwrap();
+    for what in ["count", "echo"] {
+        let batch: Vec<Message> = batch
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                m.record.insert("do".into(), json!(what));
+                m
+            })
+            .collect();
+        hostile.transform(&batch).unwrap();
+        let started = Instant::now();
+        for _ in 0..rounds {
+            hostile.transform(&batch).unwrap();
+        }
+        println!(
+            "hostile `{what}` at batch 100: {:?} per message",
+            started.elapsed() / (rounds * batch.len() as u32)
+        );
+    }
+}
+
+#[test]
+fn an_exhausted_instance_pool_is_reported_as_such() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut settings = EngineSettings::new(cache.path());
+    settings.max_instances = 1;
+    let engine = PluginEngine::new(settings).unwrap();
+    let path = guest("weft-upcase-transform");
+    let cfg = config(&[("column", "name")]);
+    let _first = engine
+        .load_transform("first", &path, &cfg, &Limits::default())
+        .unwrap();
+    let error = engine
+        .load_transform("second", &path, &cfg, &Limits::default())
+        .unwrap_err();
+    assert!(
+        matches!(error, PluginError::Instantiate { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("max_instances"), "{error}");
+}
+
+fn raw(mode: &str, limits: &Limits) -> Result<TransformFunction, PluginError> {
+    engine().load_transform(
+        "raw",
+        &guest("weft-raw-transform"),
+        &config(&[("mode", mode)]),
+        limits,
+    )
+}
+
+#[test]
+fn a_wrong_number_of_outcomes_fails_the_call() {
+    let mut function = raw("short", &Limits::default()).unwrap();
+    let batch = [
+        message(Action::Insert, json!({"id": 1}), None),
+        message(Action::Insert, json!({"id": 2}), None),
+    ];
+    let error = function.transform(&batch).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PluginError::OutcomeCount {
+                expected: 2,
+                got: 1,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("returned 1 outcomes for a batch of 2"),
+        "{error}"
+    );
+}
+
+#[test]
+fn invalid_json_from_the_guest_fails_the_call() {
+    let mut function = raw("bad-json", &Limits::default()).unwrap();
+    let error = function
+        .transform(&[message(Action::Insert, json!({"id": 1}), None)])
+        .unwrap_err();
+    assert!(
+        matches!(error, PluginError::InvalidJson { index: 0, .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_looping_init_times_out_at_load() {
+    let limits = Limits {
+        call_timeout: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let error = raw("init-loop", &limits).unwrap_err();
+    assert!(matches!(error, PluginError::Timeout { .. }), "{error:?}");
+}
+
+/// The pipeline calls from `spawn_blocking`; WASI's blocking output enters
+/// the ambient tokio runtime, which works there (not on a worker thread).
+#[test]
+fn calls_work_from_spawn_blocking_and_guest_output_does_not_block() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut function = hostile(&Limits::default());
+    let outcomes = runtime
+        .block_on(
+            async move { tokio::task::spawn_blocking(move || run(&mut function, "print")).await },
+        )
+        .expect("join")
+        .expect("transform");
+    assert_eq!(outcomes[0], Ok(Payload::Json(json!("printed"))));
 }

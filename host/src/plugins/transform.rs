@@ -58,7 +58,9 @@ impl TransformFunction {
     }
 
     /// Transforms a batch: one outcome per message, in order. Blocks for up
-    /// to the call timeout; call it from `spawn_blocking`.
+    /// to the call timeout; call it from `spawn_blocking` or a plain thread,
+    /// never on an async worker thread: WASI output from the guest enters the
+    /// ambient tokio runtime with `block_on`.
     pub fn transform(
         &mut self,
         batch: &[Message],

@@ -34,7 +34,7 @@ impl Transform for Upcase {
             }
         }
         record.insert("transformed_by".into(), "weft-upcase".into());
-        Ok(Payload::Json(change.to_message()?))
+        Ok(Payload::Json(change.into_message()?))
     }
 }
 
