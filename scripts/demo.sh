@@ -66,6 +66,13 @@ say "starting weft (API on 127.0.0.1:$API_PORT)"
 WEFT_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API_PORT/health" >/dev/null && break; sleep 0.2; done
 curl -sf "http://127.0.0.1:$API_PORT/health" >/dev/null || { cat "$WORK/weft.log"; die "weft did not start"; }
+# Changes are captured from the moment the replication slot streams.
+for _ in $(seq 300); do
+    [ "$(psql_demo -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'weft_demo'")" = t ] && break
+    sleep 0.2
+done
+[ "$(psql_demo -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'weft_demo'")" = t ] ||
+    { cat "$WORK/weft.log"; die "weft did not start streaming from its replication slot"; }
 
 API="http://127.0.0.1:$API_PORT/api/http_pull_consumers/orders"
 pull_and_ack() {
@@ -73,6 +80,7 @@ pull_and_ack() {
     body="$(curl -sf "$API/receive?batch_size=100&wait_for=2000")"
     python3 -c 'import json,sys; [print(json.dumps(m["data"], indent=2)) for m in json.load(sys.stdin)["data"]]' <<<"$body"
     ids="$(python3 -c 'import json,sys; print(json.dumps({"ack_ids":[m["ack_id"] for m in json.load(sys.stdin)["data"]]}))' <<<"$body")"
+    if [ "$ids" = '{"ack_ids": []}' ]; then echo "(no messages yet)"; return; fi
     curl -sf -X POST -H 'content-type: application/json' -d "$ids" "$API/ack" >/dev/null
 }
 
@@ -84,7 +92,7 @@ while [ "$ROUNDS" -eq 0 ] || [ "$round" -lt "$ROUNDS" ]; do
     say "round $round: insert an order for $c, pay an older one, delete another"
     psql_demo -c "INSERT INTO orders (customer, total) VALUES ('$c', $((RANDOM % 500)).99)"
     psql_demo -c "UPDATE orders SET status = 'paid' WHERE id = (SELECT min(id) FROM orders WHERE status = 'new')"
-    [ $((round % 3)) -eq 0 ] && psql_demo -c "DELETE FROM orders WHERE id = (SELECT min(id) FROM orders)"
+    if [ $((round % 3)) -eq 0 ]; then psql_demo -c "DELETE FROM orders WHERE id = (SELECT min(id) FROM orders)"; fi
     pull_and_ack
     sleep 1
 done
