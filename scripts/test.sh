@@ -22,3 +22,7 @@ cargo clippy --all-targets -- -D warnings
 
 say "cargo test"
 cargo test 2>&1 | tee "${TMPDIR:-/tmp}/weft-test.log"
+
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "${TMPDIR:-/tmp}/weft-test.log"
