@@ -7,3 +7,4 @@ mod harness;
 mod config_errors;
 mod first_slice;
 mod source;
+mod tls;

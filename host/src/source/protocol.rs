@@ -18,6 +18,7 @@ use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::tls::{SslMode, TlsOptions};
 use super::{PgConnectOptions, SourceError};
 use crate::lsn::Lsn;
 
@@ -29,8 +30,8 @@ pub const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalS
 /// Seconds between the Unix epoch and Postgres's epoch (2000-01-01).
 const PG_EPOCH_OFFSET_SECS: u64 = 946_684_800;
 
-/// A byte stream to the server. TLS will be a second implementation of this
-/// (negotiated with an SSLRequest before startup, per `sslmode`).
+/// A byte stream to the server: plain TCP or TLS over it (negotiated with
+/// an SSLRequest before startup, per `sslmode`).
 trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
 
@@ -82,28 +83,66 @@ pub struct ReplicationConnection {
 }
 
 impl ReplicationConnection {
-    /// Connects, authenticates and waits until the server is ready.
+    /// Connects (with TLS as `sslmode` says), authenticates and waits
+    /// until the server is ready.
     pub async fn connect(options: &PgConnectOptions) -> Result<Self, SourceError> {
-        let address = format!("{}:{}", options.host, options.port);
-        let stream = tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(&address))
-            .await
-            .map_err(|_| SourceError::Connect {
-                address: address.clone(),
-                reason: "timed out after 30 s".into(),
-            })?
-            .map_err(|e| SourceError::Connect {
-                address: address.clone(),
-                reason: e.to_string(),
-            })?;
+        let first = match options.tls.mode {
+            SslMode::Disable | SslMode::Allow => Encryption::Plain,
+            SslMode::Prefer => Encryption::IfOffered,
+            _ => Encryption::Required,
+        };
+        match Self::connect_with(options, first).await {
+            Err(SourceError::TlsRequired { .. }) if options.tls.mode == SslMode::Allow => {
+                Self::connect_with(options, Encryption::Required).await
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_with(
+        options: &PgConnectOptions,
+        encryption: Encryption,
+    ) -> Result<Self, SourceError> {
+        let address = options.address();
+        let mut stream =
+            tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(&address))
+                .await
+                .map_err(|_| SourceError::Connect {
+                    address: address.clone(),
+                    reason: "timed out after 30 s".into(),
+                })?
+                .map_err(|e| SourceError::Connect {
+                    address: address.clone(),
+                    reason: e.to_string(),
+                })?;
         stream.set_nodelay(true).ok();
+        let io: Box<dyn Transport> = if encryption == Encryption::Plain {
+            Box::new(stream)
+        } else if request_tls(&mut stream).await? {
+            Box::new(tls_handshake(options, stream).await?)
+        } else if encryption == Encryption::Required {
+            return Err(SourceError::Tls {
+                address,
+                reason: super::server_without_tls(options.tls.mode),
+            });
+        } else {
+            Box::new(stream)
+        };
         let mut conn = ReplicationConnection {
-            io: Box::new(stream),
+            io,
             read_buf: BytesMut::with_capacity(64 * 1024),
             write_buf: BytesMut::with_capacity(1024),
             server_version: 0,
         };
-        conn.startup(options).await?;
-        Ok(conn)
+        match conn.startup(options).await {
+            Err(SourceError::Server { error, .. })
+                if super::is_no_encryption_rejection(&error.code, &error.message) =>
+            {
+                Err(SourceError::TlsRequired { address })
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(conn),
+        }
     }
 
     /// The server's major*10000+minor version (`server_version_num` form).
@@ -477,6 +516,53 @@ impl ReplicationConnection {
             }),
         }
     }
+}
+
+/// What the connection attempt does about TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encryption {
+    Plain,
+    IfOffered,
+    Required,
+}
+
+/// Sends an SSLRequest; true when the server agrees to TLS.
+async fn request_tls(stream: &mut TcpStream) -> Result<bool, SourceError> {
+    let mut buf = BytesMut::new();
+    frontend::ssl_request(&mut buf);
+    stream.write_all(&buf).await.map_err(SourceError::Io)?;
+    let answer = stream.read_u8().await.map_err(SourceError::Io)?;
+    match answer {
+        b'S' => Ok(true),
+        b'N' => Ok(false),
+        other => Err(protocol_error(&format!(
+            "unexpected answer {other:#04x} to SSLRequest"
+        ))),
+    }
+}
+
+async fn tls_handshake(
+    options: &PgConnectOptions,
+    stream: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, SourceError> {
+    let tls_error = |reason: String| SourceError::Tls {
+        address: options.address(),
+        reason,
+    };
+    let config = options
+        .tls
+        .client_config(&options.host)
+        .map_err(|e| tls_error(e.to_string()))?;
+    let name = TlsOptions::server_name(&options.host).map_err(|e| tls_error(e.to_string()))?;
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, stream)
+        .await
+        .map_err(|e| {
+            tls_error(
+                super::tls::explain_handshake(&e, &options.host, &options.tls)
+                    .unwrap_or_else(|| format!("TLS handshake failed: {e}")),
+            )
+        })
 }
 
 enum Incoming {
