@@ -6,5 +6,6 @@ mod harness;
 
 mod config_errors;
 mod first_slice;
+mod schema_changes;
 mod source;
 mod tls;

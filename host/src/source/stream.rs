@@ -357,12 +357,20 @@ impl<'a> Session<'a> {
                 oid,
                 namespace,
                 name,
+                replica_identity,
                 columns,
                 ..
             } => {
                 let tracked = self
                     .relations
-                    .apply(&self.client, oid, namespace, name, columns)
+                    .apply(
+                        &self.client,
+                        oid,
+                        namespace,
+                        name,
+                        replica_identity,
+                        columns,
+                    )
                     .await?;
                 tracing::debug!(relation = %tracked.relation.qualified_name(), "relation described");
             }
