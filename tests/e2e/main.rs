@@ -7,5 +7,6 @@ mod harness;
 mod config_errors;
 mod first_slice;
 mod schema_changes;
+mod setup_errors;
 mod source;
 mod tls;

@@ -387,6 +387,23 @@ pub enum SourceError {
         /// What to do.
         fix: String,
     },
+    /// Another process streams from the slot.
+    #[error(
+        "replication slot {slot:?} is in use by another process (PID {pid}, application_name \
+         {application_name:?}, client {client}): a slot serves one consumer at a time. Stop that \
+         consumer (see SELECT * FROM pg_stat_replication WHERE pid = {pid}), or end it with \
+         SELECT pg_terminate_backend({pid}); or give this database its own slot name"
+    )]
+    SlotActive {
+        /// The slot.
+        slot: String,
+        /// The walsender holding it.
+        pid: i32,
+        /// That walsender's application_name.
+        application_name: String,
+        /// Its client address.
+        client: String,
+    },
     /// The pipeline dropped its receiver while the source was running.
     #[error("the pipeline stopped receiving source events")]
     PipelineClosed,
