@@ -5,6 +5,7 @@
 mod harness;
 
 mod config_errors;
+mod databases;
 mod first_slice;
 mod schema_changes;
 mod setup_errors;
