@@ -302,3 +302,54 @@ async fn scram_works_over_tls() {
         "{e}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_authenticate_with_sslcert_and_sslkey() {
+    let ca = TestCa::new("weft test CA");
+    let pg = PgCluster::start_with(PgOptions {
+        tls: Some(ServerTls {
+            files: ca.issue_server("server", &["DNS:localhost"]),
+            tls_only: true,
+            client_ca: Some(ca.cert()),
+        }),
+        hba_rules: vec!["hostssl all carol 127.0.0.1/32 cert".into()],
+        ..Default::default()
+    });
+    pg.psql("CREATE ROLE carol LOGIN REPLICATION");
+    let carol = ca.issue_client("carol", "carol");
+    let mallory = ca.issue_client("mallory", "mallory");
+    let base = format!(
+        "postgres://carol@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        pg.port(),
+        ca.cert().display()
+    );
+    connect_both(&format!(
+        "{base}&sslcert={}&sslkey={}",
+        carol.cert.display(),
+        carol.key.display()
+    ))
+    .await
+    .expect("carol's certificate authenticates carol");
+
+    let e = connect_both(&base)
+        .await
+        .expect_err("no client certificate");
+    assert!(e.to_string().contains("certificate"), "{e}");
+    let e = connect_both(&format!(
+        "{base}&sslcert={}&sslkey={}",
+        mallory.cert.display(),
+        mallory.key.display()
+    ))
+    .await
+    .expect_err("another user's certificate");
+    assert!(
+        e.to_string().contains("certificate authentication failed"),
+        "{e}"
+    );
+    let e = connect_both(&format!(
+        "{base}&sslcert=/nonexistent.crt&sslkey=/nonexistent.key"
+    ))
+    .await
+    .expect_err("missing files");
+    assert!(e.to_string().contains("/nonexistent.crt"), "{e}");
+}
