@@ -293,6 +293,29 @@ async fn scram_works_over_tls() {
         pg.port()
     );
     connect_both(&good).await.expect("SCRAM over verify-full");
+    // The server checks the binding data: success proves both connections
+    // computed tls-server-end-point correctly.
+    connect_both(&format!("{good}&channel_binding=require"))
+        .await
+        .expect("SCRAM-SHA-256-PLUS with channel binding");
+    connect_both(&format!("{good}&channel_binding=disable"))
+        .await
+        .expect("SCRAM without channel binding");
+    // postgres itself authenticates by trust: nothing to bind.
+    let trust = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&{root}&channel_binding=require",
+        pg.port()
+    );
+    let e = connect_both(&trust)
+        .await
+        .expect_err("require without SCRAM");
+    assert!(e.to_string().contains("channel_binding=require"), "{e}");
+    let e = PgConnectOptions::from_url(&format!(
+        "postgres://alice@localhost:{}/postgres?sslmode=disable&channel_binding=require",
+        pg.port()
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("needs TLS"), "{e}");
     let bad = good.replace("s3cret", "wrong");
     let e = connect_both(&bad)
         .await

@@ -169,6 +169,11 @@ impl PgConnectOptions {
     ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SourceError> {
         let mut config = self.query_config();
         config.ssl_mode(mode);
+        config.channel_binding(match self.tls.channel_binding {
+            tls::ChannelBindingMode::Disable => tokio_postgres::config::ChannelBinding::Disable,
+            tls::ChannelBindingMode::Prefer => tokio_postgres::config::ChannelBinding::Prefer,
+            tls::ChannelBindingMode::Require => tokio_postgres::config::ChannelBinding::Require,
+        });
         if mode == tokio_postgres::config::SslMode::Disable {
             let (client, connection) = config
                 .connect(tokio_postgres::NoTls)

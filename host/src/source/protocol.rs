@@ -18,7 +18,7 @@ use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::tls::{SslMode, TlsOptions};
+use super::tls::{ChannelBindingMode, SslMode, TlsOptions};
 use super::{PgConnectOptions, SourceError};
 use crate::lsn::Lsn;
 
@@ -77,6 +77,8 @@ pub enum ReplicationFrame {
 /// A connection in replication mode.
 pub struct ReplicationConnection {
     io: Box<dyn Transport>,
+    /// `tls-server-end-point` data when the connection uses TLS.
+    channel_binding: Option<Vec<u8>>,
     read_buf: BytesMut,
     write_buf: BytesMut,
     server_version: u32,
@@ -116,10 +118,18 @@ impl ReplicationConnection {
                     reason: e.to_string(),
                 })?;
         stream.set_nodelay(true).ok();
+        let mut channel_binding = None;
         let io: Box<dyn Transport> = if encryption == Encryption::Plain {
             Box::new(stream)
         } else if request_tls(&mut stream).await? {
-            Box::new(tls_handshake(options, stream).await?)
+            let tls = tls_handshake(options, stream).await?;
+            channel_binding = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(|cert| super::tls::server_end_point(cert));
+            Box::new(tls)
         } else if encryption == Encryption::Required {
             return Err(SourceError::Tls {
                 address,
@@ -130,6 +140,7 @@ impl ReplicationConnection {
         };
         let mut conn = ReplicationConnection {
             io,
+            channel_binding,
             read_buf: BytesMut::with_capacity(64 * 1024),
             write_buf: BytesMut::with_capacity(1024),
             server_version: 0,
@@ -188,12 +199,24 @@ impl ReplicationConnection {
                 })
         };
         let mut scram: Option<ScramSha256> = None;
+        let mut bound = false;
         loop {
             let Incoming::Message(message) = self.read_message().await? else {
                 return Err(protocol_error("unexpected frame during authentication"));
             };
             match message {
-                backend::Message::AuthenticationOk => return Ok(()),
+                backend::Message::AuthenticationOk => {
+                    if options.tls.channel_binding == ChannelBindingMode::Require && !bound {
+                        return Err(SourceError::Auth {
+                            user: options.user.clone(),
+                            reason: "channel_binding=require, but the server authenticated \
+                                     without SCRAM channel binding: use scram-sha-256 for this \
+                                     user in pg_hba.conf over TLS, or lower channel_binding"
+                                .into(),
+                        });
+                    }
+                    return Ok(());
+                }
                 backend::Message::AuthenticationCleartextPassword => {
                     frontend::password_message(password()?.as_bytes(), &mut self.write_buf)
                         .map_err(SourceError::Io)?;
@@ -211,18 +234,11 @@ impl ReplicationConnection {
                 }
                 backend::Message::AuthenticationSasl(body) => {
                     let mechanisms = sasl_mechanisms(body.mechanisms());
-                    if !mechanisms.iter().any(|m| m == sasl::SCRAM_SHA_256) {
-                        return Err(SourceError::Auth {
-                            user: options.user.clone(),
-                            reason: format!(
-                                "the server offers SASL mechanisms {mechanisms:?}; weft supports SCRAM-SHA-256 without TLS channel binding"
-                            ),
-                        });
-                    }
-                    let state =
-                        ScramSha256::new(password()?.as_bytes(), ChannelBinding::unsupported());
+                    let (mechanism, binding) = self.choose_scram(options, &mechanisms)?;
+                    bound = mechanism == sasl::SCRAM_SHA_256_PLUS;
+                    let state = ScramSha256::new(password()?.as_bytes(), binding);
                     frontend::sasl_initial_response(
-                        sasl::SCRAM_SHA_256,
+                        mechanism,
                         state.message(),
                         &mut self.write_buf,
                     )
@@ -261,6 +277,62 @@ impl ReplicationConnection {
                 }
             }
         }
+    }
+
+    /// Picks the SCRAM variant: SCRAM-SHA-256-PLUS with
+    /// `tls-server-end-point` when TLS gives binding data, the server offers
+    /// it and `channel_binding` allows it; plain SCRAM-SHA-256 otherwise.
+    fn choose_scram(
+        &self,
+        options: &PgConnectOptions,
+        mechanisms: &[String],
+    ) -> Result<(&'static str, ChannelBinding), SourceError> {
+        let offers = |m: &str| mechanisms.iter().any(|offered| offered == m);
+        let mode = options.tls.channel_binding;
+        if mode != ChannelBindingMode::Disable
+            && offers(sasl::SCRAM_SHA_256_PLUS)
+            && let Some(data) = &self.channel_binding
+        {
+            return Ok((
+                sasl::SCRAM_SHA_256_PLUS,
+                ChannelBinding::tls_server_end_point(data.clone()),
+            ));
+        }
+        if mode == ChannelBindingMode::Require {
+            return Err(SourceError::Auth {
+                user: options.user.clone(),
+                reason: format!(
+                    "channel_binding=require, but channel binding is not possible here (server \
+                     offers {mechanisms:?}, TLS {}): connect over TLS to a server with \
+                     scram-sha-256 for this user, or lower channel_binding",
+                    if self.channel_binding.is_some() {
+                        "in use"
+                    } else {
+                        "without binding data"
+                    }
+                ),
+            });
+        }
+        if !offers(sasl::SCRAM_SHA_256) {
+            return Err(SourceError::Auth {
+                user: options.user.clone(),
+                reason: format!(
+                    "the server offers SASL mechanisms {mechanisms:?}; weft supports \
+                     SCRAM-SHA-256 and SCRAM-SHA-256-PLUS"
+                ),
+            });
+        }
+        // 'y' tells the server we could bind but it did not offer to, which
+        // lets it detect a downgrade; 'n' when we cannot bind at all.
+        let binding = if self.channel_binding.is_some()
+            && mode != ChannelBindingMode::Disable
+            && !offers(sasl::SCRAM_SHA_256_PLUS)
+        {
+            ChannelBinding::unrequested()
+        } else {
+            ChannelBinding::unsupported()
+        };
+        Ok((sasl::SCRAM_SHA_256, binding))
     }
 
     /// Runs a simple query (replication commands included) and returns its

@@ -82,8 +82,21 @@ impl SslMode {
     }
 }
 
+/// Whether SCRAM authentication binds to the TLS channel, as libpq's
+/// `channel_binding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChannelBindingMode {
+    /// Never bind.
+    Disable,
+    /// Bind when TLS is used and the server offers SCRAM-SHA-256-PLUS.
+    #[default]
+    Prefer,
+    /// Refuse to authenticate without channel binding.
+    Require,
+}
+
 /// The TLS settings of a connection: `sslmode`, `sslrootcert`, `sslcert`,
-/// `sslkey` from the URL.
+/// `sslkey` and `channel_binding` from the URL.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TlsOptions {
     /// How hard to insist on TLS.
@@ -94,6 +107,8 @@ pub struct TlsOptions {
     pub client_cert: Option<PathBuf>,
     /// PEM file of the client certificate's private key.
     pub client_key: Option<PathBuf>,
+    /// SCRAM channel binding.
+    pub channel_binding: ChannelBindingMode,
 }
 
 impl TlsOptions {
@@ -109,6 +124,18 @@ impl TlsOptions {
                 "sslcert" => options.client_cert = Some(PathBuf::from(value)),
                 "sslkey" => options.client_key = Some(PathBuf::from(value)),
                 "sslnegotiation" if value == "postgres" => {}
+                "channel_binding" => {
+                    options.channel_binding = match value.as_str() {
+                        "disable" => ChannelBindingMode::Disable,
+                        "prefer" => ChannelBindingMode::Prefer,
+                        "require" => ChannelBindingMode::Require,
+                        other => {
+                            return Err(format!(
+                                "channel_binding={other} is not one of disable, prefer, require"
+                            ));
+                        }
+                    }
+                }
                 other if other.starts_with("ssl") => {
                     return Err(format!(
                         "the connection parameter {other} is not supported; weft reads sslmode, \
@@ -117,6 +144,14 @@ impl TlsOptions {
                 }
                 _ => {}
             }
+        }
+        if options.channel_binding == ChannelBindingMode::Require
+            && options.mode == SslMode::Disable
+        {
+            return Err(
+                "channel_binding=require needs TLS, but sslmode=disable: use sslmode=verify-full"
+                    .into(),
+            );
         }
         if options.client_cert.is_some() != options.client_key.is_some() {
             return Err("sslcert and sslkey go together: set both or neither".into());
@@ -243,6 +278,45 @@ pub enum TlsError {
     /// The TLS configuration is unusable.
     #[error("invalid TLS settings: {0}")]
     Config(String),
+}
+
+/// The `tls-server-end-point` channel binding data (RFC 5929) for the
+/// server's certificate: its hash with the certificate's signature hash
+/// (SHA-1 and MD5 become SHA-256). `None` when the certificate cannot be
+/// parsed or its signature algorithm names no hash (e.g. Ed25519).
+pub fn server_end_point(certificate: &[u8]) -> Option<Vec<u8>> {
+    use sha2::Digest;
+    use x509_cert::der::Decode;
+    use x509_cert::der::oid::db::rfc5912 as oid;
+    let parsed = x509_cert::Certificate::from_der(certificate).ok()?;
+    let algorithm = parsed.signature_algorithm.oid;
+    let sha256 = [
+        oid::SHA_1_WITH_RSA_ENCRYPTION,
+        oid::SHA_256_WITH_RSA_ENCRYPTION,
+        oid::ECDSA_WITH_SHA_256,
+        oid::ID_SHA_1,
+        oid::ID_SHA_256,
+        oid::MD_5_WITH_RSA_ENCRYPTION,
+    ];
+    let sha384 = [
+        oid::SHA_384_WITH_RSA_ENCRYPTION,
+        oid::ECDSA_WITH_SHA_384,
+        oid::ID_SHA_384,
+    ];
+    let sha512 = [
+        oid::SHA_512_WITH_RSA_ENCRYPTION,
+        oid::ECDSA_WITH_SHA_512,
+        oid::ID_SHA_512,
+    ];
+    if sha256.contains(&algorithm) {
+        Some(sha2::Sha256::digest(certificate).to_vec())
+    } else if sha384.contains(&algorithm) {
+        Some(sha2::Sha384::digest(certificate).to_vec())
+    } else if sha512.contains(&algorithm) {
+        Some(sha2::Sha512::digest(certificate).to_vec())
+    } else {
+        None
+    }
 }
 
 /// Explains a failed handshake: the rustls error found in `error`'s chain,
