@@ -629,12 +629,14 @@ async fn tls_handshake(
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(name, stream)
         .await
-        .map_err(|e| {
-            tls_error(
-                super::tls::explain_handshake(&e, &options.host, &options.tls)
-                    .unwrap_or_else(|| format!("TLS handshake failed: {e}")),
-            )
-        })
+        .map_err(
+            // A handshake cut short by the network is worth a retry; one
+            // the server or the certificate check refused is not.
+            |e| match super::tls::explain_handshake(&e, &options.host, &options.tls) {
+                Some(reason) => tls_error(reason),
+                None => SourceError::Io(e),
+            },
+        )
 }
 
 enum Incoming {
