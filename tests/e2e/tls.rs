@@ -82,7 +82,7 @@ fn weft_tls_connections(pg: &PgCluster) -> String {
 async fn sslmode_verifies_the_server_certificate() {
     let ca = TestCa::new("weft test CA");
     let other_ca = TestCa::new("some other CA");
-    let pg = tls_cluster(&ca, false, vec![]);
+    let mut pg = tls_cluster(&ca, false, vec![]);
     let port = pg.port();
     let root = format!("sslrootcert={}", ca.cert().display());
     let wrong_root = format!("sslrootcert={}", other_ca.cert().display());
@@ -197,6 +197,23 @@ async fn sslmode_verifies_the_server_certificate() {
         }
     };
     assert_eq!(change.record()["note"], "over tls");
+    assert_eq!(weft_tls_connections(&pg), "2 true");
+
+    // A restart: the source reconnects over TLS and resumes.
+    pg.restart();
+    pg.psql("INSERT INTO t VALUES (2, 'after restart')");
+    let change = loop {
+        let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
+            .await
+            .expect("a change after the restart in time")
+            .expect("the source runs");
+        if let SourceEvent::Change(change) = event
+            && change.record()["id"] == 2
+        {
+            break change;
+        }
+    };
+    assert_eq!(change.record()["note"], "after restart");
     assert_eq!(weft_tls_connections(&pg), "2 true");
     shutdown.cancel();
     handle.await.unwrap().unwrap();
