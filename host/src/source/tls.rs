@@ -168,11 +168,6 @@ impl TlsOptions {
         Ok(options)
     }
 
-    /// Whether a TLS session is ever attempted.
-    pub fn may_use_tls(&self) -> bool {
-        self.mode != SslMode::Disable
-    }
-
     /// The rustls client configuration for these options.
     pub fn client_config(&self, host: &str) -> Result<ClientConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
