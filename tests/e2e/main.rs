@@ -5,5 +5,9 @@
 mod harness;
 
 mod config_errors;
+mod databases;
 mod first_slice;
+mod schema_changes;
+mod setup_errors;
 mod source;
+mod tls;

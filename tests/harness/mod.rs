@@ -2,7 +2,9 @@
 //!
 //! * [`postgres::PgCluster`]: a throwaway Postgres cluster with logical
 //!   replication enabled.
+//! * [`certs::TestCa`]: throwaway certificates for TLS tests.
 
+pub mod certs;
 pub mod guests;
 pub mod postgres;
 pub mod weft;

@@ -34,6 +34,20 @@ pub struct PgOptions {
     pub hba_rules: Vec<String>,
     /// Extra `postgresql.conf` lines, e.g. `wal_level = replica`.
     pub settings: Vec<String>,
+    /// Serve TLS with this certificate and key (`ssl = on`).
+    pub tls: Option<ServerTls>,
+}
+
+/// TLS settings of a test cluster.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The server's certificate and key (copied into the data directory).
+    pub files: crate::harness::certs::CertFiles,
+    /// Accept TCP connections only over TLS: `pg_hba.conf` gets `hostssl`
+    /// lines instead of the default `host` ones.
+    pub tls_only: bool,
+    /// A CA file for client certificates (`ssl_ca_file`), if any.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A running throwaway Postgres server; see the module docs.
@@ -251,12 +265,49 @@ impl PgCluster {
         }
         append(&self.data_dir().join("postgresql.conf"), &conf);
 
-        if !options.hba_rules.is_empty() {
-            let path = self.data_dir().join("pg_hba.conf");
-            let existing = std::fs::read_to_string(&path).expect("read pg_hba.conf");
-            let rules = options.hba_rules.join("\n");
-            std::fs::write(&path, format!("{rules}\n{existing}")).expect("write pg_hba.conf");
+        if let Some(tls) = &options.tls {
+            self.install_tls(tls);
         }
+
+        let path = self.data_dir().join("pg_hba.conf");
+        let mut existing = std::fs::read_to_string(&path).expect("read pg_hba.conf");
+        if options.tls.as_ref().is_some_and(|t| t.tls_only) {
+            existing = "local all all trust\n\
+                        hostssl all all 127.0.0.1/32 trust\n\
+                        hostssl all all ::1/128 trust\n\
+                        hostssl replication all 127.0.0.1/32 trust\n"
+                .to_string();
+        }
+        let rules = options.hba_rules.join("\n");
+        std::fs::write(&path, format!("{rules}\n{existing}")).expect("write pg_hba.conf");
+    }
+
+    /// Copies the server certificate and key into the data directory
+    /// (owned by the server's user, key mode 0600) and turns `ssl` on.
+    fn install_tls(&self, tls: &ServerTls) {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data_dir();
+        let mut copies = vec![
+            (&tls.files.cert, "server.crt"),
+            (&tls.files.key, "server.key"),
+        ];
+        if let Some(ca) = &tls.client_ca {
+            copies.push((ca, "client-ca.crt"));
+        }
+        for (from, to) in copies {
+            let target = data.join(to);
+            std::fs::copy(from, &target)
+                .unwrap_or_else(|e| panic!("copy {} into the data dir: {e}", from.display()));
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))
+                .expect("restrict the certificate file's mode");
+            hand_to_postgres_user(&target);
+        }
+        let mut conf =
+            String::from("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        if tls.client_ca.is_some() {
+            conf += "ssl_ca_file = 'client-ca.crt'\n";
+        }
+        append(&data.join("postgresql.conf"), &conf);
     }
 
     fn write_port(&self) {

@@ -44,6 +44,12 @@ pub(crate) struct DatabaseDoc {
     pub(crate) username: Option<String>,
     #[serde(default)]
     pub(crate) password: Option<String>,
+    #[serde(default)]
+    pub(crate) ssl: Option<bool>,
+    #[serde(default)]
+    pub(crate) sslmode: Option<String>,
+    #[serde(default)]
+    pub(crate) sslrootcert: Option<String>,
     pub(crate) slot: SlotConfig,
     pub(crate) publication: PublicationConfig,
 }

@@ -260,7 +260,8 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
     assert_eq!(
         error(&db),
         "databases[0].pool_size: unknown field `pool_size`, expected one of `name`, `url`, `hostname`, \
-         `port`, `database`, `username`, `password`, `slot`, `publication` (line 5, column 16)"
+         `port`, `database`, `username`, `password`, `ssl`, `sslmode`, `sslrootcert`, `slot`, `publication` \
+         (line 5, column 16)"
     );
     let slot = DATABASE.replace("{name: weft_slot}", "{name: weft_slot, temporary: true}");
     assert_eq!(
@@ -721,5 +722,57 @@ fn wrong_shapes_are_described_in_config_terms() {
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
         "databases[0].slot: invalid type: string \"weft_slot\", expected a slot mapping like {name: weft_slot} \
          (line 5, column 11)"
+    );
+}
+
+#[test]
+fn ssl_fields_become_connection_parameters() {
+    let with = |extra: &str| {
+        DATABASE.replace(
+            "    database: app\n",
+            &format!("    database: app\n{extra}"),
+        )
+    };
+    let mode = |extra: &str| {
+        load(&with(extra)).unwrap().databases[0]
+            .connection()
+            .param("sslmode")
+            .map(str::to_owned)
+    };
+    assert_eq!(mode("    ssl: true\n").as_deref(), Some("require"));
+    assert_eq!(mode("    ssl: false\n").as_deref(), Some("disable"));
+    assert_eq!(mode(""), None);
+    let c = load(&with(
+        "    sslmode: verify-full\n    sslrootcert: /etc/ca.pem\n",
+    ))
+    .unwrap();
+    let c = c.databases[0].connection();
+    assert_eq!(c.param("sslmode"), Some("verify-full"));
+    assert_eq!(c.param("sslrootcert"), Some("/etc/ca.pem"));
+    let source = crate::source::PgConnectOptions::try_from(c).unwrap();
+    assert_eq!(source.tls.mode, crate::source::tls::SslMode::VerifyFull);
+
+    assert_eq!(
+        error(&with("    ssl: true\n    sslmode: require\n")),
+        "databases[0]: set either `ssl` or `sslmode`, not both: `ssl: true` means `sslmode: require` \
+         (line 2, column 5)"
+    );
+    assert_eq!(
+        error(&with("    sslmode: on\n")),
+        "databases[0].sslmode: unknown sslmode \"on\", expected one of disable, allow, prefer, require, \
+         verify-ca, verify-full (line 5, column 14)"
+    );
+    let url = "databases:\n  - name: main\n    url: postgres://h/db?sslmode=disable\n    ssl: true\n    slot: {name: s}\n    publication: {name: p}\n";
+    assert_eq!(
+        error(url),
+        "databases[0]: `ssl`/`sslmode` is set twice: as a field and as `?sslmode=` in the `url`; keep one \
+         (line 2, column 5)"
+    );
+    let url = "databases:\n  - name: main\n    url: postgres://h/db\n    ssl: true\n    slot: {name: s}\n    publication: {name: p}\n";
+    assert_eq!(
+        load(url).unwrap().databases[0]
+            .connection()
+            .param("sslmode"),
+        Some("require")
     );
 }

@@ -136,6 +136,82 @@ fn resolve_connection(
     path: &DocPath,
     problems: &mut Problems,
 ) -> Option<PgConnection> {
+    let mut connection = base_connection(doc, path, problems)?;
+    apply_tls_fields(doc, path, problems, &mut connection).then_some(connection)
+}
+
+/// The libpq `sslmode` values.
+const SSL_MODES: [&str; 6] = [
+    "disable",
+    "allow",
+    "prefer",
+    "require",
+    "verify-ca",
+    "verify-full",
+];
+
+/// Folds `ssl`, `sslmode` and `sslrootcert` into the connection's
+/// parameters, where a `url`'s own `?sslmode=` would be. `ssl: true` is
+/// `sslmode=require` (encrypted, certificate not checked, as Sequin's
+/// `ssl: true`); `ssl: false` is `sslmode=disable`.
+fn apply_tls_fields(
+    doc: &DatabaseDoc,
+    path: &DocPath,
+    problems: &mut Problems,
+    connection: &mut PgConnection,
+) -> bool {
+    let mode = match (doc.ssl, &doc.sslmode) {
+        (Some(_), Some(_)) => {
+            problems.add(
+                path.clone(),
+                "set either `ssl` or `sslmode`, not both: `ssl: true` means `sslmode: require`",
+            );
+            return false;
+        }
+        (Some(true), None) => Some("require".to_string()),
+        (Some(false), None) => Some("disable".to_string()),
+        (None, Some(mode)) => {
+            if !SSL_MODES.contains(&mode.as_str()) {
+                problems.add(
+                    path.key("sslmode"),
+                    format!(
+                        "unknown sslmode {mode:?}, expected one of {}",
+                        SSL_MODES.join(", ")
+                    ),
+                );
+                return false;
+            }
+            Some(mode.clone())
+        }
+        (None, None) => None,
+    };
+    let fields = [
+        ("sslmode", mode, "`ssl`/`sslmode`"),
+        ("sslrootcert", doc.sslrootcert.clone(), "`sslrootcert`"),
+    ];
+    let mut ok = true;
+    for (param, value, field) in fields {
+        let Some(value) = value else { continue };
+        if connection.param(param).is_some() {
+            problems.add(
+                path.clone(),
+                format!(
+                    "{field} is set twice: as a field and as `?{param}=` in the `url`; keep one"
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        connection.params.push((param.to_string(), value));
+    }
+    ok
+}
+
+fn base_connection(
+    doc: &DatabaseDoc,
+    path: &DocPath,
+    problems: &mut Problems,
+) -> Option<PgConnection> {
     let fields: Vec<&str> = [
         ("hostname", doc.hostname.is_some()),
         ("port", doc.port.is_some()),

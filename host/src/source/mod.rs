@@ -13,12 +13,14 @@
 //! * [`relation`]: the relations seen on the stream and row rendering.
 //! * [`slot`]: server, publication and slot checks and creation.
 //! * [`stream`]: one replication session: decode, order, emit, confirm.
+//! * [`tls`]: `sslmode` and certificate verification for both connections.
 
 pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
 pub mod slot;
 pub mod stream;
+pub mod tls;
 pub mod types;
 
 use std::time::Duration;
@@ -62,18 +64,22 @@ pub struct PgConnectOptions {
     pub password: Option<String>,
     /// The database name.
     pub database: String,
+    /// `sslmode`, `sslrootcert`, `sslcert`, `sslkey`.
+    pub tls: tls::TlsOptions,
 }
 
 impl TryFrom<&crate::config::PgConnection> for PgConnectOptions {
     type Error = SourceError;
 
     fn try_from(connection: &crate::config::PgConnection) -> Result<Self, SourceError> {
-        if let Some(mode) = connection.param("sslmode")
-            && !matches!(mode, "disable" | "allow" | "prefer")
-        {
+        let tls = tls::TlsOptions::from_params(&connection.params)
+            .map_err(|reason| SourceError::InvalidUrl { reason })?;
+        if connection.host.starts_with('/') {
             return Err(SourceError::InvalidUrl {
                 reason: format!(
-                    "sslmode={mode} needs TLS, which weft's replication connection does not support yet; use sslmode=disable on a trusted network"
+                    "host {} is a Unix socket directory; weft connects over TCP: use the server's \
+                     address, e.g. 127.0.0.1",
+                    connection.host
                 ),
             });
         }
@@ -83,6 +89,7 @@ impl TryFrom<&crate::config::PgConnection> for PgConnectOptions {
             user: connection.user.clone(),
             password: connection.password.clone(),
             database: connection.database.clone(),
+            tls,
         })
     }
 }
@@ -95,14 +102,15 @@ impl std::fmt::Debug for PgConnectOptions {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("database", &self.database)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl PgConnectOptions {
     /// Parses `postgres://user:password@host:port/database?sslmode=disable`
-    /// with the config's URL parser. Only `sslmode` values that work without
-    /// TLS (`disable`, `allow`, `prefer`) are accepted for now.
+    /// with the config's URL parser; `sslmode`, `sslrootcert`, `sslcert`
+    /// and `sslkey` work as in libpq (see [`tls`]).
     pub fn from_url(url: &str) -> Result<Self, SourceError> {
         let connection = crate::config::PgConnection::from_url(url)
             .map_err(|reason| SourceError::InvalidUrl { reason })?;
@@ -126,6 +134,130 @@ impl PgConnectOptions {
         }
         config
     }
+
+    /// `host:port`, for errors.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Opens an ordinary (query) connection with the configured TLS and
+    /// drives it on a spawned task, which ends when the client is dropped.
+    pub async fn connect_query(
+        &self,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SourceError> {
+        use tokio_postgres::config::SslMode as Mode;
+        let first = match self.tls.mode {
+            tls::SslMode::Disable | tls::SslMode::Allow => Mode::Disable,
+            tls::SslMode::Prefer => Mode::Prefer,
+            _ => Mode::Require,
+        };
+        match self.connect_query_with(first).await {
+            Err(SourceError::TlsRequired { .. }) if self.tls.mode == tls::SslMode::Allow => {
+                self.connect_query_with(Mode::Require).await
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_query_with(
+        &self,
+        mode: tokio_postgres::config::SslMode,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SourceError> {
+        let mut config = self.query_config();
+        config.ssl_mode(mode);
+        config.channel_binding(match self.tls.channel_binding {
+            tls::ChannelBindingMode::Disable => tokio_postgres::config::ChannelBinding::Disable,
+            tls::ChannelBindingMode::Prefer => tokio_postgres::config::ChannelBinding::Prefer,
+            tls::ChannelBindingMode::Require => tokio_postgres::config::ChannelBinding::Require,
+        });
+        if mode == tokio_postgres::config::SslMode::Disable {
+            let (client, connection) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| self.query_connect_error(e))?;
+            return Ok((client, drive(connection)));
+        }
+        let tls_config = self
+            .tls
+            .client_config(&self.host)
+            .map_err(|e| SourceError::Tls {
+                address: self.address(),
+                reason: e.to_string(),
+            })?;
+        let (client, connection) = config
+            .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls_config))
+            .await
+            .map_err(|e| self.query_connect_error(e))?;
+        Ok((client, drive(connection)))
+    }
+
+    fn query_connect_error(&self, e: tokio_postgres::Error) -> SourceError {
+        if let Some(db) = e.as_db_error() {
+            if is_no_encryption_rejection(db.code().code(), db.message()) {
+                return SourceError::TlsRequired {
+                    address: self.address(),
+                };
+            }
+            return SourceError::Query {
+                context: "opening the query connection".into(),
+                source: e,
+            };
+        }
+        if let Some(reason) = tls::explain_handshake(&e, &self.host, &self.tls) {
+            return SourceError::Tls {
+                address: self.address(),
+                reason,
+            };
+        }
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(inner) = cause {
+            text = format!("{text}: {inner}");
+            cause = inner.source();
+        }
+        if text.contains("server does not support TLS") {
+            return SourceError::Tls {
+                address: self.address(),
+                reason: server_without_tls(self.tls.mode),
+            };
+        }
+        SourceError::Connect {
+            address: self.address(),
+            reason: text,
+        }
+    }
+}
+
+/// Runs a query connection's I/O on its own task.
+fn drive<S, T>(connection: tokio_postgres::Connection<S, T>) -> tokio::task::JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio_postgres::tls::TlsStream + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "query connection ended");
+        }
+    })
+}
+
+/// Whether a startup error is pg_hba.conf refusing a connection because it
+/// is not encrypted (only `hostssl` lines match this client).
+pub(crate) fn is_no_encryption_rejection(code: &str, message: &str) -> bool {
+    code == "28000" && message.contains("no encryption")
+}
+
+/// Why a server that answers an SSLRequest with "no" cannot be used.
+pub(crate) fn server_without_tls(mode: tls::SslMode) -> String {
+    format!(
+        "sslmode={} needs TLS but the server does not offer it: set ssl = on (with ssl_cert_file \
+         and ssl_key_file) in postgresql.conf, or use sslmode=prefer on a trusted network",
+        mode.as_str()
+    )
 }
 
 /// Everything that can stop the source.
@@ -144,6 +276,24 @@ pub enum SourceError {
         address: String,
         /// Why.
         reason: String,
+    },
+    /// TLS could not be set up or the handshake failed.
+    #[error("TLS to Postgres at {address} failed: {reason}")]
+    Tls {
+        /// host:port.
+        address: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The server accepts only TLS connections and sslmode forbids TLS.
+    #[error(
+        "Postgres at {address} accepts only TLS connections from here (pg_hba.conf has no \
+         plain `host` line for this client): set sslmode=require, or better \
+         sslmode=verify-full with sslrootcert=<CA file>"
+    )]
+    TlsRequired {
+        /// host:port.
+        address: String,
     },
     /// Authentication failed.
     #[error("authentication as {user:?} failed: {reason}")]
@@ -241,6 +391,23 @@ pub enum SourceError {
         reason: String,
         /// What to do.
         fix: String,
+    },
+    /// Another process streams from the slot.
+    #[error(
+        "replication slot {slot:?} is in use by another process (PID {pid}, application_name \
+         {application_name:?}, client {client}): a slot serves one consumer at a time. Stop that \
+         consumer (see SELECT * FROM pg_stat_replication WHERE pid = {pid}), or end it with \
+         SELECT pg_terminate_backend({pid}); or give this database its own slot name"
+    )]
+    SlotActive {
+        /// The slot.
+        slot: String,
+        /// The walsender holding it.
+        pid: i32,
+        /// That walsender's application_name.
+        application_name: String,
+        /// Its client address.
+        client: String,
     },
     /// The pipeline dropped its receiver while the source was running.
     #[error("the pipeline stopped receiving source events")]
@@ -350,8 +517,10 @@ mod tests {
             ("::1", 5432, "app")
         );
         assert!(format!("{o:?}").contains("None"));
-        let e = PgConnectOptions::from_url("postgres://u@h/db?sslmode=require").unwrap_err();
-        assert!(e.to_string().contains("sslmode=require"));
+        let o = PgConnectOptions::from_url("postgres://u@h/db?sslmode=require").unwrap();
+        assert_eq!(o.tls.mode, tls::SslMode::Require);
+        let e = PgConnectOptions::from_url("postgres://u@h/db?sslmode=verify-full").unwrap_err();
+        assert!(e.to_string().contains("sslrootcert"), "{e}");
         assert!(PgConnectOptions::from_url("mysql://u@h/db").is_err());
         assert!(PgConnectOptions::from_url("postgres://u@h:99999/db").is_err());
     }

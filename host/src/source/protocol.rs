@@ -18,6 +18,7 @@ use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::tls::{ChannelBindingMode, SslMode, TlsOptions};
 use super::{PgConnectOptions, SourceError};
 use crate::lsn::Lsn;
 
@@ -29,8 +30,8 @@ pub const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalS
 /// Seconds between the Unix epoch and Postgres's epoch (2000-01-01).
 const PG_EPOCH_OFFSET_SECS: u64 = 946_684_800;
 
-/// A byte stream to the server. TLS will be a second implementation of this
-/// (negotiated with an SSLRequest before startup, per `sslmode`).
+/// A byte stream to the server: plain TCP or TLS over it (negotiated with
+/// an SSLRequest before startup, per `sslmode`).
 trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
 
@@ -76,34 +77,83 @@ pub enum ReplicationFrame {
 /// A connection in replication mode.
 pub struct ReplicationConnection {
     io: Box<dyn Transport>,
+    /// `tls-server-end-point` data when the connection uses TLS.
+    channel_binding: Option<Vec<u8>>,
     read_buf: BytesMut,
     write_buf: BytesMut,
     server_version: u32,
 }
 
 impl ReplicationConnection {
-    /// Connects, authenticates and waits until the server is ready.
+    /// Connects (with TLS as `sslmode` says), authenticates and waits
+    /// until the server is ready.
     pub async fn connect(options: &PgConnectOptions) -> Result<Self, SourceError> {
-        let address = format!("{}:{}", options.host, options.port);
-        let stream = tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(&address))
-            .await
-            .map_err(|_| SourceError::Connect {
-                address: address.clone(),
-                reason: "timed out after 30 s".into(),
-            })?
-            .map_err(|e| SourceError::Connect {
-                address: address.clone(),
-                reason: e.to_string(),
-            })?;
+        let first = match options.tls.mode {
+            SslMode::Disable | SslMode::Allow => Encryption::Plain,
+            SslMode::Prefer => Encryption::IfOffered,
+            _ => Encryption::Required,
+        };
+        match Self::connect_with(options, first).await {
+            Err(SourceError::TlsRequired { .. }) if options.tls.mode == SslMode::Allow => {
+                Self::connect_with(options, Encryption::Required).await
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_with(
+        options: &PgConnectOptions,
+        encryption: Encryption,
+    ) -> Result<Self, SourceError> {
+        let address = options.address();
+        let mut stream =
+            tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(&address))
+                .await
+                .map_err(|_| SourceError::Connect {
+                    address: address.clone(),
+                    reason: "timed out after 30 s".into(),
+                })?
+                .map_err(|e| SourceError::Connect {
+                    address: address.clone(),
+                    reason: e.to_string(),
+                })?;
         stream.set_nodelay(true).ok();
+        let mut channel_binding = None;
+        let io: Box<dyn Transport> = if encryption == Encryption::Plain {
+            Box::new(stream)
+        } else if request_tls(&mut stream).await? {
+            let tls = tls_handshake(options, stream).await?;
+            channel_binding = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(|cert| super::tls::server_end_point(cert));
+            Box::new(tls)
+        } else if encryption == Encryption::Required {
+            return Err(SourceError::Tls {
+                address,
+                reason: super::server_without_tls(options.tls.mode),
+            });
+        } else {
+            Box::new(stream)
+        };
         let mut conn = ReplicationConnection {
-            io: Box::new(stream),
+            io,
+            channel_binding,
             read_buf: BytesMut::with_capacity(64 * 1024),
             write_buf: BytesMut::with_capacity(1024),
             server_version: 0,
         };
-        conn.startup(options).await?;
-        Ok(conn)
+        match conn.startup(options).await {
+            Err(SourceError::Server { error, .. })
+                if super::is_no_encryption_rejection(&error.code, &error.message) =>
+            {
+                Err(SourceError::TlsRequired { address })
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(conn),
+        }
     }
 
     /// The server's major*10000+minor version (`server_version_num` form).
@@ -149,12 +199,24 @@ impl ReplicationConnection {
                 })
         };
         let mut scram: Option<ScramSha256> = None;
+        let mut bound = false;
         loop {
             let Incoming::Message(message) = self.read_message().await? else {
                 return Err(protocol_error("unexpected frame during authentication"));
             };
             match message {
-                backend::Message::AuthenticationOk => return Ok(()),
+                backend::Message::AuthenticationOk => {
+                    if options.tls.channel_binding == ChannelBindingMode::Require && !bound {
+                        return Err(SourceError::Auth {
+                            user: options.user.clone(),
+                            reason: "channel_binding=require, but the server authenticated \
+                                     without SCRAM channel binding: use scram-sha-256 for this \
+                                     user in pg_hba.conf over TLS, or lower channel_binding"
+                                .into(),
+                        });
+                    }
+                    return Ok(());
+                }
                 backend::Message::AuthenticationCleartextPassword => {
                     frontend::password_message(password()?.as_bytes(), &mut self.write_buf)
                         .map_err(SourceError::Io)?;
@@ -172,18 +234,11 @@ impl ReplicationConnection {
                 }
                 backend::Message::AuthenticationSasl(body) => {
                     let mechanisms = sasl_mechanisms(body.mechanisms());
-                    if !mechanisms.iter().any(|m| m == sasl::SCRAM_SHA_256) {
-                        return Err(SourceError::Auth {
-                            user: options.user.clone(),
-                            reason: format!(
-                                "the server offers SASL mechanisms {mechanisms:?}; weft supports SCRAM-SHA-256 without TLS channel binding"
-                            ),
-                        });
-                    }
-                    let state =
-                        ScramSha256::new(password()?.as_bytes(), ChannelBinding::unsupported());
+                    let (mechanism, binding) = self.choose_scram(options, &mechanisms)?;
+                    bound = mechanism == sasl::SCRAM_SHA_256_PLUS;
+                    let state = ScramSha256::new(password()?.as_bytes(), binding);
                     frontend::sasl_initial_response(
-                        sasl::SCRAM_SHA_256,
+                        mechanism,
                         state.message(),
                         &mut self.write_buf,
                     )
@@ -222,6 +277,62 @@ impl ReplicationConnection {
                 }
             }
         }
+    }
+
+    /// Picks the SCRAM variant: SCRAM-SHA-256-PLUS with
+    /// `tls-server-end-point` when TLS gives binding data, the server offers
+    /// it and `channel_binding` allows it; plain SCRAM-SHA-256 otherwise.
+    fn choose_scram(
+        &self,
+        options: &PgConnectOptions,
+        mechanisms: &[String],
+    ) -> Result<(&'static str, ChannelBinding), SourceError> {
+        let offers = |m: &str| mechanisms.iter().any(|offered| offered == m);
+        let mode = options.tls.channel_binding;
+        if mode != ChannelBindingMode::Disable
+            && offers(sasl::SCRAM_SHA_256_PLUS)
+            && let Some(data) = &self.channel_binding
+        {
+            return Ok((
+                sasl::SCRAM_SHA_256_PLUS,
+                ChannelBinding::tls_server_end_point(data.clone()),
+            ));
+        }
+        if mode == ChannelBindingMode::Require {
+            return Err(SourceError::Auth {
+                user: options.user.clone(),
+                reason: format!(
+                    "channel_binding=require, but channel binding is not possible here (server \
+                     offers {mechanisms:?}, TLS {}): connect over TLS to a server with \
+                     scram-sha-256 for this user, or lower channel_binding",
+                    if self.channel_binding.is_some() {
+                        "in use"
+                    } else {
+                        "without binding data"
+                    }
+                ),
+            });
+        }
+        if !offers(sasl::SCRAM_SHA_256) {
+            return Err(SourceError::Auth {
+                user: options.user.clone(),
+                reason: format!(
+                    "the server offers SASL mechanisms {mechanisms:?}; weft supports \
+                     SCRAM-SHA-256 and SCRAM-SHA-256-PLUS"
+                ),
+            });
+        }
+        // 'y' tells the server we could bind but it did not offer to, which
+        // lets it detect a downgrade; 'n' when we cannot bind at all.
+        let binding = if self.channel_binding.is_some()
+            && mode != ChannelBindingMode::Disable
+            && !offers(sasl::SCRAM_SHA_256_PLUS)
+        {
+            ChannelBinding::unrequested()
+        } else {
+            ChannelBinding::unsupported()
+        };
+        Ok((sasl::SCRAM_SHA_256, binding))
     }
 
     /// Runs a simple query (replication commands included) and returns its
@@ -477,6 +588,55 @@ impl ReplicationConnection {
             }),
         }
     }
+}
+
+/// What the connection attempt does about TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encryption {
+    Plain,
+    IfOffered,
+    Required,
+}
+
+/// Sends an SSLRequest; true when the server agrees to TLS.
+async fn request_tls(stream: &mut TcpStream) -> Result<bool, SourceError> {
+    let mut buf = BytesMut::new();
+    frontend::ssl_request(&mut buf);
+    stream.write_all(&buf).await.map_err(SourceError::Io)?;
+    let answer = stream.read_u8().await.map_err(SourceError::Io)?;
+    match answer {
+        b'S' => Ok(true),
+        b'N' => Ok(false),
+        other => Err(protocol_error(&format!(
+            "unexpected answer {other:#04x} to SSLRequest"
+        ))),
+    }
+}
+
+async fn tls_handshake(
+    options: &PgConnectOptions,
+    stream: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, SourceError> {
+    let tls_error = |reason: String| SourceError::Tls {
+        address: options.address(),
+        reason,
+    };
+    let config = options
+        .tls
+        .client_config(&options.host)
+        .map_err(|e| tls_error(e.to_string()))?;
+    let name = TlsOptions::server_name(&options.host).map_err(|e| tls_error(e.to_string()))?;
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, stream)
+        .await
+        .map_err(
+            // A handshake cut short by the network is worth a retry; one
+            // the server or the certificate check refused is not.
+            |e| match super::tls::explain_handshake(&e, &options.host, &options.tls) {
+                Some(reason) => tls_error(reason),
+                None => SourceError::Io(e),
+            },
+        )
 }
 
 enum Incoming {

@@ -2,11 +2,21 @@
 //!
 //! pgoutput sends a Relation message before a table's first change on a
 //! connection and again after its schema changes. Each one becomes a new
-//! `Arc<Relation>`, so changes keep the schema they were decoded under.
-//! Primary keys are not in the message; they come from the catalog
-//! (`pg_index.indisprimary`), looked up once per Relation message, i.e. once
-//! per schema version. Non-builtin column types (domains, arrays of them,
-//! enums) are resolved through `pg_type` once per type.
+//! `Arc<Relation>`, so changes keep the schema they were decoded under, and
+//! the cache is keyed by OID: a table dropped and recreated under the same
+//! name is a new OID with its own Relation message.
+//!
+//! Primary keys: the message flags the replica identity columns, as of the
+//! change (pgoutput reads the historic catalog). The catalog weft can query
+//! is the current one, which may already be past a later key change or the
+//! table's drop. So under the default replica identity (the primary key)
+//! the message's flags decide which columns form the key, and the catalog
+//! only supplies their order when it still agrees; when it no longer does,
+//! the flagged columns are the key in table order. Under FULL, INDEX or
+//! NOTHING the flags do not describe the primary key and the current catalog
+//! is used, restricted to columns the message has. Non-builtin column types
+//! (domains, arrays of them, enums) are resolved through `pg_type` once per
+//! type.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,17 +84,19 @@ impl Relations {
         self.by_oid.get(&oid)
     }
 
-    /// Records a Relation message, looking up its primary key and column
-    /// types in the catalog.
+    /// Records a Relation message, replacing what was known about `oid`,
+    /// and resolves its primary key (see the module docs) and column types.
     pub async fn apply(
         &mut self,
         client: &tokio_postgres::Client,
         oid: u32,
         schema: String,
         name: String,
+        replica_identity: u8,
         columns: Vec<RelationColumn>,
     ) -> Result<&TrackedRelation, SourceError> {
-        let primary_key = primary_key(client, oid).await?;
+        let catalog_key = primary_key(client, oid).await?;
+        let primary_key = resolve_primary_key(catalog_key, &columns, replica_identity);
         let mut kinds = Vec::with_capacity(columns.len());
         for column in &columns {
             kinds.push(self.kind(client, column.type_oid).await?);
@@ -163,6 +175,27 @@ impl Relations {
     }
 }
 
+/// The primary key of a relation as of its Relation message: see the
+/// module docs. `replica_identity` is the message's `d`, `f`, `i` or `n`.
+pub fn resolve_primary_key(
+    catalog: Vec<String>,
+    columns: &[RelationColumn],
+    replica_identity: u8,
+) -> Vec<String> {
+    let has = |name: &String| columns.iter().any(|c| &c.name == name);
+    if replica_identity != b'd' {
+        return catalog.into_iter().filter(has).collect();
+    }
+    let flagged: Vec<String> = columns
+        .iter()
+        .filter(|c| c.is_key)
+        .map(|c| c.name.clone())
+        .collect();
+    let same_set =
+        catalog.len() == flagged.len() && catalog.iter().all(|name| flagged.contains(name));
+    if same_set { catalog } else { flagged }
+}
+
 async fn primary_key(
     client: &tokio_postgres::Client,
     oid: u32,
@@ -183,4 +216,53 @@ async fn primary_key(
             source: e,
         })?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn columns(spec: &[(&str, bool)]) -> Vec<RelationColumn> {
+        spec.iter()
+            .map(|(name, is_key)| RelationColumn {
+                is_key: *is_key,
+                name: name.to_string(),
+                type_oid: 23,
+                type_modifier: -1,
+            })
+            .collect()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_message_decides_the_key_columns_and_the_catalog_their_order() {
+        let cols = columns(&[("id", true), ("code", true), ("v", false)]);
+        // The catalog agrees: its order (code, id) wins over table order.
+        assert_eq!(
+            resolve_primary_key(names(&["code", "id"]), &cols, b'd'),
+            names(&["code", "id"])
+        );
+        // The key changed (or the table was dropped) since this change.
+        assert_eq!(
+            resolve_primary_key(names(&["uid"]), &cols, b'd'),
+            names(&["id", "code"])
+        );
+        assert_eq!(
+            resolve_primary_key(vec![], &cols, b'd'),
+            names(&["id", "code"])
+        );
+        // No key at the time of the change.
+        let none = columns(&[("id", false), ("v", false)]);
+        assert!(resolve_primary_key(names(&["id"]), &none, b'd').is_empty());
+        // FULL flags every column: the catalog's key, limited to known columns.
+        let full = columns(&[("id", true), ("v", true)]);
+        assert_eq!(
+            resolve_primary_key(names(&["id"]), &full, b'f'),
+            names(&["id"])
+        );
+        assert!(resolve_primary_key(names(&["renamed"]), &full, b'f').is_empty());
+    }
 }

@@ -5,6 +5,8 @@
 //! only after checking it fits; every mismatch names the object and the SQL
 //! that fixes it.
 
+use std::time::{Duration, Instant};
+
 use tokio_postgres::Client;
 
 use super::protocol::{ReplicationConnection, quote_ident, quote_literal};
@@ -126,7 +128,7 @@ pub async fn ensure_publication(client: &Client, config: &SourceConfig) -> Resul
             .await
             .map_err(query_error("creating the publication"))?;
         tracing::info!(%publication, "created publication");
-        return Ok(());
+        return warn_about_keyless_tables(client, publication).await;
     };
     let all_tables: bool = row.get(0);
     let all_actions: bool = row.get(1);
@@ -138,7 +140,7 @@ pub async fn ensure_publication(client: &Client, config: &SourceConfig) -> Resul
         );
     }
     if all_tables {
-        return Ok(());
+        return warn_about_keyless_tables(client, publication).await;
     }
     let published: Vec<(String, String)> = client
         .query(
@@ -180,11 +182,167 @@ pub async fn ensure_publication(client: &Client, config: &SourceConfig) -> Resul
             ),
         });
     }
+    warn_about_keyless_tables(client, publication).await
+}
+
+/// A published table that has no primary key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeylessTable {
+    /// The table.
+    pub table: TableName,
+    /// Its replica identity: `d` (default), `n` (nothing), `f` (full) or
+    /// `i` (index).
+    pub replica_identity: char,
+}
+
+impl KeylessTable {
+    /// Whether Postgres refuses UPDATE and DELETE on the table while it is
+    /// published (no primary key and replica identity DEFAULT or NOTHING).
+    pub fn blocks_updates(&self) -> bool {
+        matches!(self.replica_identity, 'd' | 'n')
+    }
+
+    /// The warning weft logs for the table, naming the fix.
+    pub fn warning(&self) -> String {
+        let table = self.table.quoted();
+        let effect = if self.blocks_updates() {
+            "Postgres refuses its UPDATEs and DELETEs while it is published (replica identity \
+             DEFAULT without a key)"
+        } else {
+            "its changes are delivered with record_pks: [] and grouped per table"
+        };
+        format!(
+            "table {} has no primary key: {effect}; add one with ALTER TABLE {table} ADD PRIMARY \
+             KEY (...), or run ALTER TABLE {table} REPLICA IDENTITY FULL",
+            self.table.display()
+        )
+    }
+}
+
+/// The tables the publication publishes that have no primary key.
+pub async fn keyless_tables(
+    client: &Client,
+    publication: &str,
+) -> Result<Vec<KeylessTable>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT pt.schemaname::text, pt.tablename::text, c.relreplident::text \
+             FROM pg_catalog.pg_publication_tables pt \
+             JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname \
+             JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename \
+             WHERE pt.pubname = $1 AND NOT EXISTS ( \
+                 SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+             ORDER BY 1, 2",
+            &[&publication],
+        )
+        .await
+        .map_err(query_error(
+            "listing published tables without a primary key",
+        ))?;
+    Ok(rows
+        .iter()
+        .map(|r| KeylessTable {
+            table: TableName {
+                schema: r.get(0),
+                name: r.get(1),
+            },
+            replica_identity: r.get::<_, String>(2).chars().next().unwrap_or('d'),
+        })
+        .collect())
+}
+
+/// Logs a warning for every published table without a primary key. Such
+/// tables are accepted (see `docs/replication.md`).
+pub async fn warn_about_keyless_tables(
+    client: &Client,
+    publication: &str,
+) -> Result<(), SourceError> {
+    for table in keyless_tables(client, publication).await? {
+        tracing::warn!(table = %table.table.display(), "{}", table.warning());
+    }
     Ok(())
 }
 
+/// Who holds a slot that is active.
+#[derive(Debug, Clone)]
+struct SlotHolder {
+    pid: i32,
+    application_name: String,
+    client: String,
+}
+
+async fn slot_holder(client: &Client, slot: &str) -> Result<Option<SlotHolder>, SourceError> {
+    let row = client
+        .query_opt(
+            "SELECT s.active_pid, coalesce(a.application_name, ''), \
+                    coalesce(host(a.client_addr), 'local socket') \
+             FROM pg_catalog.pg_replication_slots s \
+             LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = s.active_pid \
+             WHERE s.slot_name = $1 AND s.active AND s.active_pid IS NOT NULL",
+            &[&slot],
+        )
+        .await
+        .map_err(query_error(
+            "checking whether the replication slot is in use",
+        ))?;
+    Ok(row.map(|r| SlotHolder {
+        pid: r.get(0),
+        application_name: r.get(1),
+        client: r.get(2),
+    }))
+}
+
+/// Waits for the slot to be free. A walsender of weft's own previous
+/// session (after a crash or a lost connection) lingers until the server
+/// notices, at most `wal_sender_timeout`; a slot still held after that
+/// (plus a margin) belongs to another consumer.
+async fn wait_until_slot_free(client: &Client, slot: &str) -> Result<(), SourceError> {
+    let Some(mut holder) = slot_holder(client, slot).await? else {
+        return Ok(());
+    };
+    let timeout_ms: i64 = client
+        .query_one(
+            "SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'wal_sender_timeout'",
+            &[],
+        )
+        .await
+        .map_err(query_error("reading wal_sender_timeout"))?
+        .get(0);
+    let timeout = if timeout_ms <= 0 {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_millis(timeout_ms as u64).min(Duration::from_secs(300))
+    };
+    let deadline = Instant::now() + timeout + Duration::from_secs(5);
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            tracing::warn!(
+                %slot,
+                pid = holder.pid,
+                "replication slot is in use by another process; waiting up to {} s for it to be released",
+                deadline.saturating_duration_since(Instant::now()).as_secs()
+            );
+            last_warning = Some(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            return Err(SourceError::SlotActive {
+                slot: slot.to_string(),
+                pid: holder.pid,
+                application_name: holder.application_name,
+                client: holder.client,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match slot_holder(client, slot).await? {
+            None => return Ok(()),
+            Some(next) => holder = next,
+        }
+    }
+}
+
 /// Makes sure the slot exists and is a pgoutput logical slot on this
-/// database.
+/// database, and waits (bounded) for it to be free.
 pub async fn ensure_slot(
     client: &Client,
     replication: &mut ReplicationConnection,
@@ -243,5 +401,5 @@ pub async fn ensure_slot(
             fix: "connect to the slot's database or choose another slot_name".into(),
         });
     }
-    Ok(())
+    wait_until_slot_free(client, slot).await
 }

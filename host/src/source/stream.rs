@@ -133,25 +133,7 @@ impl<'a> Session<'a> {
         progress: &'a mut Progress,
     ) -> Result<(), SourceError> {
         let options = &config.connection;
-        let (client, connection) = options
-            .query_config()
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| match e.as_db_error() {
-                Some(_) => SourceError::Query {
-                    context: "opening the query connection".into(),
-                    source: e,
-                },
-                None => SourceError::Connect {
-                    address: format!("{}:{}", options.host, options.port),
-                    reason: e.to_string(),
-                },
-            })?;
-        let connection_task = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "query connection ended");
-            }
-        });
+        let (client, connection_task) = options.connect_query().await?;
         let result = async {
             // Setup can wait long (CREATE_REPLICATION_SLOT waits for running
             // transactions), so shutdown interrupts it.
@@ -375,12 +357,20 @@ impl<'a> Session<'a> {
                 oid,
                 namespace,
                 name,
+                replica_identity,
                 columns,
                 ..
             } => {
                 let tracked = self
                     .relations
-                    .apply(&self.client, oid, namespace, name, columns)
+                    .apply(
+                        &self.client,
+                        oid,
+                        namespace,
+                        name,
+                        replica_identity,
+                        columns,
+                    )
                     .await?;
                 tracing::debug!(relation = %tracked.relation.qualified_name(), "relation described");
             }
