@@ -24,6 +24,7 @@ const SCHEMA: &str = r#"
 CREATE EXTENSION citext;
 CREATE EXTENSION ltree;
 CREATE EXTENSION cube;
+CREATE EXTENSION hstore;
 CREATE TYPE mood AS ENUM ('sad', 'happy', 'it''s "quoted"', 'ünï cödé');
 CREATE DOMAIN positive AS int CHECK (VALUE > 0);
 CREATE DOMAIN label AS text;
@@ -277,6 +278,13 @@ const CASES: &[Case] = &[
     case("stamp", &["'2024-01-02 03:04:05+00'"]),
     case("ltree", &["'a.b.c'"]),
     case("cube", &["'(1,2),(3,4)'"]),
+    case(
+        "hstore",
+        &[
+            r#"'a=>1, "b c"=>NULL, "q\"x\\y"=>"", e=>"é", "=>"=>","'"#,
+            "''",
+        ],
+    ),
     // Arrays.
     case(
         "int[]",
@@ -339,6 +347,7 @@ const CASES: &[Case] = &[
     case("price[]", &["'{1.5,2}'"]),
     case("ints[]", &[r#"'{"{1,2}","{3}",NULL}'"#]),
     case("citext[]", &["'{A,b}'"]),
+    case("hstore[]", &[r#"ARRAY['a=>1'::hstore, NULL, '']"#]),
     // Composites.
     case(
         "comp",

@@ -40,6 +40,9 @@ struct CatalogType {
     element: u32,
     element_delimiter: char,
     attributes: Vec<(String, u32)>,
+    /// `schema.type` and the function of a cast to jsonb (else json) that
+    /// `to_jsonb()` would call, for user types that have one.
+    json_cast: Option<(String, String)>,
 }
 
 /// Nesting deeper than this (impossible in a sane catalog) renders as text.
@@ -71,7 +74,13 @@ SELECT t.oid,
                AND NOT a.attisdropped ORDER BY a.attnum),
        ARRAY(SELECT a.atttypid FROM pg_catalog.pg_attribute a
              WHERE t.typtype = 'c' AND a.attrelid = t.typrelid AND a.attnum > 0
-               AND NOT a.attisdropped ORDER BY a.attnum)
+               AND NOT a.attisdropped ORDER BY a.attnum),
+       t.typnamespace::pg_catalog.regnamespace::text || '.' || t.typname::text,
+       (SELECT p.proname::text
+        FROM pg_catalog.pg_cast k JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc
+        WHERE k.castsource = t.oid AND t.oid >= 16384 AND k.castmethod = 'f'
+          AND k.casttarget IN ('pg_catalog.jsonb'::pg_catalog.regtype, 'pg_catalog.json'::pg_catalog.regtype)
+        ORDER BY k.casttarget = 'pg_catalog.jsonb'::pg_catalog.regtype DESC LIMIT 1)
 FROM closure c
 JOIN pg_catalog.pg_type t ON t.oid = c.oid";
 
@@ -131,6 +140,8 @@ async fn load(
             let names: Vec<String> = row.get(5);
             let types: Vec<u32> = row.get(6);
             let typtype: String = row.get(1);
+            let name: String = row.get(7);
+            let cast: Option<String> = row.get(8);
             (
                 row.get::<_, u32>(0),
                 CatalogType {
@@ -139,6 +150,7 @@ async fn load(
                     element: row.get(3),
                     element_delimiter: first_char(row.get(4)),
                     attributes: names.into_iter().zip(types).collect(),
+                    json_cast: cast.map(|function| (name, function)),
                 },
             )
         })
@@ -179,8 +191,23 @@ fn kind(
                 })
                 .collect(),
         ))),
-        // Enums, ranges, multiranges and base types: their text.
-        _ => TypeKind::Text,
+        // to_jsonb() renders user types with a cast to jsonb/json through
+        // that cast. hstore's is known; other functions weft cannot run.
+        _ => match &row.json_cast {
+            Some((_, function))
+                if function == "hstore_to_jsonb" || function == "hstore_to_json" =>
+            {
+                TypeKind::Hstore
+            }
+            Some((name, function)) => {
+                tracing::warn!(r#type = %name, cast = %function,
+                    "to_jsonb() renders this type through its cast to json, which weft cannot run; \
+                     weft delivers the type's text form");
+                TypeKind::Text
+            }
+            // Enums, ranges, multiranges and base types: their text.
+            None => TypeKind::Text,
+        },
     };
     built.insert(oid, kind.clone());
     kind

@@ -21,6 +21,7 @@
 //!   elements' renderings, ignoring explicit lower bounds;
 //! * composite types as objects of their non-dropped attributes, each
 //!   rendered by its own type, keys in jsonb order;
+//! * `hstore` (extension) as an object of strings, through its jsonb cast;
 //! * everything else (text types, bytea, uuid, time, timetz, interval,
 //!   network, bit, geometric, text search, xml, money, ranges, multiranges,
 //!   enums, OID types, user-defined base types) as the output text.
@@ -31,6 +32,7 @@
 mod array;
 pub mod builtin;
 mod composite;
+mod hstore;
 mod scalar;
 
 use std::sync::Arc;
@@ -60,6 +62,9 @@ pub enum TypeKind {
     Vector(Arc<TypeKind>),
     /// A composite (row) type.
     Composite(Arc<CompositeType>),
+    /// The `hstore` extension type, which `to_jsonb()` renders through its
+    /// cast to jsonb: an object of string (or null) values.
+    Hstore,
 }
 
 /// The element rendering and text delimiter of an array type.
@@ -166,6 +171,7 @@ pub fn render(kind: &TypeKind, text: &str) -> Result<Value, StaleComposite> {
             Some(values) => composite::render(composite, &values)?,
             None => Value::String(text.to_string()),
         },
+        TypeKind::Hstore => hstore::parse(text).unwrap_or_else(|| Value::String(text.to_string())),
     })
 }
 

@@ -192,3 +192,17 @@ fn domains_over_arrays_nest() {
         json!([[1, 2], [3]])
     );
 }
+
+#[test]
+fn hstore_renders_as_its_jsonb_cast() {
+    let text = r#""a"=>"1", "e"=>"é", "b c"=>NULL, "q\"x\\y"=>"""#;
+    assert_eq!(
+        render(&TypeKind::Hstore, text).unwrap().to_string(),
+        r#"{"a":"1","e":"é","b c":null,"q\"x\\y":""}"#
+    );
+    assert_eq!(render(&TypeKind::Hstore, "").unwrap(), json!({}));
+    assert_eq!(
+        render(&TypeKind::Hstore, r#""a"=>"#).unwrap(),
+        json!(r#""a"=>"#)
+    );
+}
