@@ -53,7 +53,11 @@ impl TrackedRelation {
     pub fn row(&self, tuple: &Tuple, fallback: Option<&Row>) -> Result<Row, SourceError> {
         match self.render_row(tuple, fallback, false)? {
             Ok(row) => Ok(row),
-            Err(stale) => unreachable!("lenient rendering reported {stale}"),
+            // Lenient rendering shows stale composites as text instead.
+            Err(stale) => Err(SourceError::Protocol(format!(
+                "lenient rendering of {} reported {stale}",
+                self.relation.qualified_name()
+            ))),
         }
     }
 
