@@ -10,6 +10,7 @@
 //! * [`protocol`]: the replication connection (startup, auth, CopyBoth).
 //! * [`pgoutput`]: the pgoutput message decoder.
 //! * [`types`]: text values → JSON as `to_jsonb()` renders them.
+//! * [`type_catalog`]: definitions of non-built-in types from the catalog.
 //! * [`relation`]: the relations seen on the stream and row rendering.
 //! * [`slot`]: server, publication and slot checks and creation.
 //! * [`stream`]: one replication session: decode, order, emit, confirm.
@@ -21,6 +22,7 @@ pub mod relation;
 pub mod slot;
 pub mod stream;
 pub mod tls;
+pub mod type_catalog;
 pub mod types;
 
 use std::time::Duration;

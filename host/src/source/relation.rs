@@ -14,9 +14,12 @@
 //! only supplies their order when it still agrees; when it no longer does,
 //! the flagged columns are the key in table order. Under FULL, INDEX or
 //! NOTHING the flags do not describe the primary key and the current catalog
-//! is used, restricted to columns the message has. Non-builtin column types
-//! (domains, arrays of them, enums) are resolved through `pg_type` once per
-//! type.
+//! is used, restricted to columns the message has.
+//!
+//! Non-builtin column types (domains, enums, arrays, composites) are
+//! resolved through the catalog (`type_catalog.rs`) on each Relation
+//! message, and again when a composite value no longer fits its known
+//! definition.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +28,8 @@ use serde_json::Value;
 
 use super::SourceError;
 use super::pgoutput::{RelationColumn, Tuple, TupleValue};
-use super::types::{self, CatalogType, TypeKind};
+use super::type_catalog::TypeCatalog;
+use super::types::{self, StaleComposite, TypeKind};
 use crate::change::{Column, Relation, Row};
 
 /// What sequin shows for an unchanged TOAST value the server did not send.
@@ -43,8 +47,28 @@ pub struct TrackedRelation {
 impl TrackedRelation {
     /// Renders a tuple as a row. Unchanged TOAST values are taken from
     /// `fallback` (the old row, when the server sent a full one) or shown
-    /// as `"unchanged_toast"`.
+    /// as `"unchanged_toast"`. A composite value that does not fit its known
+    /// definition is shown as its text (see [`Relations::row`], which
+    /// re-reads the catalog first).
     pub fn row(&self, tuple: &Tuple, fallback: Option<&Row>) -> Result<Row, SourceError> {
+        match self.render_row(tuple, fallback, false)? {
+            Ok(row) => Ok(row),
+            // Lenient rendering shows stale composites as text instead.
+            Err(stale) => Err(SourceError::Protocol(format!(
+                "lenient rendering of {} reported {stale}",
+                self.relation.qualified_name()
+            ))),
+        }
+    }
+
+    /// Renders a tuple; with `strict`, the first composite value that does
+    /// not fit its definition stops rendering with that value's shape.
+    fn render_row(
+        &self,
+        tuple: &Tuple,
+        fallback: Option<&Row>,
+        strict: bool,
+    ) -> Result<Result<Row, StaleComposite>, SourceError> {
         let columns = &self.relation.columns;
         if tuple.len() != columns.len() {
             return Err(SourceError::Protocol(format!(
@@ -62,12 +86,22 @@ impl TrackedRelation {
                     .and_then(|old| old.get(&column.name).cloned())
                     .unwrap_or_else(|| Value::String(UNCHANGED_TOAST.into())),
                 TupleValue::Text(bytes) | TupleValue::Binary(bytes) => {
-                    types::render(*kind, &String::from_utf8_lossy(bytes))
+                    let text = String::from_utf8_lossy(bytes);
+                    match types::render(kind, &text) {
+                        Ok(json) => json,
+                        Err(stale) if strict => return Ok(Err(stale)),
+                        Err(stale) => {
+                            tracing::warn!(relation = %self.relation.qualified_name(),
+                                column = %column.name, %stale,
+                                "composite value does not fit its type's definition; delivering its text");
+                            Value::String(text.into_owned())
+                        }
+                    }
                 }
             };
             row.insert(column.name.clone(), json);
         }
-        Ok(row)
+        Ok(Ok(row))
     }
 }
 
@@ -75,7 +109,7 @@ impl TrackedRelation {
 #[derive(Default)]
 pub struct Relations {
     by_oid: HashMap<u32, TrackedRelation>,
-    type_kinds: HashMap<u32, TypeKind>,
+    types: TypeCatalog,
 }
 
 impl Relations {
@@ -97,10 +131,8 @@ impl Relations {
     ) -> Result<&TrackedRelation, SourceError> {
         let catalog_key = primary_key(client, oid).await?;
         let primary_key = resolve_primary_key(catalog_key, &columns, replica_identity);
-        let mut kinds = Vec::with_capacity(columns.len());
-        for column in &columns {
-            kinds.push(self.kind(client, column.type_oid).await?);
-        }
+        let type_oids: Vec<u32> = columns.iter().map(|c| c.type_oid).collect();
+        let kinds = self.types.resolve(client, &type_oids).await?;
         let relation = Relation {
             oid,
             schema,
@@ -124,54 +156,46 @@ impl Relations {
         Ok(&self.by_oid[&oid])
     }
 
-    async fn kind(
+    /// Renders a tuple of relation `oid` as a row (see
+    /// [`TrackedRelation::row`]). When a composite value does not fit its
+    /// type's known definition (the type was altered; pgoutput does not say
+    /// so), the relation's column types are read again and the tuple is
+    /// rendered with them.
+    pub async fn row(
         &mut self,
         client: &tokio_postgres::Client,
         oid: u32,
-    ) -> Result<TypeKind, SourceError> {
-        if let Some(kind) = types::builtin_kind(oid) {
-            return Ok(kind);
+        tuple: &Tuple,
+        fallback: Option<&Row>,
+    ) -> Result<Row, SourceError> {
+        let tracked = self.by_oid.get(&oid).ok_or_else(|| {
+            SourceError::Protocol(format!(
+                "a change for relation {oid} came before its Relation message"
+            ))
+        })?;
+        let stale = match tracked.render_row(tuple, fallback, true)? {
+            Ok(row) => return Ok(row),
+            Err(stale) => stale,
+        };
+        if !self.types.should_refresh(stale) {
+            return tracked.row(tuple, fallback);
         }
-        if let Some(kind) = self.type_kinds.get(&oid) {
-            return Ok(*kind);
-        }
-        // Load the chain (domain → base, array → element) up front; the
-        // resolution itself is synchronous.
-        let mut rows: HashMap<u32, CatalogType> = HashMap::new();
-        let mut pending = vec![oid];
-        while let Some(next) = pending.pop() {
-            if rows.contains_key(&next) || types::builtin_kind(next).is_some() || rows.len() > 16 {
-                continue;
+        let type_oids: Vec<u32> = tracked
+            .relation
+            .columns
+            .iter()
+            .map(|c| c.type_oid)
+            .collect();
+        let kinds = self.types.resolve(client, &type_oids).await?;
+        let tracked = self.by_oid.get_mut(&oid).expect("looked up above");
+        tracked.kinds = kinds;
+        match tracked.render_row(tuple, fallback, true)? {
+            Ok(row) => Ok(row),
+            Err(still) => {
+                self.types.unexplained(still);
+                tracked.row(tuple, fallback)
             }
-            let row = client
-                .query_opt(
-                    "SELECT typtype::text, typbasetype, typelem, typcategory::text \
-                     FROM pg_catalog.pg_type WHERE oid = $1",
-                    &[&next],
-                )
-                .await
-                .map_err(|e| SourceError::Query {
-                    context: format!("looking up type {next} in pg_type"),
-                    source: e,
-                })?;
-            let Some(row) = row else { continue };
-            let first_byte = |s: String| s.bytes().next().unwrap_or(0);
-            let catalog = CatalogType {
-                typtype: first_byte(row.get(0)),
-                base: row.get(1),
-                element: row.get(2),
-                category: first_byte(row.get(3)),
-            };
-            pending.extend(
-                [catalog.base, catalog.element]
-                    .into_iter()
-                    .filter(|&o| o != 0),
-            );
-            rows.insert(next, catalog);
         }
-        let kind = types::kind_from_catalog(oid, |o| rows.get(&o).copied());
-        self.type_kinds.insert(oid, kind);
-        Ok(kind)
     }
 }
 

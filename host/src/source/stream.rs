@@ -375,9 +375,11 @@ impl<'a> Session<'a> {
                 tracing::debug!(relation = %tracked.relation.qualified_name(), "relation described");
             }
             LogicalMessage::Insert { xid, relation, new } => {
-                let tracked = self.relation(relation)?;
-                let row = tracked.row(&new, None)?;
-                let relation = tracked.relation.clone();
+                let row = self
+                    .relations
+                    .row(&self.client, relation, &new, None)
+                    .await?;
+                let relation = self.relation(relation)?.relation.clone();
                 return self
                     .change(xid, relation, Action::Insert, Some(row), None)
                     .await;
@@ -388,27 +390,35 @@ impl<'a> Session<'a> {
                 old,
                 new,
             } => {
-                let tracked = self.relation(relation)?;
-                let old_row = old
-                    .as_ref()
-                    .map(|o| tracked.row(o.values(), None))
-                    .transpose()?;
+                let old_row = match &old {
+                    Some(o) => Some(
+                        self.relations
+                            .row(&self.client, relation, o.values(), None)
+                            .await?,
+                    ),
+                    None => None,
+                };
                 let full_old = match &old {
                     Some(OldTuple::Full(_)) => old_row.as_ref(),
                     _ => None,
                 };
-                let new_row = tracked.row(&new, full_old)?;
+                let new_row = self
+                    .relations
+                    .row(&self.client, relation, &new, full_old)
+                    .await?;
                 let old_row = old_row.map(|r| only_sent_columns(r, old.as_ref()));
-                let relation = tracked.relation.clone();
+                let relation = self.relation(relation)?.relation.clone();
                 return self
                     .change(xid, relation, Action::Update, Some(new_row), old_row)
                     .await;
             }
             LogicalMessage::Delete { xid, relation, old } => {
-                let tracked = self.relation(relation)?;
-                let old_row = tracked.row(old.values(), None)?;
+                let old_row = self
+                    .relations
+                    .row(&self.client, relation, old.values(), None)
+                    .await?;
                 let old_row = only_sent_columns(old_row, Some(&old));
-                let relation = tracked.relation.clone();
+                let relation = self.relation(relation)?.relation.clone();
                 return self
                     .change(xid, relation, Action::Delete, None, Some(old_row))
                     .await;

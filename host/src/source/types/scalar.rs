@@ -1,0 +1,150 @@
+//! Scalars that `to_jsonb()` renders other than as their output text:
+//! booleans, numbers, json/jsonb and timestamps.
+
+use std::cmp::Ordering;
+
+use serde_json::{Map, Number, Value};
+
+/// `t`/`f` → `true`/`false`.
+pub(super) fn boolean(text: &str) -> Value {
+    match text {
+        "t" | "true" => Value::Bool(true),
+        "f" | "false" => Value::Bool(false),
+        other => Value::String(other.to_string()),
+    }
+}
+
+/// A number as `numeric` prints it; `NaN` and `±Infinity` as strings.
+pub(super) fn number(text: &str) -> Value {
+    // Not JSON numbers; to_jsonb() gives them as strings.
+    if text == "NaN" || text == "Infinity" || text == "-Infinity" {
+        return Value::String(text.to_string());
+    }
+    match numeric_canonical(text).and_then(|t| serde_json::from_str::<Number>(&t).ok()) {
+        Some(n) => Value::Number(n),
+        None => Value::String(text.to_string()),
+    }
+}
+
+/// json or jsonb text embedded as jsonb holds it.
+pub(super) fn json(text: &str) -> Value {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => jsonb_order(value),
+        // Deeper than serde_json's nesting limit (128): keep the text.
+        Err(_) => Value::String(text.to_string()),
+    }
+}
+
+/// `2024-01-02 03:04:05` → `2024-01-02T03:04:05` (`… BC` stays at the end).
+pub(super) fn timestamp(text: &str) -> Value {
+    Value::String(text.replacen(' ', "T", 1))
+}
+
+/// `2024-01-02 03:04:05+00` → `2024-01-02T03:04:05+00:00`.
+pub(super) fn timestamptz(text: &str) -> Value {
+    let t = text.replacen(' ', "T", 1);
+    let (body, era) = match t.strip_suffix(" BC") {
+        Some(body) => (body, " BC"),
+        None => (t.as_str(), ""),
+    };
+    Value::String(format!("{}{era}", full_offset(body)))
+}
+
+/// jsonb's object key order: shorter keys first, then bytewise.
+pub(super) fn jsonb_key_cmp(a: &str, b: &str) -> Ordering {
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+}
+
+/// Rewrites a decimal literal (`-1.50`, `1e+300`, `2.5E-3`) the way
+/// Postgres's `numeric` prints it: no exponent, no leading zeros, the scale
+/// of the literal (`max(0, fraction digits - exponent)`), no sign on zero.
+/// `None` when the text is not a decimal literal or is beyond numeric range.
+fn numeric_canonical(text: &str) -> Option<String> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int_part.is_empty() && frac_part.is_empty()
+        || !int_part
+            .bytes()
+            .chain(frac_part.bytes())
+            .all(|b| b.is_ascii_digit())
+        || exponent.abs() > 200_000
+    {
+        return None;
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let shift = exponent - frac_part.len() as i64;
+    let (int_digits, frac_digits) = if shift >= 0 {
+        (
+            format!("{digits}{}", "0".repeat(shift as usize)),
+            String::new(),
+        )
+    } else {
+        let scale = (-shift) as usize;
+        let padded = if digits.len() <= scale {
+            format!("{}{digits}", "0".repeat(scale + 1 - digits.len()))
+        } else {
+            digits
+        };
+        let split = padded.len() - scale;
+        (padded[..split].to_string(), padded[split..].to_string())
+    };
+    let int_digits = match int_digits.trim_start_matches('0') {
+        "" => "0",
+        trimmed => trimmed,
+    };
+    let is_zero = int_digits == "0" && frac_digits.bytes().all(|b| b == b'0');
+    let mut out = String::with_capacity(int_digits.len() + frac_digits.len() + 2);
+    if negative && !is_zero {
+        out.push('-');
+    }
+    out.push_str(int_digits);
+    if !frac_digits.is_empty() {
+        out.push('.');
+        out.push_str(&frac_digits);
+    }
+    Some(out)
+}
+
+/// `+00` → `+00:00`: Postgres's ISO style prints whole-hour offsets without
+/// minutes, `to_jsonb()` (XSD style) always with.
+fn full_offset(text: &str) -> String {
+    let bytes = text.as_bytes();
+    if bytes.len() >= 3 {
+        let sign = bytes[bytes.len() - 3];
+        let hours = &bytes[bytes.len() - 2..];
+        if (sign == b'+' || sign == b'-') && hours.iter().all(u8::is_ascii_digit) {
+            return format!("{text}:00");
+        }
+    }
+    text.to_string()
+}
+
+/// Reorders object keys as jsonb stores them and prints numbers as numeric
+/// does. serde_json already kept the last of duplicate keys, as jsonb does.
+fn jsonb_order(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|(a, _), (b, _)| jsonb_key_cmp(a, b));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, jsonb_order(v)))
+                    .collect::<Map<String, Value>>(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(jsonb_order).collect()),
+        Value::Number(n) => number(&n.to_string()),
+        other => other,
+    }
+}
