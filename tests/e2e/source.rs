@@ -34,6 +34,8 @@ fn config(url: &str, slot: &str, publication: &str, tables: &[&str]) -> SourceCo
         publication_name: publication.into(),
         create_publication_if_not_exists: true,
         tables: tables.iter().map(|t| t.to_string()).collect(),
+        spill_dir: std::env::temp_dir().join(format!("weft-spill-{slot}-{}", std::process::id())),
+        heartbeat_interval: None,
     }
 }
 
@@ -89,7 +91,7 @@ impl Running {
                     commit_lsn,
                     end_lsn,
                 }),
-                SourceEvent::Idle { .. } => {}
+                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) => {}
             }
         }
         assert!(changes.is_empty(), "changes without a commit: {changes:?}");
