@@ -6,4 +6,6 @@ mod harness;
 
 mod config_errors;
 mod first_slice;
+mod idle;
 mod source;
+mod workload;
