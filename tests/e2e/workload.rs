@@ -445,9 +445,9 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
     );
 
     // Random mixed workload, with a Postgres restart in the middle.
-    let (ok1, failed1) = concurrent_workload(&pg, seed, 10, 10_000_000);
+    let (ok1, failed1) = concurrent_workload(&pg, seed, 8, 10_000_000);
     pg.restart();
-    let (ok2, failed2) = concurrent_workload(&pg, seed + 100, 10, 50_000_000);
+    let (ok2, failed2) = concurrent_workload(&pg, seed + 100, 8, 50_000_000);
     eprintln!(
         "workload: {} transactions committed or rolled back, {} rejected ({:?} so far)",
         ok1 + ok2,

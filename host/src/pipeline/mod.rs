@@ -205,3 +205,116 @@ impl Pipeline {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::change::{Action, Change, Column, Relation};
+    use crate::config::Config;
+
+    fn change(commit_lsn: u64, commit_idx: u32) -> SourceEvent {
+        let relation = Arc::new(Relation {
+            oid: 1,
+            schema: "public".into(),
+            name: "orders".into(),
+            columns: vec![Column {
+                name: "id".into(),
+                type_oid: 23,
+                type_modifier: -1,
+                is_identity_key: true,
+            }],
+            primary_key: vec!["id".into()],
+        });
+        let mut new = crate::change::Row::new();
+        new.insert("id".into(), serde_json::json!(commit_idx));
+        SourceEvent::Change(Change {
+            relation,
+            action: Action::Insert,
+            commit_lsn: Lsn(commit_lsn),
+            commit_idx,
+            xid: 7,
+            commit_timestamp: chrono::Utc::now(),
+            new: Some(new),
+            old: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_big_transaction_is_stored_in_chunks_and_confirmed_only_at_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::from_yaml(
+            "databases:
+  - {name: db, hostname: h, database: d, slot: {name: s}, publication: {name: p}}
+sinks:
+  - {name: orders, database: db, destination: {type: sequin_stream}}
+",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let shutdown = CancellationToken::new();
+        let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
+        let pipeline = Pipeline::new(
+            vec![SinkPipeline::new(config.sinks[0].clone(), None)],
+            store.clone(),
+            durable_tx,
+            PullApiState::new(store.clone(), shutdown.clone()),
+            BatchLimits {
+                max_changes: 10,
+                max_bytes: usize::MAX,
+            },
+        );
+        let (events, rx) = mpsc::channel(4);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        // 35 changes of one transaction pass through a 4-slot channel and
+        // 10-change batches: they are stored before the commit arrives.
+        for idx in 0..35 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.message_counts("orders").unwrap().stored < 30 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chunks were not stored"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
+            Lsn::ZERO
+        );
+        assert_eq!(
+            *durable.borrow(),
+            Lsn::ZERO,
+            "nothing confirmed before the commit"
+        );
+        // An Idle in the middle of the transaction confirms nothing either.
+        events
+            .send(SourceEvent::Idle { wal_end: Lsn(500) })
+            .await
+            .unwrap();
+        // A reconnect re-sends the transaction from its start.
+        for idx in 0..40 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        events
+            .send(SourceEvent::Commit {
+                commit_lsn: Lsn(100),
+                end_lsn: Lsn(101),
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), durable.changed())
+            .await
+            .expect("confirmed after the commit")
+            .unwrap();
+        assert_eq!(*durable.borrow(), Lsn(101));
+        assert_eq!(store.sink_cursor("orders").unwrap(), Some(Lsn(100)));
+        assert_eq!(store.message_counts("orders").unwrap().stored, 40);
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+}
