@@ -10,7 +10,7 @@
 //! waits for the lock of the previous one, whose `seq` was taken earlier).
 //! Text values longer than 4 kB are compared by SHA-256 on both sides.
 //!
-//! The workload: a 12 MB and a 120 MB transaction (far beyond the test
+//! The workload: a 10 MB and a 100 MB transaction (far beyond the test
 //! cluster's `logical_decoding_work_mem = 64kB`, so streamed and spilled),
 //! with weft's peak RSS (VmHWM) after each, which must not grow with the
 //! transaction's size; random inserts, updates and
@@ -413,23 +413,23 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
     // Each transaction is first stored whole (the slot confirmed past it),
     // then drained in batches of 250 (a receive's response is held whole,
     // so its size is the consumer's choice, not the transaction's).
-    let small = bulk_transaction(&pg, 1, 12);
+    let small = bulk_transaction(&pg, 1, 10);
     wait_until_confirmed(&pg, &weft);
     let rss_small_stored = peak_rss_kib(&weft);
     drained.drain(&weft, 250, small as usize, Duration::from_secs(60));
     let rss_small = peak_rss_kib(&weft);
-    let big = bulk_transaction(&pg, 1_000_000, 120);
+    let big = bulk_transaction(&pg, 1_000_000, 100);
     wait_until_confirmed(&pg, &weft);
     let rss_big_stored = peak_rss_kib(&weft);
     drained.drain(&weft, 250, (small + big) as usize, Duration::from_secs(120));
     let rss_big = peak_rss_kib(&weft);
     eprintln!(
-        "weft peak RSS (VmHWM) once stored: {} MiB for 12 MB, {} MiB for 120 MB",
+        "weft peak RSS (VmHWM) once stored: {} MiB for 10 MB, {} MiB for 100 MB",
         rss_small_stored / 1024,
         rss_big_stored / 1024
     );
     eprintln!(
-        "weft peak RSS (VmHWM) once drained: {} MiB after a 12 MB transaction, {} MiB after a 120 MB one ({:?} so far)",
+        "weft peak RSS (VmHWM) once drained: {} MiB after a 10 MB transaction, {} MiB after a 100 MB one ({:?} so far)",
         rss_small / 1024,
         rss_big / 1024,
         started.elapsed()

@@ -13,8 +13,8 @@
 //! not cost memory here. The cursors and the slot move only at its Commit: a
 //! crash in the middle replays the whole transaction, and the store ignores
 //! the chunks it already holds (`UNIQUE (sink, commit_lsn, commit_idx)`).
-//! A message of such a chunk that a consumer acked before the crash is
-//! delivered again, with the same idempotency key.
+//! A message of the stored part that a consumer acked before the replay
+//! got past it is stored and delivered again, with the same idempotency key.
 //!
 //! TRUNCATE has no message form (Sequin's messages have no truncate action):
 //! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
