@@ -149,8 +149,10 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .iter()
             .map(|sink| sink_pipeline(&config, &engine, sink))
             .collect::<Result<Vec<_>, _>>()?;
-        let source_config = source_config(database, &sinks)?;
-        let (events_tx, events_rx) = mpsc::channel(4096);
+        let source_config = source_config(database, &sinks, &data_dir)?;
+        // Events can carry big rows (TOAST values): a short queue keeps
+        // memory bounded while the pipeline stores a batch.
+        let (events_tx, events_rx) = mpsc::channel(1024);
         let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
         let pipeline = Pipeline::new(
             pipelines,
@@ -259,6 +261,7 @@ fn plugin_limits(limits: &FunctionLimits) -> Limits {
 fn source_config(
     database: &DatabaseConfig,
     sinks: &[&SinkConfig],
+    data_dir: &std::path::Path,
 ) -> Result<crate::source::SourceConfig, ServerError> {
     // The publication lists the sinks' tables, unless a sink selects whole
     // schemas: then it covers all tables and the sinks pick theirs.
@@ -288,6 +291,10 @@ fn source_config(
         publication_name: database.publication.name.clone(),
         create_publication_if_not_exists: database.publication.create_if_not_exists,
         tables,
+        // One directory per database: a source deletes its stale spill
+        // files at start and must not touch another's.
+        spill_dir: data_dir.join("spill").join(&database.name),
+        heartbeat_interval: database.heartbeat_interval(),
     })
 }
 

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
-use weft::source::{PgConnectOptions, SourceConfig, SourceError};
+use weft::source::SourceError;
 
 use crate::harness::postgres::PgCluster;
 
@@ -21,14 +21,8 @@ struct Source {
 
 impl Source {
     fn start(pg: &PgCluster, slot: &str, publication: &str, tables: &[&str]) -> Source {
-        let config = SourceConfig {
-            connection: PgConnectOptions::from_url(&pg.url("postgres")).unwrap(),
-            slot_name: slot.into(),
-            create_slot_if_not_exists: true,
-            publication_name: publication.into(),
-            create_publication_if_not_exists: true,
-            tables: tables.iter().map(|t| t.to_string()).collect(),
-        };
+        let config =
+            crate::harness::source::source_config(&pg.url("postgres"), slot, publication, tables);
         let (tx, events) = mpsc::channel(1024);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();

@@ -8,19 +8,12 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use weft::change::SourceEvent;
 use weft::lsn::Lsn;
-use weft::source::{PgConnectOptions, SourceConfig, SourceError, slot};
+use weft::source::{SourceConfig, SourceError, slot};
 
 use crate::harness::postgres::{PgCluster, PgOptions};
 
 fn config(pg: &PgCluster, slot: &str, publication: &str, tables: &[&str]) -> SourceConfig {
-    SourceConfig {
-        connection: PgConnectOptions::from_url(&pg.url("postgres")).unwrap(),
-        slot_name: slot.into(),
-        create_slot_if_not_exists: true,
-        publication_name: publication.into(),
-        create_publication_if_not_exists: true,
-        tables: tables.iter().map(|t| t.to_string()).collect(),
-    }
+    crate::harness::source::source_config(&pg.url("postgres"), slot, publication, tables)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,14 +27,7 @@ fn harness_starts_a_logical_cluster_with_odd_settings() {
 }
 
 fn config(url: &str, slot: &str, publication: &str, tables: &[&str]) -> SourceConfig {
-    SourceConfig {
-        connection: PgConnectOptions::from_url(url).unwrap(),
-        slot_name: slot.into(),
-        create_slot_if_not_exists: true,
-        publication_name: publication.into(),
-        create_publication_if_not_exists: true,
-        tables: tables.iter().map(|t| t.to_string()).collect(),
-    }
+    crate::harness::source::source_config(url, slot, publication, tables)
 }
 
 /// A committed transaction as the source emitted it.
@@ -89,7 +82,7 @@ impl Running {
                     commit_lsn,
                     end_lsn,
                 }),
-                SourceEvent::Idle { .. } => {}
+                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) => {}
             }
         }
         assert!(changes.is_empty(), "changes without a commit: {changes:?}");

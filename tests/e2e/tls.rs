@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use weft::change::SourceEvent;
 use weft::lsn::Lsn;
 use weft::source::protocol::ReplicationConnection;
-use weft::source::{PgConnectOptions, SourceConfig, SourceError};
+use weft::source::{PgConnectOptions, SourceError};
 
 use crate::harness::certs::TestCa;
 use crate::harness::postgres::{PgCluster, PgOptions, ServerTls};
@@ -167,20 +167,17 @@ async fn sslmode_verifies_the_server_certificate() {
     // The whole source over verify-full: changes arrive and both of its
     // connections are encrypted.
     pg.psql("CREATE TABLE t (id int PRIMARY KEY, note text)");
-    let config = SourceConfig {
-        connection: PgConnectOptions::from_url(&url(
+    let config = crate::harness::source::source_config(
+        &url(
             "localhost",
             port,
             "postgres",
             &format!("sslmode=verify-full&{root}"),
-        ))
-        .unwrap(),
-        slot_name: "tls_slot".into(),
-        create_slot_if_not_exists: true,
-        publication_name: "tls_pub".into(),
-        create_publication_if_not_exists: true,
-        tables: vec!["public.t".into()],
-    };
+        ),
+        "tls_slot",
+        "tls_pub",
+        &["public.t"],
+    );
     let (tx, mut events) = mpsc::channel(64);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
@@ -233,20 +230,12 @@ async fn plain_connections_to_a_tls_only_server_fail_clearly() {
     assert!(e.to_string().contains("sslmode=require"), "{e}");
 
     // run() stops with the same error rather than retrying forever.
-    let config = SourceConfig {
-        connection: PgConnectOptions::from_url(&url(
-            "127.0.0.1",
-            port,
-            "postgres",
-            "sslmode=disable",
-        ))
-        .unwrap(),
-        slot_name: "s".into(),
-        create_slot_if_not_exists: true,
-        publication_name: "p".into(),
-        create_publication_if_not_exists: true,
-        tables: vec![],
-    };
+    let config = crate::harness::source::source_config(
+        &url("127.0.0.1", port, "postgres", "sslmode=disable"),
+        "s",
+        "p",
+        &[],
+    );
     let (tx, _events) = mpsc::channel(8);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let e = tokio::time::timeout(

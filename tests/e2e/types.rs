@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
-use weft::source::{PgConnectOptions, SourceConfig, SourceError};
+use weft::source::{SourceConfig, SourceError};
 
 use crate::harness::postgres::PgCluster;
 
@@ -385,14 +385,7 @@ fn table_name(index: usize) -> String {
 }
 
 fn config(url: &str, slot: &str, publication: &str) -> SourceConfig {
-    SourceConfig {
-        connection: PgConnectOptions::from_url(url).unwrap(),
-        slot_name: slot.into(),
-        create_slot_if_not_exists: true,
-        publication_name: publication.into(),
-        create_publication_if_not_exists: true,
-        tables: Vec::new(),
-    }
+    crate::harness::source::source_config(url, slot, publication, &[])
 }
 
 /// A running source and the test's ends of its channels.
@@ -429,7 +422,7 @@ impl Running {
             match event {
                 SourceEvent::Change(change) => changes.push(change),
                 SourceEvent::Commit { .. } => commits += 1,
-                SourceEvent::Idle { .. } => {}
+                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) => {}
             }
         }
         changes

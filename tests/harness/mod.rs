@@ -7,4 +7,5 @@
 pub mod certs;
 pub mod guests;
 pub mod postgres;
+pub mod source;
 pub mod weft;

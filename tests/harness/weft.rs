@@ -98,6 +98,11 @@ impl WeftProcess {
         format!("http://127.0.0.1:{}{}", self.port, path)
     }
 
+    /// The process id of the running weft, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Everything weft logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

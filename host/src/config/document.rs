@@ -52,4 +52,13 @@ pub(crate) struct DatabaseDoc {
     pub(crate) sslrootcert: Option<String>,
     pub(crate) slot: SlotConfig,
     pub(crate) publication: PublicationConfig,
+    #[serde(
+        default = "default_heartbeat_interval_ms",
+        deserialize_with = "bounds::in_range::<_, u64, 0, 86_400_000>"
+    )]
+    pub(crate) heartbeat_interval_ms: u64,
+}
+
+fn default_heartbeat_interval_ms() -> u64 {
+    15_000
 }

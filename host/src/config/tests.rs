@@ -260,8 +260,8 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
     assert_eq!(
         error(&db),
         "databases[0].pool_size: unknown field `pool_size`, expected one of `name`, `url`, `hostname`, \
-         `port`, `database`, `username`, `password`, `ssl`, `sslmode`, `sslrootcert`, `slot`, `publication` \
-         (line 5, column 16)"
+         `port`, `database`, `username`, `password`, `ssl`, `sslmode`, `sslrootcert`, `slot`, `publication`, \
+         `heartbeat_interval_ms` (line 5, column 16)"
     );
     let slot = DATABASE.replace("{name: weft_slot}", "{name: weft_slot, temporary: true}");
     assert_eq!(
@@ -492,6 +492,31 @@ fn url_and_fields_are_exclusive_and_one_is_required() {
         (c.port, c.user.as_str(), c.password.as_deref()),
         (5432, "postgres", None)
     );
+}
+
+#[test]
+fn heartbeat_interval_defaults_to_15s_and_0_turns_it_off() {
+    let config = load(DATABASE).unwrap();
+    assert_eq!(
+        config.databases[0].heartbeat_interval(),
+        Some(std::time::Duration::from_secs(15))
+    );
+    let set = |value: &str| {
+        DATABASE.replace(
+            "    database: app\n",
+            &format!("    database: app\n    heartbeat_interval_ms: {value}\n"),
+        )
+    };
+    let config = load(&set("1000")).unwrap();
+    assert_eq!(
+        config.databases[0].heartbeat_interval(),
+        Some(std::time::Duration::from_secs(1))
+    );
+    assert_eq!(
+        load(&set("0")).unwrap().databases[0].heartbeat_interval(),
+        None
+    );
+    assert!(error(&set("-5")).starts_with("databases[0].heartbeat_interval_ms:"));
 }
 
 #[test]

@@ -126,6 +126,7 @@ fn resolve_databases(
             connection,
             slot: doc.slot,
             publication: doc.publication,
+            heartbeat_interval_ms: doc.heartbeat_interval_ms,
         });
     }
     databases

@@ -1,4 +1,15 @@
-//! Collects source events into batches that end on a transaction boundary.
+//! Collects source events into batches.
+//!
+//! A batch holds whole committed transactions and, at its end, possibly the
+//! first part of a transaction whose Commit has not arrived yet. The source
+//! only emits committed transactions, so that part can be processed and
+//! stored before its Commit: a big transaction then goes through in chunks
+//! of at most [`BatchLimits`] instead of being held whole. What may be
+//! confirmed (the sinks' cursors, the slot) only moves at a Commit.
+//!
+//! After a lost replication connection the source re-sends the transaction
+//! it was in the middle of from its first change; changes the batch already
+//! took are recognised by their (commit_lsn, commit_idx) and dropped.
 
 use crate::change::{Change, SourceEvent};
 use crate::lsn::Lsn;
@@ -6,34 +17,51 @@ use crate::lsn::Lsn;
 /// How much one batch may hold before it is processed.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchLimits {
-    /// Process the batch once it holds this many changes (it may hold more
-    /// when one transaction is bigger).
+    /// Process the batch once it holds this many changes.
     pub max_changes: usize,
+    /// Process the batch once its changes take about this many bytes
+    /// (see [`Change::approx_bytes`]).
+    pub max_bytes: usize,
 }
 
 impl Default for BatchLimits {
     fn default() -> Self {
-        BatchLimits { max_changes: 1000 }
+        BatchLimits {
+            max_changes: 1000,
+            max_bytes: 8 * 1024 * 1024,
+        }
     }
 }
 
-/// The committed part of a batch, ready to be processed and stored.
+/// The last transaction whose Commit a batch holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitPoint {
+    /// Commit LSN: the sinks' cursors move here once stored.
+    pub commit_lsn: Lsn,
+    /// End LSN: the position to confirm once stored.
+    pub end_lsn: Lsn,
+}
+
+/// What a batch hands over to be processed and stored.
 #[derive(Debug, Default)]
-pub struct Committed {
-    /// Changes of fully committed transactions, in commit order.
+pub struct Taken {
+    /// Changes in commit order: whole transactions, possibly followed by
+    /// the first part of one still waiting for its Commit.
     pub changes: Vec<Change>,
-    /// Commit LSN of the last transaction in `changes`.
-    pub last_commit_lsn: Lsn,
-    /// End LSN of the last transaction: the position to confirm once stored.
-    pub last_end_lsn: Lsn,
+    /// The last Commit among them, if any.
+    pub commit: Option<CommitPoint>,
+    /// TRUNCATEs seen in the batch (see [`SourceEvent::Truncate`]).
+    pub truncates: Vec<crate::change::Truncate>,
 }
 
 /// Events received but not yet processed.
 #[derive(Debug, Default)]
 pub struct Batch {
-    committed: Committed,
-    committed_any: bool,
-    open: Vec<Change>,
+    taken: Taken,
+    bytes: usize,
+    /// (commit_lsn, commit_idx) of the last change or truncate taken of the
+    /// transaction whose Commit has not arrived; survives `take`.
+    open_through: Option<(Lsn, u32)>,
     idle_at: Option<Lsn>,
 }
 
@@ -41,44 +69,74 @@ impl Batch {
     /// Adds an event from the source.
     pub fn push(&mut self, event: SourceEvent) {
         match event {
-            SourceEvent::Change(change) => self.open.push(change),
+            SourceEvent::Change(change) => {
+                if self.take_position(change.commit_lsn, change.commit_idx) {
+                    self.bytes += change.approx_bytes();
+                    self.taken.changes.push(change);
+                }
+            }
+            SourceEvent::Truncate(truncate) => {
+                if self.take_position(truncate.commit_lsn, truncate.commit_idx) {
+                    self.taken.truncates.push(truncate);
+                }
+            }
             SourceEvent::Commit {
                 commit_lsn,
                 end_lsn,
             } => {
-                self.committed.changes.append(&mut self.open);
-                self.committed.last_commit_lsn = commit_lsn;
-                self.committed.last_end_lsn = end_lsn;
-                self.committed_any = true;
+                self.taken.commit = Some(CommitPoint {
+                    commit_lsn,
+                    end_lsn,
+                });
+                self.open_through = None;
                 self.idle_at = None;
             }
             SourceEvent::Idle { wal_end } => {
-                if self.open.is_empty() {
+                if self.open_through.is_none() {
                     self.idle_at = Some(wal_end);
                 }
             }
         }
     }
 
+    /// Records that the event at (commit_lsn, commit_idx) of an open
+    /// transaction is taken; false when it was already (a re-send).
+    fn take_position(&mut self, commit_lsn: Lsn, commit_idx: u32) -> bool {
+        if let Some((lsn, idx)) = self.open_through
+            && lsn == commit_lsn
+            && commit_idx <= idx
+        {
+            return false;
+        }
+        self.open_through = Some((commit_lsn, commit_idx));
+        true
+    }
+
     /// Whether the batch should be processed before taking more events.
     pub fn is_full(&self, limits: &BatchLimits) -> bool {
-        self.committed.changes.len() + self.open.len() >= limits.max_changes && self.open.is_empty()
+        self.taken.changes.len() >= limits.max_changes || self.bytes >= limits.max_bytes
     }
 
-    /// Whether at least one transaction has committed since the last take.
-    pub fn has_committed_work(&self) -> bool {
-        self.committed_any
+    /// Whether the batch holds anything to process: a Commit, or enough of
+    /// an open transaction to store a chunk of it.
+    pub fn has_work(&self, limits: &BatchLimits) -> bool {
+        self.taken.commit.is_some() || self.is_full(limits)
     }
 
-    /// Takes the committed transactions, leaving any open one in place.
-    pub fn take_committed(&mut self) -> Committed {
-        self.committed_any = false;
-        std::mem::take(&mut self.committed)
+    /// Takes everything received so far for processing; an open
+    /// transaction continues in the next batch.
+    pub fn take(&mut self) -> Taken {
+        self.bytes = 0;
+        std::mem::take(&mut self.taken)
     }
 
-    /// Takes the idle position, if the source went idle with nothing open.
+    /// Takes the idle position, if the source went idle with nothing open
+    /// or waiting.
     pub fn take_idle_position(&mut self) -> Option<Lsn> {
-        if self.open.is_empty() && !self.committed_any {
+        if self.open_through.is_none()
+            && self.taken.commit.is_none()
+            && self.taken.changes.is_empty()
+        {
             self.idle_at.take()
         } else {
             None
@@ -88,20 +146,98 @@ impl Batch {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::change::{Action, Relation};
+
+    fn change(commit_lsn: u64, commit_idx: u32) -> SourceEvent {
+        SourceEvent::Change(Change {
+            relation: Arc::new(Relation {
+                oid: 1,
+                schema: "public".into(),
+                name: "t".into(),
+                columns: vec![],
+                primary_key: vec![],
+            }),
+            action: Action::Insert,
+            commit_lsn: Lsn(commit_lsn),
+            commit_idx,
+            xid: 1,
+            commit_timestamp: chrono::Utc::now(),
+            new: Some(serde_json::Map::new()),
+            old: None,
+        })
+    }
+
+    fn commit(commit_lsn: u64) -> SourceEvent {
+        SourceEvent::Commit {
+            commit_lsn: Lsn(commit_lsn),
+            end_lsn: Lsn(commit_lsn + 1),
+        }
+    }
 
     #[test]
-    fn open_transaction_is_kept_and_idle_waits_for_it() {
+    fn idle_waits_for_the_commit_before_it() {
         let mut batch = Batch::default();
-        batch.push(SourceEvent::Commit {
-            commit_lsn: Lsn(10),
-            end_lsn: Lsn(11),
-        });
+        batch.push(commit(10));
         batch.push(SourceEvent::Idle { wal_end: Lsn(20) });
-        assert!(batch.has_committed_work());
-        let committed = batch.take_committed();
-        assert_eq!(committed.last_end_lsn, Lsn(11));
+        let limits = BatchLimits::default();
+        assert!(batch.has_work(&limits));
+        assert_eq!(batch.take_idle_position(), None);
+        let taken = batch.take();
+        assert_eq!(taken.commit.unwrap().end_lsn, Lsn(11));
         assert_eq!(batch.take_idle_position(), Some(Lsn(20)));
         assert_eq!(batch.take_idle_position(), None);
+    }
+
+    #[test]
+    fn a_big_transaction_is_taken_in_chunks_and_commits_at_the_end() {
+        let limits = BatchLimits {
+            max_changes: 3,
+            max_bytes: usize::MAX,
+        };
+        let mut batch = Batch::default();
+        for idx in 0..3 {
+            batch.push(change(50, idx));
+        }
+        assert!(batch.has_work(&limits), "a full chunk is processed");
+        let chunk = batch.take();
+        assert_eq!(chunk.changes.len(), 3);
+        assert_eq!(chunk.commit, None, "no commit: nothing to confirm yet");
+        // An Idle while the transaction is open must not be confirmed.
+        batch.push(SourceEvent::Idle { wal_end: Lsn(99) });
+        assert_eq!(batch.take_idle_position(), None);
+        // The source reconnects and re-sends the transaction from idx 0.
+        for idx in 0..5 {
+            batch.push(change(50, idx));
+        }
+        batch.push(commit(50));
+        let rest = batch.take();
+        let idxs: Vec<u32> = rest.changes.iter().map(|c| c.commit_idx).collect();
+        assert_eq!(
+            idxs,
+            vec![3, 4],
+            "re-sent changes already taken are dropped"
+        );
+        assert_eq!(rest.commit.unwrap().commit_lsn, Lsn(50));
+        // The next transaction starts fresh.
+        batch.push(change(60, 0));
+        assert_eq!(batch.take().changes.len(), 1);
+    }
+
+    #[test]
+    fn the_byte_limit_closes_a_chunk() {
+        let limits = BatchLimits {
+            max_changes: usize::MAX,
+            max_bytes: 1000,
+        };
+        let mut batch = Batch::default();
+        let mut pushed = 0;
+        while !batch.is_full(&limits) {
+            batch.push(change(5, pushed));
+            pushed += 1;
+        }
+        assert!(pushed > 1 && pushed < 20, "{pushed} changes");
     }
 }

@@ -7,11 +7,22 @@
 //! with each sink's cursor. Only then is the batch's last commit reported as
 //! durable, so a crash at any point replays from the slot and the cursors
 //! drop what was already stored.
+//!
+//! A transaction bigger than the batch limits is stored in chunks as it
+//! arrives (the source only sends committed transactions), so its size does
+//! not cost memory here. The cursors and the slot move only at its Commit: a
+//! crash in the middle replays the whole transaction, and the store ignores
+//! the chunks it already holds (`UNIQUE (sink, commit_lsn, commit_idx)`).
+//! A message of the stored part that a consumer acked before the replay
+//! got past it is stored and delivered again, with the same idempotency key.
+//!
+//! TRUNCATE has no message form (Sequin's messages have no truncate action):
+//! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
 
 mod batch;
 mod sink;
 
-pub use batch::{Batch, BatchLimits};
+pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
 pub use sink::{NamedTransform, SinkPipeline, SinkPipelineError, group_id};
 
 use std::collections::HashMap;
@@ -44,6 +55,7 @@ pub struct Pipeline {
     durable: watch::Sender<Lsn>,
     pull_api: PullApiState,
     limits: BatchLimits,
+    truncates_skipped: u64,
 }
 
 impl Pipeline {
@@ -62,7 +74,13 @@ impl Pipeline {
             durable,
             pull_api,
             limits,
+            truncates_skipped: 0,
         }
+    }
+
+    /// How many TRUNCATEs were skipped since the pipeline started.
+    pub fn truncates_skipped(&self) -> u64 {
+        self.truncates_skipped
     }
 
     /// Consumes `events` until the channel closes or `shutdown` fires.
@@ -94,12 +112,11 @@ impl Pipeline {
                     Err(_) => break,
                 }
             }
-            if batch.has_committed_work() {
-                self.flush(&mut batch, &mut cursors).await?;
-                if let Some(wal_end) = batch.take_idle_position() {
-                    self.confirm(wal_end);
-                }
-            } else if let Some(wal_end) = batch.take_idle_position() {
+            if batch.has_work(&self.limits) {
+                let taken = batch.take();
+                self.flush(taken, &mut cursors).await?;
+            }
+            if let Some(wal_end) = batch.take_idle_position() {
                 self.confirm(wal_end);
             }
         }
@@ -109,14 +126,28 @@ impl Pipeline {
 
     async fn flush(
         &mut self,
-        batch: &mut Batch,
+        taken: Taken,
         cursors: &mut HashMap<String, Lsn>,
     ) -> Result<(), PipelineError> {
-        let committed = batch.take_committed();
+        for truncate in &taken.truncates {
+            self.truncates_skipped += 1;
+            let tables: Vec<String> = truncate
+                .relations
+                .iter()
+                .map(|r| r.qualified_name())
+                .collect();
+            warn!(
+                tables = %tables.join(", "),
+                commit_lsn = %truncate.commit_lsn,
+                skipped_total = self.truncates_skipped,
+                "TRUNCATE skipped: sinks receive no message for it (see docs/replication.md)"
+            );
+        }
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
+        let mut any_message = false;
         for sink in &mut self.sinks {
             let cursor = cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO);
-            let fresh: Vec<_> = committed
+            let fresh: Vec<_> = taken
                 .changes
                 .iter()
                 .filter(|change| change.commit_lsn > cursor)
@@ -133,19 +164,33 @@ impl Pipeline {
                     }
                 }
             };
+            any_message |= !messages.is_empty();
             sink_batches.push(SinkBatch {
                 sink: sink.name().to_string(),
                 messages,
             });
         }
-        let store = self.store.clone();
-        let last_commit = committed.last_commit_lsn;
-        tokio::task::spawn_blocking(move || store.append(&sink_batches, last_commit)).await??;
-        for sink in &self.sinks {
-            cursors.insert(sink.name().to_string(), last_commit);
-            self.pull_api.wake(sink.name());
+        // Without a Commit (a chunk of a big transaction) the cursors stay
+        // where they are: the lowest cursor moves none of them.
+        let cursor = match taken.commit {
+            Some(commit) => commit.commit_lsn,
+            None => cursors.values().copied().min().unwrap_or(Lsn::ZERO),
+        };
+        if any_message || taken.commit.is_some() {
+            let store = self.store.clone();
+            tokio::task::spawn_blocking(move || store.append(&sink_batches, cursor)).await??;
         }
-        self.confirm(committed.last_end_lsn);
+        for sink in &self.sinks {
+            if taken.commit.is_some() {
+                cursors.insert(sink.name().to_string(), cursor);
+            }
+            if any_message {
+                self.pull_api.wake(sink.name());
+            }
+        }
+        if let Some(commit) = taken.commit {
+            self.confirm(commit.end_lsn);
+        }
         Ok(())
     }
 
@@ -158,5 +203,118 @@ impl Pipeline {
                 false
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::change::{Action, Change, Column, Relation};
+    use crate::config::Config;
+
+    fn change(commit_lsn: u64, commit_idx: u32) -> SourceEvent {
+        let relation = Arc::new(Relation {
+            oid: 1,
+            schema: "public".into(),
+            name: "orders".into(),
+            columns: vec![Column {
+                name: "id".into(),
+                type_oid: 23,
+                type_modifier: -1,
+                is_identity_key: true,
+            }],
+            primary_key: vec!["id".into()],
+        });
+        let mut new = crate::change::Row::new();
+        new.insert("id".into(), serde_json::json!(commit_idx));
+        SourceEvent::Change(Change {
+            relation,
+            action: Action::Insert,
+            commit_lsn: Lsn(commit_lsn),
+            commit_idx,
+            xid: 7,
+            commit_timestamp: chrono::Utc::now(),
+            new: Some(new),
+            old: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_big_transaction_is_stored_in_chunks_and_confirmed_only_at_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::from_yaml(
+            "databases:
+  - {name: db, hostname: h, database: d, slot: {name: s}, publication: {name: p}}
+sinks:
+  - {name: orders, database: db, destination: {type: sequin_stream}}
+",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let shutdown = CancellationToken::new();
+        let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
+        let pipeline = Pipeline::new(
+            vec![SinkPipeline::new(config.sinks[0].clone(), None)],
+            store.clone(),
+            durable_tx,
+            PullApiState::new(store.clone(), shutdown.clone()),
+            BatchLimits {
+                max_changes: 10,
+                max_bytes: usize::MAX,
+            },
+        );
+        let (events, rx) = mpsc::channel(4);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        // 35 changes of one transaction pass through a 4-slot channel and
+        // 10-change batches: they are stored before the commit arrives.
+        for idx in 0..35 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.message_counts("orders").unwrap().stored < 30 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chunks were not stored"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
+            Lsn::ZERO
+        );
+        assert_eq!(
+            *durable.borrow(),
+            Lsn::ZERO,
+            "nothing confirmed before the commit"
+        );
+        // An Idle in the middle of the transaction confirms nothing either.
+        events
+            .send(SourceEvent::Idle { wal_end: Lsn(500) })
+            .await
+            .unwrap();
+        // A reconnect re-sends the transaction from its start.
+        for idx in 0..40 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        events
+            .send(SourceEvent::Commit {
+                commit_lsn: Lsn(100),
+                end_lsn: Lsn(101),
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), durable.changed())
+            .await
+            .expect("confirmed after the commit")
+            .unwrap();
+        assert_eq!(*durable.borrow(), Lsn(101));
+        assert_eq!(store.sink_cursor("orders").unwrap(), Some(Lsn(100)));
+        assert_eq!(store.message_counts("orders").unwrap().stored, 40);
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
     }
 }

@@ -13,18 +13,23 @@
 //! * [`type_catalog`]: definitions of non-built-in types from the catalog.
 //! * [`relation`]: the relations seen on the stream and row rendering.
 //! * [`slot`]: server, publication and slot checks and creation.
+//! * [`spill`]: streamed in-progress transactions, spilled to disk when big.
+//! * [`heartbeat`]: `pg_logical_emit_message` heartbeats for idle databases.
 //! * [`stream`]: one replication session: decode, order, emit, confirm.
 //! * [`tls`]: `sslmode` and certificate verification for both connections.
 
+pub mod heartbeat;
 pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
 pub mod slot;
+pub mod spill;
 pub mod stream;
 pub mod tls;
 pub mod type_catalog;
 pub mod types;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -51,7 +56,18 @@ pub struct SourceConfig {
     /// these, or `FOR ALL TABLES` when empty, and an existing one must
     /// include them.
     pub tables: Vec<String>,
+    /// A directory of this source's own where streamed transactions larger
+    /// than [`spill::SPILL_THRESHOLD_BYTES`] wait on disk for their commit.
+    /// Its `*.spill` files are deleted when the source starts.
+    pub spill_dir: PathBuf,
+    /// How often to write a heartbeat (`pg_logical_emit_message`) into the
+    /// database, so that the slot of an idle database advances; `None`
+    /// writes none.
+    pub heartbeat_interval: Option<Duration>,
 }
+
+/// The default [`SourceConfig::heartbeat_interval`], as Sequin's.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Connection settings for the source database.
 #[derive(Clone, PartialEq, Eq)]
@@ -411,6 +427,16 @@ pub enum SourceError {
         /// Its client address.
         client: String,
     },
+    /// A spill file of a big streamed transaction could not be written or read.
+    #[error(
+        "spill file {path}: {source}; check that the data directory's disk has space and is writable"
+    )]
+    Spill {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// The pipeline dropped its receiver while the source was running.
     #[error("the pipeline stopped receiving source events")]
     PipelineClosed,
@@ -461,6 +487,7 @@ pub async fn run(
 ) -> Result<(), SourceError> {
     let span = tracing::info_span!("source", slot = %config.slot_name, database = %config.connection.database);
     async move {
+        spill::clean_spill_dir(&config.spill_dir)?;
         let mut progress = stream::Progress::default();
         let mut backoff = Duration::from_secs(1);
         const MAX_BACKOFF: Duration = Duration::from_secs(60);

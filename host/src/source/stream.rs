@@ -3,9 +3,14 @@
 //! Ordering: a plain transaction arrives from pgoutput only once committed
 //! (Begin … Commit), so its changes are emitted as they are decoded. A
 //! streamed transaction (proto v2 `streaming 'on'`) arrives in chunks while
-//! still running; its changes wait in a [`TransactionBuffer`] until Stream
-//! Commit and are dropped on Stream Abort (for a subtransaction: only the
+//! still running; its changes wait in a [`TransactionBuffer`] (in memory,
+//! then on disk past a threshold; see [`super::spill`]) until Stream Commit
+//! and are dropped on Stream Abort (for a subtransaction: only the
 //! subtransaction's changes).
+//!
+//! Heartbeats (see [`super::heartbeat`]) are written on the session's query
+//! connection; their transactions come back as empty commits, which the
+//! pipeline confirms.
 //!
 //! Confirmation: the standby status update's flush and apply LSNs are the
 //! latest value of the `durable` watch, never more. It is sent when the
@@ -20,11 +25,13 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::heartbeat::{HEARTBEAT_PREFIX, HeartbeatContent};
 use super::pgoutput::{Decoder, LogicalMessage, OldTuple, PgTimestamp};
 use super::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
 use super::relation::Relations;
+use super::spill::{PendingChange, PendingKind, SPILL_THRESHOLD_BYTES, TransactionBuffer};
 use super::{SourceConfig, SourceError, slot};
-use crate::change::{Action, Change, Relation, Row, SourceEvent};
+use crate::change::{Action, Change, Relation, Row, SourceEvent, Truncate};
 use crate::lsn::Lsn;
 
 /// Status updates go out at least this often, keeping the walsender's
@@ -54,40 +61,6 @@ impl Progress {
     }
 }
 
-/// A change waiting for its transaction's commit.
-#[derive(Debug, Clone)]
-struct PendingChange {
-    subxid: u32,
-    relation: Arc<Relation>,
-    action: Action,
-    new: Option<Row>,
-    old: Option<Row>,
-}
-
-/// The changes of one streamed, still running transaction.
-///
-/// Kept in memory for now. This is the seam for spilling huge transactions
-/// to disk: only `push`, `abort_subtransaction` and `into_changes` touch
-/// the storage.
-#[derive(Debug, Default)]
-struct TransactionBuffer {
-    changes: Vec<PendingChange>,
-}
-
-impl TransactionBuffer {
-    fn push(&mut self, change: PendingChange) {
-        self.changes.push(change);
-    }
-
-    fn abort_subtransaction(&mut self, subxid: u32) {
-        self.changes.retain(|c| c.subxid != subxid);
-    }
-
-    fn into_changes(self) -> impl Iterator<Item = PendingChange> {
-        self.changes.into_iter()
-    }
-}
-
 /// The plain (non-streamed) transaction being received.
 struct OpenTransaction {
     xid: u32,
@@ -101,8 +74,10 @@ struct OpenTransaction {
 /// One connected replication session.
 pub struct Session<'a> {
     replication: ReplicationConnection,
-    client: tokio_postgres::Client,
+    client: Arc<tokio_postgres::Client>,
     relations: Relations,
+    spill_dir: &'a std::path::Path,
+    heartbeat_session: uuid::Uuid,
     decoder: Decoder,
     events: &'a mpsc::Sender<SourceEvent>,
     durable: watch::Receiver<Lsn>,
@@ -134,6 +109,9 @@ impl<'a> Session<'a> {
     ) -> Result<(), SourceError> {
         let options = &config.connection;
         let (client, connection_task) = options.connect_query().await?;
+        let client = Arc::new(client);
+        let heartbeat_session = uuid::Uuid::new_v4();
+        let mut heartbeat_task = None;
         let result = async {
             // Setup can wait long (CREATE_REPLICATION_SLOT waits for running
             // transactions), so shutdown interrupts it.
@@ -171,10 +149,19 @@ impl<'a> Session<'a> {
                 replication = setup => replication?,
             };
             progress.streamed = true;
+            if let Some(interval) = config.heartbeat_interval {
+                heartbeat_task = Some(super::heartbeat::spawn(
+                    Arc::clone(&client),
+                    interval,
+                    heartbeat_session,
+                ));
+            }
             let mut session = Session {
                 replication,
-                client,
+                client: Arc::clone(&client),
                 relations: Relations::default(),
+                spill_dir: &config.spill_dir,
+                heartbeat_session,
                 decoder: Decoder::new(),
                 events,
                 durable,
@@ -201,6 +188,9 @@ impl<'a> Session<'a> {
             outcome.map(|_| ())
         }
         .await;
+        if let Some(task) = heartbeat_task {
+            task.abort();
+        }
         connection_task.abort();
         result
     }
@@ -423,18 +413,43 @@ impl<'a> Session<'a> {
                     .change(xid, relation, Action::Delete, None, Some(old_row))
                     .await;
             }
-            LogicalMessage::Truncate { relations, .. } => {
-                // The change model has no truncate action yet.
-                tracing::warn!(?relations, "TRUNCATE is not propagated to sinks");
+            LogicalMessage::Truncate {
+                xid,
+                options,
+                relations,
+            } => {
+                let relations = relations
+                    .iter()
+                    .map(|&oid| self.relation(oid).map(|t| t.relation.clone()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return self
+                    .truncate(xid, relations, options & 1 == 1, options & 2 == 2)
+                    .await;
             }
-            LogicalMessage::Message { prefix, lsn, .. } => {
-                // Seam for heartbeats and backfill watermarks (a later issue).
-                tracing::debug!(%prefix, %lsn, "logical message");
+            LogicalMessage::Message {
+                prefix,
+                lsn,
+                content,
+                ..
+            } => {
+                if prefix == HEARTBEAT_PREFIX {
+                    if let Some(latency) =
+                        HeartbeatContent::round_trip(&content, self.heartbeat_session, Utc::now())
+                    {
+                        tracing::debug!(latency_ms = latency.as_millis() as u64, %lsn, "heartbeat round trip");
+                    }
+                } else {
+                    // Seam for backfill watermarks (a later issue).
+                    tracing::debug!(%prefix, %lsn, "logical message");
+                }
             }
             LogicalMessage::Origin { .. } | LogicalMessage::Type { .. } => {}
             LogicalMessage::StreamStart { xid, .. } => {
                 self.current_stream = Some(xid);
-                self.streams.entry(xid).or_default();
+                let dir = self.spill_dir;
+                self.streams
+                    .entry(xid)
+                    .or_insert_with(|| TransactionBuffer::new(xid, dir, SPILL_THRESHOLD_BYTES));
             }
             LogicalMessage::StreamStop => self.current_stream = None,
             LogicalMessage::StreamAbort { xid, subxid } => {
@@ -451,25 +466,53 @@ impl<'a> Session<'a> {
                 commit_timestamp,
                 ..
             } => {
-                let buffer = self.streams.remove(&xid).unwrap_or_default();
+                // A transaction whose every chunk was empty may have no buffer.
+                let buffer = self.streams.remove(&xid).unwrap_or_else(|| {
+                    TransactionBuffer::new(xid, self.spill_dir, SPILL_THRESHOLD_BYTES)
+                });
                 if commit_lsn < self.progress.emitted_through {
                     return Ok(None);
                 }
                 let commit_timestamp = timestamp(commit_timestamp);
-                for (idx, pending) in buffer.into_changes().enumerate() {
-                    let change = Change {
-                        relation: pending.relation,
-                        action: pending.action,
-                        commit_lsn,
-                        commit_idx: idx as u32,
-                        xid,
-                        commit_timestamp,
-                        new: pending.new,
-                        old: pending.old,
+                let spilled = buffer.spilled();
+                let mut replay = buffer.into_replay()?;
+                let mut idx: u32 = 0;
+                while let Some(pending) = replay.next_change()? {
+                    let event = match pending.kind {
+                        PendingKind::Row { action, new, old } => SourceEvent::Change(Change {
+                            relation: pending.relation,
+                            action,
+                            commit_lsn,
+                            commit_idx: idx,
+                            xid,
+                            commit_timestamp,
+                            new,
+                            old,
+                        }),
+                        PendingKind::Truncate {
+                            mut more,
+                            cascade,
+                            restart_identity,
+                        } => {
+                            more.insert(0, pending.relation);
+                            SourceEvent::Truncate(Truncate {
+                                relations: more,
+                                cascade,
+                                restart_identity,
+                                commit_lsn,
+                                commit_idx: idx,
+                                xid,
+                                commit_timestamp,
+                            })
+                        }
                     };
-                    if let Some(stop) = self.emit(SourceEvent::Change(change)).await? {
+                    idx += 1;
+                    if let Some(stop) = self.emit(event).await? {
                         return Ok(Some(stop));
                     }
+                }
+                if spilled {
+                    tracing::debug!(xid, changes = idx, %commit_lsn, "replayed a spilled transaction");
                 }
                 let stop = self
                     .emit(SourceEvent::Commit {
@@ -504,13 +547,11 @@ impl<'a> Session<'a> {
             let top = self.current_stream.ok_or_else(|| {
                 SourceError::Protocol("a streamed change outside Stream Start/Stop".into())
             })?;
-            self.streams.entry(top).or_default().push(PendingChange {
+            self.stream_buffer(top)?.push(PendingChange {
                 subxid,
                 relation,
-                action,
-                new,
-                old,
-            });
+                kind: PendingKind::Row { action, new, old },
+            })?;
             return Ok(None);
         }
         let open = self
@@ -532,6 +573,61 @@ impl<'a> Session<'a> {
         };
         open.next_idx += 1;
         self.emit(SourceEvent::Change(change)).await
+    }
+}
+
+impl Session<'_> {
+    /// The buffer of the streamed transaction `top`, which Stream Start opened.
+    fn stream_buffer(&mut self, top: u32) -> Result<&mut TransactionBuffer, SourceError> {
+        self.streams.get_mut(&top).ok_or_else(|| {
+            SourceError::Protocol(format!("a change of transaction {top} outside its stream"))
+        })
+    }
+
+    async fn truncate(
+        &mut self,
+        xid: Option<u32>,
+        mut relations: Vec<Arc<Relation>>,
+        cascade: bool,
+        restart_identity: bool,
+    ) -> Result<Option<Stop>, SourceError> {
+        if relations.is_empty() {
+            return Ok(None);
+        }
+        if let Some(subxid) = xid {
+            let top = self.current_stream.ok_or_else(|| {
+                SourceError::Protocol("a streamed TRUNCATE outside Stream Start/Stop".into())
+            })?;
+            let first = relations.remove(0);
+            self.stream_buffer(top)?.push(PendingChange {
+                subxid,
+                relation: first,
+                kind: PendingKind::Truncate {
+                    more: relations,
+                    cascade,
+                    restart_identity,
+                },
+            })?;
+            return Ok(None);
+        }
+        let open = self
+            .open
+            .as_mut()
+            .ok_or_else(|| SourceError::Protocol("a TRUNCATE outside a transaction".into()))?;
+        if open.skip {
+            return Ok(None);
+        }
+        let truncate = Truncate {
+            relations,
+            cascade,
+            restart_identity,
+            commit_lsn: open.commit_lsn,
+            commit_idx: open.next_idx,
+            xid: open.xid,
+            commit_timestamp: open.commit_timestamp,
+        };
+        open.next_idx += 1;
+        self.emit(SourceEvent::Truncate(truncate)).await
     }
 }
 

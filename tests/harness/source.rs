@@ -1,0 +1,19 @@
+//! A [`SourceConfig`] for tests that drive `weft::source::run` directly.
+
+use weft::source::{PgConnectOptions, SourceConfig};
+
+/// Streams `tables` (all tables when empty) from the database at `url`
+/// through `slot` and `publication`, creating both. Heartbeats are off so
+/// that tests see only their own transactions.
+pub fn source_config(url: &str, slot: &str, publication: &str, tables: &[&str]) -> SourceConfig {
+    SourceConfig {
+        connection: PgConnectOptions::from_url(url).expect("a valid test URL"),
+        slot_name: slot.into(),
+        create_slot_if_not_exists: true,
+        publication_name: publication.into(),
+        create_publication_if_not_exists: true,
+        tables: tables.iter().map(|t| t.to_string()).collect(),
+        spill_dir: std::env::temp_dir().join(format!("weft-spill-{slot}-{}", std::process::id())),
+        heartbeat_interval: None,
+    }
+}
