@@ -9,10 +9,13 @@
 //! drop what was already stored.
 
 mod batch;
+pub mod chain;
+pub mod routing_keys;
 mod sink;
 
 pub use batch::{Batch, BatchLimits};
-pub use sink::{NamedTransform, SinkPipeline, SinkPipelineError, group_id};
+pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
+pub use sink::{SinkPipeline, SinkPipelineError, group_id};
 
 use std::collections::HashMap;
 use std::time::Duration;
