@@ -356,3 +356,7 @@ fn failed<F>(step: &Named<F>, kind: &'static str, error: FunctionError) -> Chain
         transient,
     }
 }
+
+#[cfg(test)]
+#[path = "chain_tests.rs"]
+mod tests;

@@ -291,7 +291,13 @@ impl PluginEngine {
         let ungranted: Vec<String> = component_type
             .imports(&self.inner.engine)
             .map(|(import, _)| import)
-            .filter(|import| import.starts_with("weft:plugin/") && !granted.contains(import))
+            // Every weft import but the type-only `types` interface is a
+            // capability that must be granted.
+            .filter(|import| {
+                import.starts_with("weft:plugin/")
+                    && !import.starts_with("weft:plugin/types@")
+                    && !granted.contains(import)
+            })
             .map(str::to_string)
             .collect();
         if !ungranted.is_empty() {

@@ -41,7 +41,7 @@ pub mod source_query;
 pub mod transform;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use engine::{EngineSettings, PluginEngine};
 pub use enrichment::EnrichmentFunction;

@@ -1,10 +1,8 @@
 //! Reports what the sandbox gives it: wall and monotonic clock readings,
-//! random numbers (std's hasher keys, drawn from WASI random), and how
+//! random numbers (`getrandom`, which reads `wasi:random`), and how
 //! many calls this instance has served. A row `{"hold_mib": n}` makes the instance keep
 //! `n` MiB allocated, to push its memory up.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use weft_sdk_guest::serde_json::json;
@@ -34,13 +32,13 @@ impl Transform for Probe {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or_default();
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(7);
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|e| Error::transient(e.to_string()))?;
         Ok(Payload::Json(json!({
             "calls": self.calls,
             "wall_us": wall,
             "monotonic_ns": self.started.elapsed().as_nanos() as u64,
-            "random": hasher.finish().to_string(),
+            "random": u64::from_le_bytes(random).to_string(),
         })))
     }
 }
