@@ -6,4 +6,5 @@ mod harness;
 
 mod config_errors;
 mod first_slice;
+mod functions;
 mod source;
