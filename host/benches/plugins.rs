@@ -55,6 +55,12 @@ fn main() {
     println!("# weft plugin benchmark");
     println!("machine: {}", machine());
     println!(
+        "load average at start: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    println!(
         "row: {} bytes of record JSON, {} columns; median of {rounds} rounds of >= {:?}",
         serde_json::to_string(&sample(0).record).unwrap().len(),
         sample(0).record.len(),
@@ -77,6 +83,28 @@ fn main() {
             black_box(outcomes);
         });
         row("trivial filter (keep inserts)", size, wasm, native);
+    }
+    // The same filter on a one-column row: what remains is the fixed cost
+    // per change (metadata strings, outcome list), independent of row width.
+    for size in [100, 1000] {
+        let batch: Vec<Message> = (0..size)
+            .map(|i| {
+                let mut m = sample(i);
+                m.record = json!({"id": i}).as_object().unwrap().clone();
+                m
+            })
+            .collect();
+        let wasm = per_message(rounds, round_time, size, || {
+            black_box(filter.filter(black_box(&batch)).expect("filter call"));
+        });
+        let native = per_message(rounds, round_time, size, || {
+            let outcomes: Vec<Result<bool, ()>> = black_box(&batch)
+                .iter()
+                .map(|m| Ok(m.action == Action::Insert))
+                .collect();
+            black_box(outcomes);
+        });
+        row("trivial filter, 1-column row", size, wasm, native);
     }
     for size in BATCH_SIZES {
         let batch: Vec<Message> = (0..size).map(sample).collect();
