@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -11,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
-use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionLimits, SinkConfig};
+use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::lsn::Lsn;
-use crate::pipeline::{BatchLimits, NamedTransform, Pipeline, SinkPipeline};
-use crate::plugins::{EngineSettings, Limits, PluginEngine};
+use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
+use crate::plugins::{EngineSettings, Limits, PluginEngine, SourceQuery};
 use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::Store;
 
@@ -223,37 +222,95 @@ fn sink_pipeline(
     engine: &PluginEngine,
     sink: &SinkConfig,
 ) -> Result<SinkPipeline, ServerError> {
-    let transform = match &sink.transform {
-        None => None,
-        Some(name) => {
-            let function = config
-                .function(name)
-                .expect("config validation guarantees the transform exists");
-            let loaded = engine
-                .load_transform(
-                    &function.name,
-                    &function.file,
-                    &function.config,
-                    &plugin_limits(&function.limits),
-                )
-                .map_err(|source| ServerError::Plugin {
-                    function: function.name.clone(),
-                    source,
-                })?;
-            Some(NamedTransform {
-                name: function.name.clone(),
-                function: Arc::new(Mutex::new(loaded)),
-            })
+    let function = |name: &str| {
+        config
+            .function(name)
+            .expect("config validation guarantees the function exists")
+    };
+    let failed = |function: &FunctionConfig| {
+        let name = function.name.clone();
+        move |source| ServerError::Plugin {
+            function: name,
+            source,
         }
     };
-    Ok(SinkPipeline::new(sink.clone(), transform))
+    let mut chain = FunctionChain {
+        sink_type: sink.destination.type_name(),
+        ..FunctionChain::default()
+    };
+    if let Some(name) = &sink.enrichment {
+        let f = function(name);
+        let source_query = if f.grants.source_query {
+            Some(source_query(config, sink, f)?)
+        } else {
+            None
+        };
+        let loaded = engine
+            .load_enrichment(&f.name, &f.file, &f.config, &plugin_limits(f), source_query)
+            .map_err(failed(f))?;
+        chain.enrichment = Some(Named::new(&f.name, loaded));
+    }
+    if let Some(name) = &sink.filter {
+        let f = function(name);
+        let loaded = engine
+            .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f))
+            .map_err(failed(f))?;
+        chain.filter = Some(Named::new(&f.name, loaded));
+    }
+    if let Some(name) = &sink.transform {
+        let f = function(name);
+        let loaded = engine
+            .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f))
+            .map_err(failed(f))?;
+        chain.transform = Some(Named::new(&f.name, loaded));
+    }
+    if let Some(name) = &sink.routing {
+        let f = function(name);
+        let loaded = engine
+            .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f))
+            .map_err(failed(f))?;
+        chain.routing = Some(Named::new(&f.name, loaded));
+    }
+    Ok(SinkPipeline::new(sink.clone(), chain))
 }
 
-/// The sandbox limits of a function, from its config.
-fn plugin_limits(limits: &FunctionLimits) -> Limits {
+/// The source-query capability of `function` on `sink`'s database: its own
+/// connection, as the source's user, with the function's call timeout as
+/// statement timeout.
+fn source_query(
+    config: &Config,
+    sink: &SinkConfig,
+    function: &FunctionConfig,
+) -> Result<SourceQuery, ServerError> {
+    let database = config
+        .databases
+        .iter()
+        .find(|d| d.name == sink.database)
+        .expect("config validation guarantees the database exists");
+    let connection =
+        crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {
+            ServerError::Source {
+                database: database.name.clone(),
+                source,
+            }
+        })?;
+    Ok(SourceQuery::new(
+        &function.name,
+        connection.query_config(),
+        std::time::Duration::from_millis(function.limits.timeout_ms),
+        tokio::runtime::Handle::current(),
+    ))
+}
+
+/// The sandbox settings of a function, from its config.
+fn plugin_limits(function: &FunctionConfig) -> Limits {
+    let limits = &function.limits;
     Limits {
         memory_bytes: limits.memory_mb as usize * 1024 * 1024,
         call_timeout: std::time::Duration::from_millis(limits.timeout_ms),
+        recycle_after_calls: limits.recycle_after_calls,
+        recycle_memory_bytes: limits.recycle_memory_mb.map(|mb| mb as usize * 1024 * 1024),
+        deterministic: function.deterministic,
         ..Limits::default()
     }
 }

@@ -31,7 +31,9 @@
 //! Build it as a `cdylib` for `wasm32-wasip2` (`cargo build --target
 //! wasm32-wasip2 --release`); the output `.wasm` file is the component.
 //!
-//! Enable the cargo feature of the kind you write (`transform` or `filter`).
+//! Enable the cargo feature of the kind you write (`transform`, `filter`,
+//! `routing` or `enrichment`); see [`Routing`](crate::routing::Routing) and
+//! [`Enrichment`](crate::enrichment::Enrichment) for their examples.
 
 // The generated bindings name this crate by path, also from inside it.
 extern crate self as weft_sdk_guest;
@@ -41,8 +43,12 @@ mod config;
 mod error;
 mod payload;
 
+#[cfg(feature = "enrichment")]
+pub mod enrichment;
 #[cfg(feature = "filter")]
 pub mod filter;
+#[cfg(feature = "routing")]
+pub mod routing;
 #[cfg(feature = "transform")]
 pub mod transform;
 
@@ -52,8 +58,12 @@ pub use error::Error;
 pub use payload::Payload;
 pub use serde_json;
 
+#[cfg(feature = "enrichment")]
+pub use enrichment::Enrichment;
 #[cfg(feature = "filter")]
 pub use filter::Filter;
+#[cfg(feature = "routing")]
+pub use routing::{KeyAction, Route, Routing};
 #[cfg(feature = "transform")]
 pub use transform::Transform;
 
@@ -69,6 +79,32 @@ pub mod bindings {
             pub_export_macro: true,
             export_macro_name: "export_transform_world",
             default_bindings_module: "weft_sdk_guest::bindings::transform",
+            runtime_path: "weft_sdk_guest::__private::wit_bindgen::rt",
+        });
+    }
+
+    /// Bindings of the `routing` world.
+    #[cfg(feature = "routing")]
+    pub mod routing {
+        wit_bindgen::generate!({
+            world: "weft:plugin/routing@0.1.0",
+            path: "../wit",
+            pub_export_macro: true,
+            export_macro_name: "export_routing_world",
+            default_bindings_module: "weft_sdk_guest::bindings::routing",
+            runtime_path: "weft_sdk_guest::__private::wit_bindgen::rt",
+        });
+    }
+
+    /// Bindings of the `enrichment` world, with its capability imports.
+    #[cfg(feature = "enrichment")]
+    pub mod enrichment {
+        wit_bindgen::generate!({
+            world: "weft:plugin/enrichment@0.1.0",
+            path: "../wit",
+            pub_export_macro: true,
+            export_macro_name: "export_enrichment_world",
+            default_bindings_module: "weft_sdk_guest::bindings::enrichment",
             runtime_path: "weft_sdk_guest::__private::wit_bindgen::rt",
         });
     }

@@ -7,6 +7,7 @@ mod harness;
 mod config_errors;
 mod databases;
 mod first_slice;
+mod functions;
 mod idle;
 mod schema_changes;
 mod setup_errors;

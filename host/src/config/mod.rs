@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 pub use destination::{DestinationConfig, SequinStreamConfig};
 pub use error::{ConfigError, ConfigIssue, Location};
 pub use model::{
-    ActionSet, DatabaseConfig, FunctionConfig, FunctionKind, FunctionLimits, PgConnection,
-    PublicationConfig, SinkConfig, SlotConfig, SourceConfig, TableRef,
+    ActionSet, DatabaseConfig, FunctionConfig, FunctionGrants, FunctionKind, FunctionLimits,
+    PgConnection, PublicationConfig, SinkConfig, SlotConfig, SourceConfig, TableRef,
 };
 
 use document::Document;

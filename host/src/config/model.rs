@@ -177,6 +177,36 @@ pub struct FunctionConfig {
     /// Resource bounds for each instance and call.
     #[serde(default)]
     pub limits: FunctionLimits,
+    /// Host capabilities the function may use; none by default. Only
+    /// `enrichment` functions may be granted any.
+    #[serde(default)]
+    pub grants: FunctionGrants,
+    /// Deterministic mode: the function's clocks and random bytes derive
+    /// from the commit timestamp and LSN of the change it is called with, so
+    /// replays give identical output. Default false.
+    #[serde(default)]
+    pub deterministic: bool,
+}
+
+/// `grants:` of a function: the host capabilities it may import.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a grants mapping, e.g. `{source_query: true}`"
+)]
+pub struct FunctionGrants {
+    /// A read-only, parameterised query on the sink's source database
+    /// (`weft:plugin/source-query`): one `BEGIN READ ONLY` transaction per
+    /// call, with the function's `timeout_ms` as statement timeout.
+    #[serde(default)]
+    pub source_query: bool,
+}
+
+impl FunctionGrants {
+    /// Whether any capability is granted.
+    pub fn any(&self) -> bool {
+        self.source_query
+    }
 }
 
 /// The four kinds of function, as in Sequin.
@@ -223,7 +253,7 @@ impl fmt::Display for FunctionKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a limits mapping with `memory_mb` and/or `timeout_ms`"
+    expecting = "a limits mapping with `memory_mb`, `timeout_ms`, `recycle_after_calls` and/or `recycle_memory_mb`"
 )]
 pub struct FunctionLimits {
     /// Most linear memory one instance may grow to, in MiB (1 to 4096).
@@ -241,6 +271,18 @@ pub struct FunctionLimits {
         deserialize_with = "bounds::in_range::<_, u64, 1, 600_000>"
     )]
     pub timeout_ms: u64,
+    /// Replace the instance with a fresh one after this many calls (1 to
+    /// 10^9). Default: never.
+    #[serde(
+        default,
+        deserialize_with = "bounds::opt_in_range::<_, u64, 1, 1_000_000_000>"
+    )]
+    pub recycle_after_calls: Option<u64>,
+    /// Replace the instance with a fresh one after a call that left its
+    /// memory above this many MiB (1 to 4096; keep it below `memory_mb`).
+    /// Default: never.
+    #[serde(default, deserialize_with = "bounds::opt_in_range::<_, u32, 1, 4096>")]
+    pub recycle_memory_mb: Option<u32>,
 }
 
 impl FunctionLimits {
@@ -263,6 +305,8 @@ impl Default for FunctionLimits {
         FunctionLimits {
             memory_mb: Self::DEFAULT_MEMORY_MB,
             timeout_ms: Self::DEFAULT_TIMEOUT_MS,
+            recycle_after_calls: None,
+            recycle_memory_mb: None,
         }
     }
 }

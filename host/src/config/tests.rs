@@ -191,7 +191,8 @@ fn full_config_parses_with_every_value_and_default() {
         upcase.limits,
         FunctionLimits {
             memory_mb: 32,
-            timeout_ms: FunctionLimits::DEFAULT_TIMEOUT_MS
+            timeout_ms: FunctionLimits::DEFAULT_TIMEOUT_MS,
+            ..FunctionLimits::default()
         }
     );
     let filter = config.function("only-big").expect("filter");
@@ -272,7 +273,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
     let limits = format!("{FUNCTIONS}    limits: {{fuel: 5}}\n");
     assert_eq!(
         error(&limits),
-        "functions[0].limits.fuel: unknown field `fuel`, expected `memory_mb` or `timeout_ms` (line 5, column 20)"
+        "functions[0].limits.fuel: unknown field `fuel`, expected one of `memory_mb`, `timeout_ms`, `recycle_after_calls`, `recycle_memory_mb` (line 5, column 20)"
     );
     assert_eq!(
         error(&with_sink(
@@ -432,6 +433,9 @@ fn all_unresolved_references_are_reported_together() {
             "sinks[1].filter: function \"up\" has type transform, but `filter` needs a function of type filter \
              (line 18, column 13)",
             "sinks[1].routing: no function named \"nowhere\"; defined functions: [\"up\"] (line 19, column 14)",
+            "sinks[1].routing: sequin_stream sinks take no routing keys, so a routing function has nothing \
+             to choose; remove `routing` (routing applies to kafka, nats, redis_string, redis_stream, webhook \
+             and rabbitmq sinks) (line 19, column 14)",
         ]
     );
 }
@@ -800,4 +804,53 @@ fn ssl_fields_become_connection_parameters() {
             .param("sslmode"),
         Some("require")
     );
+}
+
+#[test]
+fn grants_recycling_and_deterministic_mode_are_read_and_checked() {
+    let enrichment = format!(
+        "{DATABASE}functions:
+  - name: names
+    type: enrichment
+    file: up.wasm
+    grants: {{source_query: true}}
+    deterministic: true
+    limits: {{memory_mb: 32, recycle_after_calls: 1000, recycle_memory_mb: 16}}
+sinks:
+  - name: a
+    database: main
+    enrichment: names
+    destination: {{type: sequin_stream}}
+"
+    );
+    let config = load(&enrichment).unwrap_or_else(|e| panic!("{e}"));
+    let function = config.function("names").unwrap();
+    assert!(function.grants.source_query);
+    assert!(function.deterministic);
+    assert_eq!(function.limits.recycle_after_calls, Some(1000));
+    assert_eq!(function.limits.recycle_memory_mb, Some(16));
+
+    let on_transform = format!("{FUNCTIONS}    grants: {{source_query: true}}\n");
+    assert_eq!(
+        error(&on_transform),
+        "functions[0].grants: only enrichment functions may be granted capabilities, and this is a \
+         transform function; remove `grants` (line 5, column 13)"
+    );
+    let unknown = enrichment.replace("source_query: true", "http: true");
+    assert!(
+        error(&unknown)
+            .contains("functions[0].grants.http: unknown field `http`, expected `source_query`"),
+        "{}",
+        error(&unknown)
+    );
+    let too_high = enrichment.replace("recycle_memory_mb: 16", "recycle_memory_mb: 32");
+    assert!(
+        error(&too_high).starts_with(
+            "functions[0].limits.recycle_memory_mb: 32 MiB is not below memory_mb (32 MiB)"
+        ),
+        "{}",
+        error(&too_high)
+    );
+    let zero = enrichment.replace("recycle_after_calls: 1000", "recycle_after_calls: 0");
+    assert!(error(&zero).starts_with("functions[0].limits.recycle_after_calls:"));
 }

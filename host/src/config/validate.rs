@@ -322,6 +322,26 @@ fn resolve_functions(
             );
         }
         function.file = file;
+        if function.grants.any() && function.kind != FunctionKind::Enrichment {
+            problems.add(
+                list.index(i).key("grants"),
+                format!(
+                    "only enrichment functions may be granted capabilities, and this is a {} function; remove `grants`",
+                    function.kind
+                ),
+            );
+        }
+        if let (Some(recycle), memory) =
+            (function.limits.recycle_memory_mb, function.limits.memory_mb)
+            && recycle >= memory
+        {
+            problems.add(
+                list.index(i).key("limits").key("recycle_memory_mb"),
+                format!(
+                    "{recycle} MiB is not below memory_mb ({memory} MiB): the instance would hit its memory cap first; lower it"
+                ),
+            );
+        }
     }
     functions
 }
@@ -370,7 +390,21 @@ fn resolve_sinks(
         let mut sink = sink;
         let raw_destination = std::mem::take(&mut sink.destination);
         match DestinationConfig::from_yaml(raw_destination) {
-            Ok(destination) => sinks.push(sink.with_destination(destination)),
+            Ok(destination) => {
+                let sink_type = destination.type_name();
+                if sink.routing.is_some()
+                    && !crate::pipeline::routing_keys::supports_routing(sink_type)
+                {
+                    problems.add(
+                        path.key("routing"),
+                        format!(
+                            "{sink_type} sinks take no routing keys, so a routing function has nothing to choose; \
+                             remove `routing` (routing applies to kafka, nats, redis_string, redis_stream, webhook and rabbitmq sinks)"
+                        ),
+                    );
+                }
+                sinks.push(sink.with_destination(destination))
+            }
             Err(problem) => problems.add(destination_path.join(&problem.path), problem.message),
         }
     }

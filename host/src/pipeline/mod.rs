@@ -20,10 +20,13 @@
 //! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
 
 mod batch;
+pub mod chain;
+pub mod routing_keys;
 mod sink;
 
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
-pub use sink::{NamedTransform, SinkPipeline, SinkPipelineError, group_id};
+pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
+pub use sink::{SinkPipeline, SinkPipelineError, group_id};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -258,7 +261,10 @@ sinks:
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
         let pipeline = Pipeline::new(
-            vec![SinkPipeline::new(config.sinks[0].clone(), None)],
+            vec![SinkPipeline::new(
+                config.sinks[0].clone(),
+                FunctionChain::default(),
+            )],
             store.clone(),
             durable_tx,
             PullApiState::new(store.clone(), shutdown.clone()),

@@ -1,75 +1,70 @@
-//! One sink's view of the stream: which changes it takes and the functions
-//! it runs on them.
-
-use std::sync::{Arc, Mutex};
+//! One sink's view of the stream: which changes it takes and the function
+//! chain it runs on them (see [`super::chain`]).
 
 use crate::change::Change;
 use crate::config::SinkConfig;
 use crate::message::{ConsumerRef, Message};
-use crate::plugins::{FunctionError, Payload, PluginError, TransformFunction};
+use crate::plugins::Payload;
 use crate::store::NewMessage;
 
-/// Why a sink could not turn a batch of changes into messages.
+use super::chain::{ChainOutcome, ChainRunError, FunctionChain};
+
+/// Why a sink could not turn a batch of changes into messages. Every
+/// variant makes the pipeline retry the batch later; nothing is stored or
+/// confirmed until it succeeds.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkPipelineError {
-    /// The transform failed as a whole (trap, timeout, out of memory, ...).
-    #[error("transform {function}: {source}")]
-    Plugin {
-        /// The function's name in the config.
-        function: String,
-        /// What went wrong.
-        source: PluginError,
-    },
-    /// The transform rejected one message.
+    /// A function failed as a whole (trap, timeout, out of memory, ...), or
+    /// its blocking task died.
+    #[error(transparent)]
+    Chain(#[from] ChainRunError),
+    /// A function failed on one change. Dead letters come with the delivery
+    /// layer; until then the batch is retried.
     #[error(
-        "transform {function} rejected the message with idempotency key {idempotency_key}: {error}"
+        "{kind} function {function} failed on the change with idempotency key {idempotency_key} ({}): {error}",
+        if *transient { "transient" } else { "permanent" }
     )]
-    Rejected {
+    Failed {
         /// The function's name in the config.
         function: String,
-        /// The key of the rejected message.
+        /// The function's kind.
+        kind: &'static str,
+        /// The key of the change.
         idempotency_key: String,
-        /// The guest's error.
+        /// The function's reason.
         error: String,
+        /// Whether the function called it transient.
+        transient: bool,
     },
     /// The transform produced a payload the sink cannot carry.
     #[error(
-        "transform {function} returned a {content_type} bytes payload, but sequin_stream sinks carry JSON only"
+        "transform {function} returned a {content_type} bytes payload, but {sink_type} sinks carry JSON only"
     )]
     UnsupportedPayload {
-        /// The function's name in the config.
+        /// The transform's name in the config.
         function: String,
         /// The payload's content type.
         content_type: String,
+        /// The sink's type.
+        sink_type: &'static str,
     },
-    /// The blocking task running the transform panicked.
-    #[error("transform task failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
-}
-
-/// A named transform function shared with blocking tasks.
-pub struct NamedTransform {
-    /// The function's name in the config.
-    pub name: String,
-    /// The loaded component.
-    pub function: Arc<Mutex<TransformFunction>>,
 }
 
 /// The part of a sink that runs in the pipeline.
 pub struct SinkPipeline {
     config: SinkConfig,
     consumer: ConsumerRef,
-    transform: Option<NamedTransform>,
+    chain: FunctionChain,
 }
 
 impl SinkPipeline {
-    /// The pipeline of the sink configured as `config`, with its transform
-    /// already loaded.
-    pub fn new(config: SinkConfig, transform: Option<NamedTransform>) -> Self {
+    /// The pipeline of the sink configured as `config`, with its functions
+    /// already loaded into `chain`.
+    pub fn new(config: SinkConfig, chain: FunctionChain) -> Self {
         SinkPipeline {
             consumer: ConsumerRef::for_sink(&config.name),
             config,
-            transform,
+            chain,
         }
     }
 
@@ -78,7 +73,8 @@ impl SinkPipeline {
         &self.config.name
     }
 
-    /// Whether this sink takes `change`.
+    /// Whether this sink takes `change` (its tables and actions; the filter
+    /// function comes later, in the chain).
     pub fn accepts(&self, change: &Change) -> bool {
         self.config.accepts(
             &change.relation.schema,
@@ -88,7 +84,8 @@ impl SinkPipeline {
     }
 
     /// Turns the changes this sink takes into stored messages, running the
-    /// transform on them as one batch.
+    /// function chain on them as one batch. Changes the filter drops yield
+    /// no message; the caller still advances the sink's cursor past them.
     pub async fn process(
         &mut self,
         changes: &[&Change],
@@ -102,25 +99,58 @@ impl SinkPipeline {
             .iter()
             .map(|change| Message::from_change(change, &self.config.database, &self.consumer))
             .collect();
-        let payloads = match &self.transform {
-            None => messages
-                .iter()
-                .map(|m| serde_json::to_value(m).expect("a message always serialises"))
-                .collect(),
-            Some(transform) => run_transform(transform, messages.clone()).await?,
-        };
-        Ok(accepted
-            .iter()
-            .zip(messages)
-            .zip(payloads)
-            .map(|((change, message), payload)| NewMessage {
-                commit_lsn: change.commit_lsn,
-                commit_idx: change.commit_idx,
-                group_id: group_id(change),
-                idempotency_key: message.metadata.idempotency_key,
-                payload,
-            })
-            .collect())
+        let outcomes = self.chain.run(messages).await?;
+        let mut stored = Vec::with_capacity(outcomes.len());
+        for (change, outcome) in accepted.iter().zip(outcomes) {
+            match outcome {
+                ChainOutcome::Message(done) => {
+                    let payload = match done.payload {
+                        Payload::Json(value) => value,
+                        Payload::Bytes { content_type, .. } => {
+                            return Err(SinkPipelineError::UnsupportedPayload {
+                                function: self
+                                    .chain
+                                    .transform
+                                    .as_ref()
+                                    .map(|t| t.name.clone())
+                                    .unwrap_or_default(),
+                                content_type,
+                                sink_type: self.chain.sink_type,
+                            });
+                        }
+                    };
+                    // Routes: sequin_stream sinks take none (config refuses a
+                    // routing function on them); broker sinks will carry
+                    // `done.route` with the message.
+                    stored.push(NewMessage {
+                        commit_lsn: change.commit_lsn,
+                        commit_idx: change.commit_idx,
+                        group_id: group_id(change),
+                        idempotency_key: done.message.metadata.idempotency_key,
+                        payload,
+                    });
+                }
+                ChainOutcome::Dropped { .. } => {}
+                ChainOutcome::Failed {
+                    function,
+                    kind,
+                    error,
+                    transient,
+                } => {
+                    return Err(SinkPipelineError::Failed {
+                        function,
+                        kind,
+                        idempotency_key: crate::message::idempotency_key(
+                            change.commit_lsn,
+                            change.commit_idx,
+                        ),
+                        error,
+                        transient,
+                    });
+                }
+            }
+        }
+        Ok(stored)
     }
 }
 
@@ -132,47 +162,4 @@ pub fn group_id(change: &Change) -> String {
         change.relation.qualified_name(),
         change.primary_key_values().join(":")
     )
-}
-
-async fn run_transform(
-    transform: &NamedTransform,
-    messages: Vec<Message>,
-) -> Result<Vec<serde_json::Value>, SinkPipelineError> {
-    if messages.is_empty() {
-        return Ok(Vec::new());
-    }
-    let function = Arc::clone(&transform.function);
-    let keys: Vec<String> = messages
-        .iter()
-        .map(|m| m.metadata.idempotency_key.clone())
-        .collect();
-    let outcomes = tokio::task::spawn_blocking(move || {
-        let mut function = function
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        function.transform(&messages)
-    })
-    .await?
-    .map_err(|source| SinkPipelineError::Plugin {
-        function: transform.name.clone(),
-        source,
-    })?;
-    outcomes
-        .into_iter()
-        .zip(keys)
-        .map(|(outcome, idempotency_key)| match outcome {
-            Ok(Payload::Json(value)) => Ok(value),
-            Ok(Payload::Bytes { content_type, .. }) => Err(SinkPipelineError::UnsupportedPayload {
-                function: transform.name.clone(),
-                content_type,
-            }),
-            Err(FunctionError::Permanent(error) | FunctionError::Transient(error)) => {
-                Err(SinkPipelineError::Rejected {
-                    function: transform.name.clone(),
-                    idempotency_key,
-                    error,
-                })
-            }
-        })
-        .collect()
 }

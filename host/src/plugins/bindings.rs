@@ -21,4 +21,27 @@ pub(crate) mod filter {
     });
 }
 
+/// The `routing` world.
+pub(crate) mod routing {
+    wasmtime::component::bindgen!({
+        world: "routing",
+        path: "../wit",
+        with: {
+            "weft:plugin/types": super::transform::weft::plugin::types,
+        },
+    });
+}
+
+/// The `enrichment` world, with its `source-query` capability import.
+pub(crate) mod enrichment {
+    wasmtime::component::bindgen!({
+        world: "enrichment",
+        path: "../wit",
+        with: {
+            "weft:plugin/types": super::transform::weft::plugin::types,
+        },
+    });
+}
+
+pub(crate) use enrichment::weft::plugin::source_query;
 pub(crate) use transform::weft::plugin::types;

@@ -17,8 +17,11 @@ use wasmtime::component::{Component, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{ComponentCache, Origin};
+use super::enrichment::EnrichmentFunction;
 use super::filter::FilterFunction;
 use super::instance::GuestState;
+use super::routing::RoutingFunction;
+use super::source_query::{self, SourceQuery};
 use super::transform::TransformFunction;
 use super::{Limits, PluginError};
 
@@ -113,6 +116,14 @@ impl PluginEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| PluginError::Settings(format!("cannot link WASI: {e:#}")))?;
+        // Linked for every component, but only a component whose function is
+        // granted the capability may import it (checked at load), and the
+        // host side answers only when the instance holds the grant.
+        super::bindings::source_query::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|e| PluginError::Settings(format!("cannot link source-query: {e:#}")))?;
 
         let cache = ComponentCache::open(&settings.cache_dir, &engine).map_err(|source| {
             PluginError::CacheDir {
@@ -144,8 +155,14 @@ impl PluginEngine {
         config: &BTreeMap<String, String>,
         limits: &Limits,
     ) -> Result<TransformFunction, PluginError> {
-        let loaded =
-            self.load_component(name, wasm_path, limits, "transform", &["init", "transform"])?;
+        let loaded = self.load_component(
+            name,
+            wasm_path,
+            limits,
+            "transform",
+            &["init", "transform"],
+            &[],
+        )?;
         TransformFunction::new(self.clone(), name, loaded, config, limits)
     }
 
@@ -158,8 +175,51 @@ impl PluginEngine {
         config: &BTreeMap<String, String>,
         limits: &Limits,
     ) -> Result<FilterFunction, PluginError> {
-        let loaded = self.load_component(name, wasm_path, limits, "filter", &["init", "filter"])?;
+        let loaded =
+            self.load_component(name, wasm_path, limits, "filter", &["init", "filter"], &[])?;
         FilterFunction::new(self.clone(), name, loaded, config, limits)
+    }
+
+    /// Loads the routing component at `wasm_path` as `name`; see
+    /// [`PluginEngine::load_transform`].
+    pub fn load_routing(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<RoutingFunction, PluginError> {
+        let loaded =
+            self.load_component(name, wasm_path, limits, "routing", &["init", "route"], &[])?;
+        RoutingFunction::new(self.clone(), name, loaded, config, limits)
+    }
+
+    /// Loads the enrichment component at `wasm_path` as `name`, granting it
+    /// `source_query` if given; see [`PluginEngine::load_transform`]. A
+    /// component that imports a capability it is not granted is refused with
+    /// [`PluginError::Ungranted`].
+    pub fn load_enrichment(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+        source_query: Option<SourceQuery>,
+    ) -> Result<EnrichmentFunction, PluginError> {
+        let granted: &[&str] = if source_query.is_some() {
+            &[source_query::IMPORT_NAME]
+        } else {
+            &[]
+        };
+        let loaded = self.load_component(
+            name,
+            wasm_path,
+            limits,
+            "enrichment",
+            &["init", "enrich"],
+            granted,
+        )?;
+        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, source_query)
     }
 
     pub(crate) fn inner(&self) -> &EngineInner {
@@ -175,6 +235,7 @@ impl PluginEngine {
         limits: &Limits,
         world: &'static str,
         exports: &[&str],
+        granted: &[&str],
     ) -> Result<LoadedComponent, PluginError> {
         limits.validate(plugin, self.inner.settings.max_memory_bytes)?;
         let wasm = std::fs::read(path).map_err(|source| PluginError::Read {
@@ -225,6 +286,25 @@ impl PluginEngine {
                 path: path.to_path_buf(),
                 world,
                 missing,
+            });
+        }
+        let ungranted: Vec<String> = component_type
+            .imports(&self.inner.engine)
+            .map(|(import, _)| import)
+            // Every weft import but the type-only `types` interface is a
+            // capability that must be granted.
+            .filter(|import| {
+                import.starts_with("weft:plugin/")
+                    && !import.starts_with("weft:plugin/types@")
+                    && !granted.contains(import)
+            })
+            .map(str::to_string)
+            .collect();
+        if !ungranted.is_empty() {
+            return Err(PluginError::Ungranted {
+                plugin: plugin.to_string(),
+                path: path.to_path_buf(),
+                imports: ungranted,
             });
         }
         Ok(LoadedComponent {

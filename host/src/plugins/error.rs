@@ -80,6 +80,21 @@ pub enum PluginError {
         /// The exports the component lacks, or has with the wrong type.
         missing: Vec<String>,
     },
+    /// The component imports host capabilities its config does not grant.
+    #[error(
+        "plugin `{plugin}`: {path} imports capabilities it is not granted: {}; \
+         grant them on the function in the config (e.g. `grants: {{source_query: true}}`, \
+         enrichment functions only) or rebuild the component without them",
+        imports.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+    )]
+    Ungranted {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// The imports that are not granted.
+        imports: Vec<String>,
+    },
     /// The component imports something the sandbox does not grant, or its
     /// exports have the wrong types.
     #[error("plugin `{plugin}`: {path} cannot be linked: {message}")]

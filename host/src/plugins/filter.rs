@@ -7,7 +7,7 @@ use wasmtime::component::{Component, Linker};
 
 use super::bindings::{filter as world, types};
 use super::engine::{LoadedComponent, PluginEngine};
-use super::instance::{GuestInstance, GuestState, WorldBindings};
+use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
 use super::message::to_wit_change;
 use super::transform::function_error;
 use super::{FunctionError, Limits, PluginError};
@@ -35,13 +35,26 @@ impl FilterFunction {
         limits: &Limits,
     ) -> Result<Self, PluginError> {
         Ok(FilterFunction {
-            instance: GuestInstance::new(engine, name, loaded, config, limits)?,
+            instance: GuestInstance::new(
+                engine,
+                name,
+                loaded,
+                config,
+                limits,
+                InstanceOptions::default(),
+            )?,
         })
     }
 
     /// The plugin's name.
     pub fn name(&self) -> &str {
         self.instance.plugin()
+    }
+
+    /// How many instances were recycled so far (after `recycle_after_calls`
+    /// calls or past `recycle_memory_bytes`), not counting failed ones.
+    pub fn recycled_instances(&self) -> u64 {
+        self.instance.recycled()
     }
 
     /// Filters a batch: `Ok(true)` keeps a message, `Ok(false)` drops it; one
@@ -53,9 +66,9 @@ impl FilterFunction {
         batch: &[Message],
     ) -> Result<Vec<Result<bool, FunctionError>>, PluginError> {
         let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self
-            .instance
-            .call(|bindings, store| bindings.call_filter(store, &changes))?;
+        let outcomes = self.instance.call(batch, |bindings, store| {
+            bindings.call_filter(store, &changes)
+        })?;
         if outcomes.len() != batch.len() {
             self.instance.discard();
             return Err(PluginError::OutcomeCount {

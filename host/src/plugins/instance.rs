@@ -1,7 +1,10 @@
 //! The life of a guest instance: created from a pre-instantiated component,
 //! `init`ed with the function's config, reused across calls, discarded when
-//! a call fails, re-created on the next call. Also turns wasmtime failures
-//! into typed [`PluginError`]s.
+//! a call fails, re-created on the next call, and recycled (discarded after
+//! a successful call) once it has served `recycle_after_calls` calls or its
+//! memory has grown past `recycle_memory_bytes`: a guest that leaks or
+//! fragments its heap gets a clean one before it hits the memory cap. Also
+//! turns wasmtime failures into typed [`PluginError`]s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +13,13 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::limits::InstanceLimiter;
 use super::sandbox::{self, GuestOutput, Stream};
+use super::source_query::SourceQuery;
 use super::{Limits, PluginError};
+use crate::message::Message;
 
 /// The host state of one instance's store.
 pub(crate) struct GuestState {
@@ -21,6 +27,15 @@ pub(crate) struct GuestState {
     table: ResourceTable,
     limiter: InstanceLimiter,
     stderr: GuestOutput,
+    /// The granted source-query capability, if any.
+    pub(crate) source_query: Option<SourceQuery>,
+}
+
+/// What an instance gets beyond the sandbox's defaults.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct InstanceOptions {
+    /// The source-query capability, for enrichment functions granted it.
+    pub(crate) source_query: Option<SourceQuery>,
 }
 
 impl WasiView for GuestState {
@@ -65,12 +80,18 @@ pub(crate) struct GuestInstance<B: WorldBindings> {
     /// Kept across instances so that a crash-looping guest stays rate-limited.
     stdout: GuestOutput,
     stderr: GuestOutput,
+    options: InstanceOptions,
+    /// Set in deterministic mode; shared with the live instance's clocks.
+    deterministic: Option<DeterministicInputs>,
     live: Option<Live<B>>,
+    recycled: u64,
 }
 
 struct Live<B> {
     store: Store<GuestState>,
     bindings: B,
+    /// Successful calls served, for recycling.
+    calls: u64,
 }
 
 impl<B: WorldBindings> GuestInstance<B> {
@@ -82,6 +103,7 @@ impl<B: WorldBindings> GuestInstance<B> {
         loaded: LoadedComponent,
         config: &std::collections::BTreeMap<String, String>,
         limits: &Limits,
+        options: InstanceOptions,
     ) -> Result<Self, PluginError> {
         let pre =
             B::pre(&engine.inner().linker, &loaded.component).map_err(|e| PluginError::Link {
@@ -97,7 +119,10 @@ impl<B: WorldBindings> GuestInstance<B> {
             limits: limits.clone(),
             stdout: GuestOutput::new(Arc::from(plugin), Stream::Stdout),
             stderr: GuestOutput::new(Arc::from(plugin), Stream::Stderr),
+            options,
+            deterministic: limits.deterministic.then(DeterministicInputs::default),
             live: None,
+            recycled: 0,
         };
         instance.ensure_live()?;
         Ok(instance)
@@ -108,13 +133,18 @@ impl<B: WorldBindings> GuestInstance<B> {
         &self.plugin
     }
 
-    /// Runs `call` on the live instance (created first if needed) under the
-    /// CPU deadline. On failure the instance is discarded.
+    /// Runs `call` for `batch` on the live instance (created first if
+    /// needed) under the CPU deadline. On failure the instance is discarded;
+    /// after success it is recycled if it is due.
     pub(crate) fn call<R>(
         &mut self,
+        batch: &[Message],
         call: impl FnOnce(&B, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         self.ensure_live()?;
+        if let Some(inputs) = &self.deterministic {
+            inputs.reset_for(batch);
+        }
         let live = self
             .live
             .as_mut()
@@ -125,7 +155,26 @@ impl<B: WorldBindings> GuestInstance<B> {
             self.engine.inner().settings.epoch_tick,
         );
         match call(&live.bindings, &mut live.store) {
-            Ok(value) => Ok(value),
+            Ok(value) => {
+                live.calls += 1;
+                let memory = live.store.data().limiter.memory_bytes;
+                let by_calls = self
+                    .limits
+                    .recycle_after_calls
+                    .is_some_and(|n| live.calls >= n);
+                let by_memory = self.limits.recycle_memory_bytes.is_some_and(|n| memory > n);
+                if by_calls || by_memory {
+                    tracing::debug!(
+                        plugin = &*self.plugin,
+                        calls = live.calls,
+                        memory,
+                        "recycling the instance"
+                    );
+                    self.live = None;
+                    self.recycled += 1;
+                }
+                Ok(value)
+            }
             Err(error) => {
                 let live = self.live.take().expect("instance is live");
                 Err(classify(
@@ -138,6 +187,11 @@ impl<B: WorldBindings> GuestInstance<B> {
         }
     }
 
+    /// How many instances were recycled (not counting failures).
+    pub(crate) fn recycled(&self) -> u64 {
+        self.recycled
+    }
+
     /// Drops the live instance, if any; the next call creates a fresh one.
     pub(crate) fn discard(&mut self) {
         self.live = None;
@@ -148,11 +202,15 @@ impl<B: WorldBindings> GuestInstance<B> {
             return Ok(());
         }
         let state = GuestState {
-            wasi: sandbox::wasi_context(&self.stdout, &self.stderr),
+            wasi: sandbox::wasi_context(&self.stdout, &self.stderr, self.deterministic.as_ref()),
             table: ResourceTable::new(),
             limiter: InstanceLimiter::new(&self.limits),
             stderr: self.stderr.clone(),
+            source_query: self.options.source_query.clone(),
         };
+        if let Some(inputs) = &self.deterministic {
+            inputs.reset_for(&[]);
+        }
         let inner = self.engine.inner();
         let mut store = Store::new(&inner.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -174,7 +232,11 @@ impl<B: WorldBindings> GuestInstance<B> {
         })?;
         match bindings.init(&mut store, &self.config) {
             Ok(Ok(())) => {
-                self.live = Some(Live { store, bindings });
+                self.live = Some(Live {
+                    store,
+                    bindings,
+                    calls: 0,
+                });
                 Ok(())
             }
             Ok(Err(message)) => Err(PluginError::Init {

@@ -41,6 +41,16 @@ pub struct Limits {
     pub tables: usize,
     /// Most linear memories one component instance may create.
     pub memories: usize,
+    /// Replace the instance with a fresh one after this many successful
+    /// calls. `None`: never.
+    pub recycle_after_calls: Option<u64>,
+    /// Replace the instance with a fresh one after a call that left its
+    /// memory above this many bytes. `None`: never.
+    pub recycle_memory_bytes: Option<usize>,
+    /// Deterministic mode: clocks and random bytes derive from the batch's
+    /// first change (commit timestamp, LSN, index), so replays give
+    /// identical output. See the `deterministic` module.
+    pub deterministic: bool,
 }
 
 impl Default for Limits {
@@ -52,6 +62,9 @@ impl Default for Limits {
             instances: DEFAULT_INSTANCES,
             tables: DEFAULT_TABLES,
             memories: DEFAULT_MEMORIES,
+            recycle_after_calls: None,
+            recycle_memory_bytes: None,
+            deterministic: false,
         }
     }
 }
@@ -68,6 +81,11 @@ impl Limits {
                 "plugin `{plugin}`: memory limit {} bytes is above the engine's maximum of {max_memory_bytes} bytes; \
                  lower the limit or raise the engine's max_memory_bytes",
                 self.memory_bytes
+            )));
+        }
+        if self.recycle_after_calls == Some(0) {
+            return Err(PluginError::Settings(format!(
+                "plugin `{plugin}`: recycle_after_calls must be at least 1 (leave it unset to never recycle)"
             )));
         }
         if self.call_timeout.is_zero() {
@@ -93,6 +111,8 @@ pub(crate) struct InstanceLimiter {
     limits: Limits,
     /// Set when the memory cap was hit during the current call.
     pub(crate) memory_exceeded: Option<MemoryCapExceeded>,
+    /// Largest linear memory size granted so far, in bytes.
+    pub(crate) memory_bytes: usize,
 }
 
 impl InstanceLimiter {
@@ -100,6 +120,7 @@ impl InstanceLimiter {
         InstanceLimiter {
             limits: limits.clone(),
             memory_exceeded: None,
+            memory_bytes: 0,
         }
     }
 }
@@ -123,6 +144,7 @@ impl wasmtime::ResourceLimiter for InstanceLimiter {
                 requested: desired,
             }));
         }
+        self.memory_bytes = self.memory_bytes.max(desired);
         Ok(true)
     }
 

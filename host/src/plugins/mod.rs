@@ -20,24 +20,34 @@
 //! Modules: [`engine`] (wasmtime engine, epoch ticker, compiled cache),
 //! [`limits`] (memory, CPU and table caps), `sandbox` (WASI context and guest
 //! output to logs), `instance` (instance lifecycle and failure
-//! classification), [`transform`] and [`filter`] (typed bindings per world).
+//! classification), [`transform`], [`filter`], [`routing`] and
+//! [`enrichment`] (typed bindings per world), [`source_query`] (the
+//! capability an enrichment may be granted) and `deterministic` (clocks and
+//! random derived from the change, for replayable output).
 
 mod bindings;
 mod cache;
+mod deterministic;
 pub mod engine;
+pub mod enrichment;
 mod error;
 pub mod filter;
 mod instance;
 pub mod limits;
 mod message;
+pub mod routing;
 mod sandbox;
+pub mod source_query;
 pub mod transform;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use engine::{EngineSettings, PluginEngine};
+pub use enrichment::EnrichmentFunction;
 pub use error::{FunctionError, PluginError};
 pub use filter::FilterFunction;
 pub use limits::Limits;
+pub use routing::{KeyAction, Route, RoutingFunction};
+pub use source_query::SourceQuery;
 pub use transform::{Payload, TransformFunction};

@@ -19,6 +19,8 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
+use super::deterministic::DeterministicInputs;
+
 /// Lines a guest may log in a burst before rate limiting starts.
 const LOG_BURST_LINES: f64 = 100.0;
 /// Lines per second a guest may log once its burst is spent.
@@ -28,9 +30,22 @@ const MAX_LINE_BYTES: usize = 4096;
 /// How much recent stderr is kept to explain a trap.
 const STDERR_TAIL_BYTES: usize = 2048;
 
-/// Builds the WASI context for one instance, writing to `stdout` and `stderr`.
-pub(crate) fn wasi_context(stdout: &GuestOutput, stderr: &GuestOutput) -> WasiCtx {
+/// Builds the WASI context for one instance, writing to `stdout` and
+/// `stderr`; with `deterministic`, clocks and random bytes come from it.
+pub(crate) fn wasi_context(
+    stdout: &GuestOutput,
+    stderr: &GuestOutput,
+    deterministic: Option<&DeterministicInputs>,
+) -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
+    if let Some(inputs) = deterministic {
+        builder
+            .wall_clock(inputs.wall_clock())
+            .monotonic_clock(inputs.monotonic_clock())
+            .secure_random(inputs.random())
+            .insecure_random(inputs.random())
+            .insecure_random_seed(0);
+    }
     builder
         .stdout(stdout.clone())
         .stderr(stderr.clone())

@@ -24,7 +24,7 @@ fn target_dir() -> PathBuf {
 
 /// The component built from guest crate `crate_name`, building all guests
 /// once per test run.
-fn guest(crate_name: &str) -> PathBuf {
+pub(crate) fn guest(crate_name: &str) -> PathBuf {
     static BUILD: Once = Once::new();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -47,7 +47,7 @@ fn guest(crate_name: &str) -> PathBuf {
 }
 
 /// One engine for all tests: each pooled engine reserves address space.
-fn engine() -> &'static PluginEngine {
+pub(crate) fn engine() -> &'static PluginEngine {
     static ENGINE: OnceLock<(tempfile::TempDir, PluginEngine)> = OnceLock::new();
     &ENGINE
         .get_or_init(|| {
@@ -60,14 +60,14 @@ fn engine() -> &'static PluginEngine {
         .1
 }
 
-fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-fn message(action: Action, record: Value, changes: Option<Value>) -> Message {
+pub(crate) fn message(action: Action, record: Value, changes: Option<Value>) -> Message {
     let as_row = |v: Value| v.as_object().expect("row is an object").clone();
     Message {
         record: as_row(record),

@@ -7,7 +7,7 @@ use wasmtime::component::{Component, Linker};
 
 use super::bindings::{transform as world, types};
 use super::engine::{LoadedComponent, PluginEngine};
-use super::instance::{GuestInstance, GuestState, WorldBindings};
+use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
 use super::message::to_wit_change;
 use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
@@ -48,13 +48,26 @@ impl TransformFunction {
         limits: &Limits,
     ) -> Result<Self, PluginError> {
         Ok(TransformFunction {
-            instance: GuestInstance::new(engine, name, loaded, config, limits)?,
+            instance: GuestInstance::new(
+                engine,
+                name,
+                loaded,
+                config,
+                limits,
+                InstanceOptions::default(),
+            )?,
         })
     }
 
     /// The plugin's name.
     pub fn name(&self) -> &str {
         self.instance.plugin()
+    }
+
+    /// How many instances were recycled so far (after `recycle_after_calls`
+    /// calls or past `recycle_memory_bytes`), not counting failed ones.
+    pub fn recycled_instances(&self) -> u64 {
+        self.instance.recycled()
     }
 
     /// Transforms a batch: one outcome per message, in order. Blocks for up
@@ -66,9 +79,9 @@ impl TransformFunction {
         batch: &[Message],
     ) -> Result<Vec<Result<Payload, FunctionError>>, PluginError> {
         let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self
-            .instance
-            .call(|bindings, store| bindings.call_transform(store, &changes))?;
+        let outcomes = self.instance.call(batch, |bindings, store| {
+            bindings.call_transform(store, &changes)
+        })?;
         if outcomes.len() != batch.len() {
             self.instance.discard();
             return Err(PluginError::OutcomeCount {

@@ -1,0 +1,362 @@
+//! A sink's function chain: enrichment → filter → transform → routing, each
+//! step optional, the same for every sink type (the pull sink included:
+//! Sequin skips filters on its pull path, weft does not).
+//!
+//! The chain runs on a batch of messages and returns one [`ChainOutcome`]
+//! per message, index-aligned: a message to deliver, a change the filter
+//! dropped, or a change a function failed on. Each step is called once per
+//! batch with the changes still alive, so a dropped or failed change costs
+//! the later steps nothing. A whole-call failure (trap, timeout, out of
+//! memory, bad outcomes) fails the batch with [`ChainError`]: the instance
+//! is re-created and the caller retries.
+//!
+//! Per-change failures are kept per change so that the delivery layer can
+//! retry or dead-letter exactly those changes; today the sink pipeline
+//! retries the whole batch (see `sink.rs`).
+
+use std::sync::{Arc, Mutex};
+
+use crate::message::Message;
+use crate::plugins::{
+    EnrichmentFunction, FilterFunction, FunctionError, Payload, PluginError, Route,
+    RoutingFunction, TransformFunction,
+};
+
+use super::routing_keys;
+
+/// A loaded function with its config name, shareable with blocking tasks.
+pub struct Named<F> {
+    /// The function's name in the config.
+    pub name: String,
+    /// The loaded component.
+    pub function: Arc<Mutex<F>>,
+}
+
+impl<F> Named<F> {
+    /// Wraps `function`, loaded as `name`.
+    pub fn new(name: &str, function: F) -> Self {
+        Named {
+            name: name.to_string(),
+            function: Arc::new(Mutex::new(function)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, F> {
+        // A panic inside a call leaves the instance slot consistent (the
+        // instance is discarded on failure); keep using it.
+        self.function
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<F> Clone for Named<F> {
+    fn clone(&self) -> Self {
+        Named {
+            name: self.name.clone(),
+            function: Arc::clone(&self.function),
+        }
+    }
+}
+
+/// The functions of one sink, in pipeline order. Cheap to clone: clones
+/// share the loaded functions.
+#[derive(Clone, Default)]
+pub struct FunctionChain {
+    /// Adds `metadata.enrichment`.
+    pub enrichment: Option<Named<EnrichmentFunction>>,
+    /// Keeps or drops each change.
+    pub filter: Option<Named<FilterFunction>>,
+    /// Produces the payload; without one, the payload is the message JSON.
+    pub transform: Option<Named<TransformFunction>>,
+    /// Picks sink-specific keys, validated against `sink_type`.
+    pub routing: Option<Named<RoutingFunction>>,
+    /// The sink's destination type (`sequin_stream`, `kafka`, ...).
+    pub sink_type: &'static str,
+}
+
+/// A message that made it through the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainMessage {
+    /// The message after enrichment (its `metadata.enrichment` set).
+    pub message: Message,
+    /// The payload to deliver: the transform's, or the message JSON.
+    pub payload: Payload,
+    /// The routing function's keys, validated for the sink; `None` without
+    /// a routing function.
+    pub route: Option<Route>,
+}
+
+/// What the chain made of one change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChainOutcome {
+    /// Deliver this.
+    Message(Box<ChainMessage>),
+    /// The filter dropped the change: no message, but the cursor advances.
+    Dropped {
+        /// The filter's name in the config.
+        filter: String,
+    },
+    /// A function failed on this change.
+    Failed {
+        /// The function's name in the config.
+        function: String,
+        /// The function's kind (`enrichment`, `filter`, ...).
+        kind: &'static str,
+        /// The reason, for logs and dead letters.
+        error: String,
+        /// Whether a retry may succeed (`false`: dead-letter it).
+        transient: bool,
+    },
+}
+
+/// A function failed as a whole on a batch.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind} function {function}: {source}")]
+pub struct ChainError {
+    /// The function's name in the config.
+    pub function: String,
+    /// The function's kind.
+    pub kind: &'static str,
+    /// What went wrong (boxed: plugin errors are large).
+    #[source]
+    pub source: Box<PluginError>,
+}
+
+/// The changes still alive between steps: their positions in the input and
+/// their messages, in the same order.
+struct Alive {
+    positions: Vec<usize>,
+    messages: Vec<Message>,
+}
+
+impl Alive {
+    /// Records the decided outcomes (`Some`) in `outcomes` and keeps only
+    /// the undecided changes alive. `decisions` is aligned with `self`.
+    fn settle(
+        &mut self,
+        decisions: Vec<Option<ChainOutcome>>,
+        outcomes: &mut [Option<ChainOutcome>],
+    ) {
+        let mut keep = Vec::with_capacity(decisions.len());
+        for (position, decision) in self.positions.iter().zip(decisions) {
+            keep.push(decision.is_none());
+            if decision.is_some() {
+                outcomes[*position] = decision;
+            }
+        }
+        let mut flags = keep.iter();
+        self.positions
+            .retain(|_| *flags.next().expect("one flag per change"));
+        let mut flags = keep.iter();
+        self.messages
+            .retain(|_| *flags.next().expect("one flag per change"));
+    }
+}
+
+/// Why running the chain from an async task failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainRunError {
+    /// A function failed as a whole.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    /// The blocking task panicked or was cancelled.
+    #[error("function chain task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl FunctionChain {
+    /// Whether the chain calls no function at all.
+    pub fn is_empty(&self) -> bool {
+        self.enrichment.is_none()
+            && self.filter.is_none()
+            && self.transform.is_none()
+            && self.routing.is_none()
+    }
+
+    /// Runs the chain on `messages` from an async task: function calls run
+    /// on the blocking pool, never on an async worker thread.
+    pub async fn run(&self, messages: Vec<Message>) -> Result<Vec<ChainOutcome>, ChainRunError> {
+        if self.is_empty() || messages.is_empty() {
+            return Ok(self.run_blocking(messages)?);
+        }
+        let chain = self.clone();
+        Ok(tokio::task::spawn_blocking(move || chain.run_blocking(messages)).await??)
+    }
+
+    /// Runs the chain on `messages`: one outcome per message, in order.
+    /// Blocks; call it from `spawn_blocking` or a plain thread.
+    pub fn run_blocking(&self, messages: Vec<Message>) -> Result<Vec<ChainOutcome>, ChainError> {
+        let count = messages.len();
+        let mut outcomes: Vec<Option<ChainOutcome>> = vec![None; count];
+        let mut alive = Alive {
+            positions: (0..count).collect(),
+            messages,
+        };
+
+        if let Some(step) = &self.enrichment
+            && !alive.messages.is_empty()
+        {
+            let results = step
+                .lock()
+                .enrich(&alive.messages)
+                .map_err(|source| whole(step, "enrichment", source))?;
+            let decisions = results
+                .into_iter()
+                .zip(alive.messages.iter_mut())
+                .map(|(result, message)| match result {
+                    Ok(enrichment) => {
+                        message.metadata.enrichment = enrichment;
+                        None
+                    }
+                    Err(error) => Some(failed(step, "enrichment", error)),
+                })
+                .collect();
+            alive.settle(decisions, &mut outcomes);
+        }
+
+        if let Some(step) = &self.filter
+            && !alive.messages.is_empty()
+        {
+            let results = step
+                .lock()
+                .filter(&alive.messages)
+                .map_err(|source| whole(step, "filter", source))?;
+            let decisions = results
+                .into_iter()
+                .map(|result| match result {
+                    Ok(true) => None,
+                    Ok(false) => Some(ChainOutcome::Dropped {
+                        filter: step.name.clone(),
+                    }),
+                    Err(error) => Some(failed(step, "filter", error)),
+                })
+                .collect();
+            alive.settle(decisions, &mut outcomes);
+        }
+
+        let mut payloads: Vec<Option<Payload>> = match &self.transform {
+            Some(step) if !alive.messages.is_empty() => {
+                let results = step
+                    .lock()
+                    .transform(&alive.messages)
+                    .map_err(|source| whole(step, "transform", source))?;
+                let mut payloads = Vec::with_capacity(results.len());
+                let decisions = results
+                    .into_iter()
+                    .map(|result| match result {
+                        Ok(payload) => {
+                            payloads.push(Some(payload));
+                            None
+                        }
+                        Err(error) => {
+                            payloads.push(None);
+                            Some(failed(step, "transform", error))
+                        }
+                    })
+                    .collect();
+                let mut keep = payloads
+                    .iter()
+                    .map(Option::is_some)
+                    .collect::<Vec<_>>()
+                    .into_iter();
+                alive.settle(decisions, &mut outcomes);
+                payloads.retain(|_| keep.next().expect("one flag per change"));
+                payloads
+            }
+            _ => alive
+                .messages
+                .iter()
+                .map(|message| {
+                    Some(Payload::Json(
+                        serde_json::to_value(message).expect("a message always serialises"),
+                    ))
+                })
+                .collect(),
+        };
+
+        let mut routes: Vec<Option<Route>> = vec![None; alive.messages.len()];
+        if let Some(step) = &self.routing
+            && !alive.messages.is_empty()
+        {
+            let results = step
+                .lock()
+                .route(&alive.messages)
+                .map_err(|source| whole(step, "routing", source))?;
+            let mut kept_routes = Vec::with_capacity(results.len());
+            let mut kept_payloads = Vec::with_capacity(results.len());
+            let decisions = results
+                .into_iter()
+                .zip(payloads.drain(..))
+                .map(|(result, payload)| {
+                    let route = result
+                        .map_err(|error| failed(step, "routing", error))
+                        .and_then(
+                            |route| match routing_keys::validate(&route, self.sink_type) {
+                                Ok(()) => Ok(route),
+                                Err(error) => Err(ChainOutcome::Failed {
+                                    function: step.name.clone(),
+                                    kind: "routing",
+                                    error: error.to_string(),
+                                    transient: false,
+                                }),
+                            },
+                        );
+                    match route {
+                        Ok(route) => {
+                            kept_routes.push(Some(route));
+                            kept_payloads.push(payload);
+                            None
+                        }
+                        Err(outcome) => Some(outcome),
+                    }
+                })
+                .collect();
+            alive.settle(decisions, &mut outcomes);
+            routes = kept_routes;
+            payloads = kept_payloads;
+        }
+
+        for ((position, message), (payload, route)) in alive
+            .positions
+            .into_iter()
+            .zip(alive.messages)
+            .zip(payloads.into_iter().zip(routes))
+        {
+            outcomes[position] = Some(ChainOutcome::Message(Box::new(ChainMessage {
+                message,
+                payload: payload.expect("failed transforms were settled"),
+                route,
+            })));
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every change gets an outcome"))
+            .collect())
+    }
+}
+
+fn whole<F>(step: &Named<F>, kind: &'static str, source: PluginError) -> ChainError {
+    ChainError {
+        function: step.name.clone(),
+        kind,
+        source: Box::new(source),
+    }
+}
+
+fn failed<F>(step: &Named<F>, kind: &'static str, error: FunctionError) -> ChainOutcome {
+    let (error, transient) = match error {
+        FunctionError::Permanent(reason) => (reason, false),
+        FunctionError::Transient(reason) => (reason, true),
+    };
+    ChainOutcome::Failed {
+        function: step.name.clone(),
+        kind,
+        error,
+        transient,
+    }
+}
+
+#[cfg(test)]
+#[path = "chain_tests.rs"]
+mod tests;

@@ -1,0 +1,321 @@
+//! The chain and the routing/enrichment bindings against the real wasmtime
+//! and real guest components (`host/tests/guests/`).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::change::Action;
+use crate::lsn::Lsn;
+use crate::plugins::tests::{config, engine, guest, message};
+use crate::plugins::{Limits, PluginError, SourceQuery};
+
+fn row(record: Value) -> Message {
+    message(Action::Insert, record, None)
+}
+
+/// A source query against a port nothing listens on: every query fails
+/// with a connection error, which is all these tests need.
+fn unreachable_source_query(runtime: &tokio::runtime::Runtime) -> SourceQuery {
+    let mut pg = tokio_postgres::Config::new();
+    pg.host("127.0.0.1")
+        .port(1)
+        .user("nobody")
+        .dbname("none")
+        .connect_timeout(Duration::from_secs(2));
+    SourceQuery::new(
+        "names",
+        pg,
+        Duration::from_millis(500),
+        runtime.handle().clone(),
+    )
+}
+
+fn routing(keys: &str) -> Named<crate::plugins::RoutingFunction> {
+    let loaded = engine()
+        .load_routing(
+            "route",
+            &guest("weft-table-routing"),
+            &config(&[("keys", keys)]),
+            &Limits::default(),
+        )
+        .expect("load routing guest");
+    Named::new("route", loaded)
+}
+
+#[test]
+fn chain_runs_enrichment_filter_transform_routing_with_one_outcome_per_change() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let enrichment = engine()
+        .load_enrichment(
+            "names",
+            &guest("weft-customer-enrichment"),
+            &config(&[]),
+            &Limits::default(),
+            Some(unreachable_source_query(&runtime)),
+        )
+        .expect("a granted enrichment loads");
+    let filter = engine()
+        .load_filter(
+            "even",
+            &guest("weft-even-id-filter"),
+            &config(&[]),
+            &Limits::default(),
+        )
+        .unwrap();
+    let transform = engine()
+        .load_transform(
+            "upcase",
+            &guest("weft-upcase-transform"),
+            &config(&[("column", "name")]),
+            &Limits::default(),
+        )
+        .unwrap();
+    let chain = FunctionChain {
+        enrichment: Some(Named::new("names", enrichment)),
+        filter: Some(Named::new("even", filter)),
+        transform: Some(Named::new("upcase", transform)),
+        routing: Some(routing("topic,message_key")),
+        sink_type: "kafka",
+    };
+    let outcomes = chain
+        .run_blocking(vec![
+            row(json!({"id": 1, "name": "odd"})),
+            row(json!({"id": 2, "name": "ada"})),
+            row(json!({"id": 4, "name": "bob", "customer_id": 7})),
+            row(json!({"id": 6, "name": "cy"})),
+        ])
+        .expect("no whole-call failure");
+    assert_eq!(outcomes.len(), 4);
+    assert_eq!(
+        outcomes[0],
+        ChainOutcome::Dropped {
+            filter: "even".into()
+        }
+    );
+    let ChainOutcome::Message(kept) = &outcomes[1] else {
+        panic!("expected a message, got {:?}", outcomes[1]);
+    };
+    let Payload::Json(payload) = &kept.payload else {
+        panic!("JSON payload expected");
+    };
+    assert_eq!(payload["record"]["name"], "ADA", "transformed");
+    assert_eq!(
+        payload["metadata"].get("enrichment"),
+        None,
+        "no customer_id, no enrichment"
+    );
+    assert_eq!(
+        kept.route.as_ref().unwrap().topic.as_deref(),
+        Some("public.users")
+    );
+    assert_eq!(
+        kept.route.as_ref().unwrap().message_key.as_deref(),
+        Some("1")
+    );
+    match &outcomes[2] {
+        ChainOutcome::Failed {
+            function,
+            kind,
+            error,
+            transient,
+        } => {
+            assert_eq!(
+                (function.as_str(), *kind, *transient),
+                ("names", "enrichment", true)
+            );
+            assert!(
+                error.contains("cannot connect to the source database"),
+                "{error}"
+            );
+        }
+        other => panic!("expected the enrichment to fail on row 4, got {other:?}"),
+    }
+    assert!(matches!(&outcomes[3], ChainOutcome::Message(m) if m.message.record["id"] == 6));
+}
+
+#[test]
+fn without_functions_the_payload_is_the_message() {
+    let chain = FunctionChain {
+        sink_type: "sequin_stream",
+        ..FunctionChain::default()
+    };
+    let input = row(json!({"id": 1}));
+    let outcomes = chain.run_blocking(vec![input.clone()]).unwrap();
+    assert_eq!(
+        outcomes,
+        vec![ChainOutcome::Message(Box::new(ChainMessage {
+            payload: Payload::Json(serde_json::to_value(&input).unwrap()),
+            message: input,
+            route: None,
+        }))]
+    );
+}
+
+#[test]
+fn routes_are_validated_against_the_sink_type() {
+    let chain = FunctionChain {
+        routing: Some(routing("topic,subject")),
+        sink_type: "nats",
+        ..FunctionChain::default()
+    };
+    let outcomes = chain.run_blocking(vec![row(json!({"id": 1}))]).unwrap();
+    assert_eq!(
+        outcomes,
+        vec![ChainOutcome::Failed {
+            function: "route".into(),
+            kind: "routing",
+            error: "a nats sink does not use the routing key `topic`; allowed keys: `subject`, `headers`"
+                .into(),
+            transient: false,
+        }]
+    );
+
+    let chain = FunctionChain {
+        routing: Some(routing("method,bad_endpoint_path")),
+        sink_type: "webhook",
+        ..FunctionChain::default()
+    };
+    let outcomes = chain.run_blocking(vec![row(json!({"id": 1}))]).unwrap();
+    assert!(
+        matches!(&outcomes[0], ChainOutcome::Failed { error, .. }
+            if error == "routing key `endpoint_path`: \"users\" must start with `/`"),
+        "{outcomes:?}"
+    );
+
+    let chain = FunctionChain {
+        routing: Some(routing("method,endpoint_path,headers")),
+        sink_type: "webhook",
+        ..FunctionChain::default()
+    };
+    let outcomes = chain.run_blocking(vec![row(json!({"id": 1}))]).unwrap();
+    let ChainOutcome::Message(routed) = &outcomes[0] else {
+        panic!("{outcomes:?}")
+    };
+    let route = routed.route.as_ref().unwrap();
+    assert_eq!(route.endpoint_path.as_deref(), Some("/users/1"));
+    assert_eq!(
+        serde_json::to_value(route).unwrap(),
+        json!({"headers": [["X-Table", "public.users"]], "method": "PUT", "endpoint_path": "/users/1"})
+    );
+}
+
+#[test]
+fn an_enrichment_importing_an_ungranted_capability_is_refused_at_load() {
+    let error = engine()
+        .load_enrichment(
+            "names",
+            &guest("weft-customer-enrichment"),
+            &config(&[]),
+            &Limits::default(),
+            None,
+        )
+        .unwrap_err();
+    match &error {
+        PluginError::Ungranted { imports, .. } => {
+            assert_eq!(imports, &["weft:plugin/source-query@0.1.0".to_string()])
+        }
+        other => panic!("expected Ungranted, got {other:?}"),
+    }
+    let text = error.to_string();
+    assert!(
+        text.contains("imports capabilities it is not granted: `weft:plugin/source-query@0.1.0`")
+            && text.contains("grants: {source_query: true}"),
+        "{text}"
+    );
+}
+
+fn probe(limits: &Limits) -> crate::plugins::TransformFunction {
+    engine()
+        .load_transform(
+            "probe",
+            &guest("weft-probe-transform"),
+            &config(&[]),
+            limits,
+        )
+        .expect("load probe guest")
+}
+
+fn probe_output(function: &mut crate::plugins::TransformFunction, batch: &[Message]) -> Vec<Value> {
+    function
+        .transform(batch)
+        .unwrap()
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok(Payload::Json(value)) => value,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn deterministic_mode_gives_identical_clocks_and_random_on_replay() {
+    let deterministic = Limits {
+        deterministic: true,
+        ..Limits::default()
+    };
+    let batch = vec![row(json!({"id": 1})), row(json!({"id": 2}))];
+    let first = probe_output(&mut probe(&deterministic), &batch);
+    let replay = probe_output(&mut probe(&deterministic), &batch);
+    assert_eq!(first, replay, "a fresh instance replays identically");
+    // The wall clock starts at the commit timestamp 2024-05-01T12:00:00.123456Z.
+    let commit_us = 1_714_564_800_123_456u64;
+    let wall = first[0]["wall_us"].as_u64().unwrap();
+    assert!(
+        (commit_us..commit_us + 1000).contains(&wall),
+        "wall clock {wall}"
+    );
+    assert_ne!(
+        first[0]["random"], first[1]["random"],
+        "random still varies within a call"
+    );
+
+    // Another change (another LSN) gets other random inputs.
+    let mut later = row(json!({"id": 1}));
+    later.metadata.commit_lsn = Lsn(999_999);
+    let other = probe_output(&mut probe(&deterministic), &[later]);
+    assert_ne!(other[0]["random"], first[0]["random"]);
+
+    // Without deterministic mode, two instances draw different random.
+    let a = probe_output(&mut probe(&Limits::default()), &batch);
+    let b = probe_output(&mut probe(&Limits::default()), &batch);
+    assert_ne!(a[0]["random"], b[0]["random"]);
+}
+
+#[test]
+fn instances_are_recycled_after_n_calls_and_past_the_memory_high_water_mark() {
+    let mut by_calls = probe(&Limits {
+        recycle_after_calls: Some(2),
+        ..Limits::default()
+    });
+    let one = [row(json!({"id": 1}))];
+    let calls: Vec<Value> = (0..5)
+        .map(|_| probe_output(&mut by_calls, &one)[0]["calls"].clone())
+        .collect();
+    assert_eq!(calls, [json!(1), json!(2), json!(1), json!(2), json!(1)]);
+    assert_eq!(by_calls.recycled_instances(), 2);
+
+    let mut by_memory = probe(&Limits {
+        recycle_memory_bytes: Some(8 << 20),
+        ..Limits::default()
+    });
+    assert_eq!(probe_output(&mut by_memory, &one)[0]["calls"], 1);
+    assert_eq!(
+        probe_output(&mut by_memory, &one)[0]["calls"],
+        2,
+        "small heap: kept"
+    );
+    let hold = [row(json!({"id": 1, "hold_mib": 16}))];
+    assert_eq!(probe_output(&mut by_memory, &hold)[0]["calls"], 3);
+    assert_eq!(
+        by_memory.recycled_instances(),
+        1,
+        "grew past 8 MiB: recycled"
+    );
+    assert_eq!(
+        probe_output(&mut by_memory, &one)[0]["calls"],
+        1,
+        "a fresh instance"
+    );
+}

@@ -1,0 +1,308 @@
+//! Which routing keys each sink type accepts, and the rules on their values:
+//! the one place that knows them. A routing function's [`Route`] is checked
+//! here before its message is stored; a key the sink does not use is an
+//! error, not silently ignored (as in Sequin).
+
+use crate::plugins::Route;
+
+/// Longest webhook `endpoint_path`, in characters (Sequin's limit).
+pub const MAX_ENDPOINT_PATH_CHARS: usize = 2000;
+
+/// HTTP methods a webhook route may choose.
+const HTTP_METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// The routing keys a sink of type `sink_type` (the destination's `type`)
+/// accepts. `None` for a type weft does not know.
+pub fn allowed_keys(sink_type: &str) -> Option<&'static [&'static str]> {
+    Some(match sink_type {
+        "kafka" => &["topic", "message_key"],
+        "nats" => &["subject", "headers"],
+        "redis_string" => &["key", "action", "expire_ms"],
+        "redis_stream" => &["stream_key"],
+        "webhook" => &["method", "endpoint_path", "headers"],
+        "rabbitmq" => &["exchange", "routing_key", "headers", "message_id"],
+        "sequin_stream" => &[],
+        _ => return None,
+    })
+}
+
+/// Whether a routing function can be used with a sink of `sink_type`.
+pub fn supports_routing(sink_type: &str) -> bool {
+    allowed_keys(sink_type).is_some_and(|keys| !keys.is_empty())
+}
+
+/// Why a route does not fit its sink.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The route sets keys the sink does not use.
+    #[error(
+        "a {sink_type} sink does not use the routing key{} {}; allowed keys: {}",
+        if keys.len() == 1 { "" } else { "s" },
+        keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+        allowed_list(sink_type)
+    )]
+    UnknownKeys {
+        /// The sink's type.
+        sink_type: String,
+        /// The keys it does not use.
+        keys: Vec<&'static str>,
+    },
+    /// A key's value breaks the sink's rules.
+    #[error("routing key `{key}`: {reason}")]
+    InvalidValue {
+        /// The key.
+        key: &'static str,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+}
+
+fn allowed_list(sink_type: &str) -> String {
+    match allowed_keys(sink_type) {
+        Some([]) => "none (this sink type takes no routing)".into(),
+        Some(keys) => keys
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => "none (unknown sink type)".into(),
+    }
+}
+
+/// Checks `route` against the keys and value rules of a `sink_type` sink.
+pub fn validate(route: &Route, sink_type: &str) -> Result<(), RouteError> {
+    let allowed = allowed_keys(sink_type).unwrap_or(&[]);
+    let unknown: Vec<&'static str> = route
+        .keys()
+        .into_iter()
+        .filter(|key| !allowed.contains(key))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(RouteError::UnknownKeys {
+            sink_type: sink_type.to_string(),
+            keys: unknown,
+        });
+    }
+    let invalid = |key: &'static str, reason: String| Err(RouteError::InvalidValue { key, reason });
+    for (key, value) in [
+        ("topic", &route.topic),
+        ("subject", &route.subject),
+        ("key", &route.key),
+        ("stream_key", &route.stream_key),
+    ] {
+        if value.as_deref().is_some_and(str::is_empty) {
+            return invalid(key, "must not be empty".into());
+        }
+    }
+    if let Some(subject) = &route.subject
+        && subject.chars().any(char::is_whitespace)
+    {
+        return invalid(
+            "subject",
+            format!("{subject:?} must not contain whitespace"),
+        );
+    }
+    if let Some(method) = &route.method
+        && !HTTP_METHODS.contains(&method.to_ascii_uppercase().as_str())
+    {
+        return invalid(
+            "method",
+            format!("{method:?} is not one of {}", HTTP_METHODS.join(", ")),
+        );
+    }
+    if let Some(path) = &route.endpoint_path {
+        let chars = path.chars().count();
+        if chars > MAX_ENDPOINT_PATH_CHARS {
+            return invalid(
+                "endpoint_path",
+                format!("is {chars} characters long; the limit is {MAX_ENDPOINT_PATH_CHARS}"),
+            );
+        }
+        if !path.starts_with('/') {
+            return invalid("endpoint_path", format!("{path:?} must start with `/`"));
+        }
+    }
+    if let Some(headers) = &route.headers {
+        for (name, value) in headers {
+            let token = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token {
+                return invalid(
+                    "headers",
+                    format!(
+                        "{name:?} is not a valid header name (letters, digits and !#$%&'*+-.^_`|~)"
+                    ),
+                );
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return invalid(
+                    "headers",
+                    format!("the value of {name:?} contains a line break or NUL"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::KeyAction;
+
+    #[test]
+    fn each_sink_type_accepts_exactly_its_keys() {
+        let every = Route {
+            topic: Some("t".into()),
+            message_key: Some("k".into()),
+            subject: Some("s".into()),
+            headers: Some(vec![("X-A".into(), "1".into())]),
+            key: Some("k".into()),
+            action: Some(KeyAction::Del),
+            expire_ms: Some(5),
+            stream_key: Some("s".into()),
+            method: Some("PUT".into()),
+            endpoint_path: Some("/p".into()),
+            exchange: Some("e".into()),
+            routing_key: Some("r".into()),
+            message_id: Some("m".into()),
+        };
+        for sink_type in [
+            "kafka",
+            "nats",
+            "redis_string",
+            "redis_stream",
+            "webhook",
+            "rabbitmq",
+            "sequin_stream",
+        ] {
+            let allowed = allowed_keys(sink_type).unwrap();
+            match validate(&every, sink_type) {
+                Err(RouteError::UnknownKeys { keys, .. }) => {
+                    let mut expected: Vec<&str> = every
+                        .keys()
+                        .into_iter()
+                        .filter(|k| !allowed.contains(k))
+                        .collect();
+                    expected.sort();
+                    let mut keys = keys;
+                    keys.sort();
+                    assert_eq!(keys, expected, "{sink_type}");
+                }
+                other => panic!("{sink_type}: expected unknown keys, got {other:?}"),
+            }
+            // A route with only the allowed keys passes.
+            let mut route = Route::default();
+            for key in allowed {
+                match *key {
+                    "topic" => route.topic = every.topic.clone(),
+                    "message_key" => route.message_key = every.message_key.clone(),
+                    "subject" => route.subject = every.subject.clone(),
+                    "headers" => route.headers = every.headers.clone(),
+                    "key" => route.key = every.key.clone(),
+                    "action" => route.action = every.action,
+                    "expire_ms" => route.expire_ms = every.expire_ms,
+                    "stream_key" => route.stream_key = every.stream_key.clone(),
+                    "method" => route.method = every.method.clone(),
+                    "endpoint_path" => route.endpoint_path = every.endpoint_path.clone(),
+                    "exchange" => route.exchange = every.exchange.clone(),
+                    "routing_key" => route.routing_key = every.routing_key.clone(),
+                    "message_id" => route.message_id = every.message_id.clone(),
+                    other => panic!("untested key {other}"),
+                }
+            }
+            assert_eq!(route.keys().len(), allowed.len(), "{sink_type}");
+            assert_eq!(validate(&route, sink_type), Ok(()), "{sink_type}");
+        }
+        assert!(allowed_keys("carrier_pigeon").is_none());
+        assert!(!supports_routing("sequin_stream"));
+        assert!(supports_routing("kafka"));
+    }
+
+    #[test]
+    fn unknown_keys_error_names_them_and_the_allowed_ones() {
+        let route = Route {
+            topic: Some("orders".into()),
+            ..Route::default()
+        };
+        let error = validate(&route, "nats").unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "a nats sink does not use the routing key `topic`; allowed keys: `subject`, `headers`"
+        );
+        let error = validate(&route, "sequin_stream").unwrap_err().to_string();
+        assert!(
+            error.ends_with("allowed keys: none (this sink type takes no routing)"),
+            "{error}"
+        );
+        assert_eq!(validate(&Route::default(), "sequin_stream"), Ok(()));
+    }
+
+    #[test]
+    fn webhook_endpoint_path_must_start_with_slash_and_fit_the_limit() {
+        let path = |p: String| Route {
+            endpoint_path: Some(p),
+            ..Route::default()
+        };
+        assert_eq!(validate(&path("/orders/1".into()), "webhook"), Ok(()));
+        let at_limit = format!("/{}", "a".repeat(MAX_ENDPOINT_PATH_CHARS - 1));
+        assert_eq!(validate(&path(at_limit), "webhook"), Ok(()));
+        let too_long = format!("/{}", "a".repeat(MAX_ENDPOINT_PATH_CHARS));
+        let error = validate(&path(too_long), "webhook")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("2001 characters long; the limit is 2000"),
+            "{error}"
+        );
+        let error = validate(&path("orders".into()), "webhook")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "routing key `endpoint_path`: \"orders\" must start with `/`"
+        );
+    }
+
+    #[test]
+    fn values_are_checked() {
+        let method = Route {
+            method: Some("BREW".into()),
+            ..Route::default()
+        };
+        assert!(matches!(
+            validate(&method, "webhook"),
+            Err(RouteError::InvalidValue { key: "method", .. })
+        ));
+        let lower = Route {
+            method: Some("post".into()),
+            ..Route::default()
+        };
+        assert_eq!(validate(&lower, "webhook"), Ok(()));
+        let header = Route {
+            headers: Some(vec![("Bad Name".into(), "v".into())]),
+            ..Route::default()
+        };
+        assert!(matches!(
+            validate(&header, "nats"),
+            Err(RouteError::InvalidValue { key: "headers", .. })
+        ));
+        let injected = Route {
+            headers: Some(vec![("X-A".into(), "v\r\nX-B: w".into())]),
+            ..Route::default()
+        };
+        assert!(validate(&injected, "rabbitmq").is_err());
+        let empty_topic = Route {
+            topic: Some(String::new()),
+            ..Route::default()
+        };
+        assert!(validate(&empty_topic, "kafka").is_err());
+        let spaced = Route {
+            subject: Some("a b".into()),
+            ..Route::default()
+        };
+        assert!(validate(&spaced, "nats").is_err());
+    }
+}

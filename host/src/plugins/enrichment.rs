@@ -1,0 +1,120 @@
+//! The enrichment kind: extra JSON per change, which lands in the message's
+//! `metadata.enrichment`. Enrichment functions are the only kind that may be
+//! granted capabilities (see [`super::source_query`]).
+
+use std::collections::BTreeMap;
+
+use wasmtime::Store;
+use wasmtime::component::{Component, Linker};
+
+use super::bindings::{enrichment as world, types};
+use super::engine::{LoadedComponent, PluginEngine};
+use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::message::to_wit_change;
+use super::source_query::SourceQuery;
+use super::transform::function_error;
+use super::{FunctionError, Limits, PluginError};
+use crate::message::Message;
+
+/// A loaded enrichment component with its live instance.
+pub struct EnrichmentFunction {
+    instance: GuestInstance<world::Enrichment>,
+}
+
+impl std::fmt::Debug for EnrichmentFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrichmentFunction")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EnrichmentFunction {
+    pub(crate) fn new(
+        engine: PluginEngine,
+        name: &str,
+        loaded: LoadedComponent,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+        source_query: Option<SourceQuery>,
+    ) -> Result<Self, PluginError> {
+        Ok(EnrichmentFunction {
+            instance: GuestInstance::new(
+                engine,
+                name,
+                loaded,
+                config,
+                limits,
+                InstanceOptions { source_query },
+            )?,
+        })
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        self.instance.plugin()
+    }
+
+    /// How many instances were recycled so far (after `recycle_after_calls`
+    /// calls or past `recycle_memory_bytes`), not counting failed ones.
+    pub fn recycled_instances(&self) -> u64 {
+        self.instance.recycled()
+    }
+
+    /// Enriches a batch: per message, the JSON for `metadata.enrichment`
+    /// (`None`: no enrichment) or an error, in order. Blocks, also on the
+    /// source query if granted; call it from `spawn_blocking` or a plain
+    /// thread, never on an async worker thread.
+    pub fn enrich(
+        &mut self,
+        batch: &[Message],
+    ) -> Result<Vec<Result<Option<serde_json::Value>, FunctionError>>, PluginError> {
+        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
+        let outcomes = self.instance.call(batch, |bindings, store| {
+            bindings.call_enrich(store, &changes)
+        })?;
+        if outcomes.len() != batch.len() {
+            self.instance.discard();
+            return Err(PluginError::OutcomeCount {
+                plugin: self.name().to_string(),
+                expected: batch.len(),
+                got: outcomes.len(),
+            });
+        }
+        outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(index, outcome)| match outcome {
+                Ok(None) => Ok(Ok(None)),
+                Ok(Some(text)) => serde_json::from_str(&text)
+                    .map(|value| Ok(Some(value)))
+                    .map_err(|e| PluginError::InvalidJson {
+                        plugin: self.name().to_string(),
+                        index,
+                        message: e.to_string(),
+                    }),
+                Err(error) => Ok(Err(function_error(error))),
+            })
+            .collect()
+    }
+}
+
+impl WorldBindings for world::Enrichment {
+    type Pre = world::EnrichmentPre<GuestState>;
+
+    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
+        world::EnrichmentPre::new(linker.instantiate_pre(component)?)
+    }
+
+    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
+        pre.instantiate(store)
+    }
+
+    fn init(
+        &self,
+        store: &mut Store<GuestState>,
+        config: &Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.call_init(store, config)
+    }
+}

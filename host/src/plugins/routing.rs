@@ -1,0 +1,213 @@
+//! The routing kind: sink-specific destination keys per change.
+//!
+//! The guest returns a [`Route`] with the keys it sets; which keys a sink
+//! accepts, and the rules on their values, live in
+//! [`crate::pipeline::routing_keys`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use wasmtime::Store;
+use wasmtime::component::{Component, Linker};
+
+use super::bindings::{routing as world, types};
+use super::engine::{LoadedComponent, PluginEngine};
+use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::message::to_wit_change;
+use super::transform::function_error;
+use super::{FunctionError, Limits, PluginError};
+use crate::message::Message;
+
+/// What a Redis string sink does with its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyAction {
+    /// `SET` the key to the message.
+    Set,
+    /// `DEL` the key.
+    Del,
+}
+
+/// The destination keys a routing function chose for one change. A `None`
+/// field keeps the sink's default. Serialises with only the set keys, in
+/// Sequin's names (`topic`, `message_key`, `endpoint_path`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Route {
+    /// Kafka: the topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Kafka: the message key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_key: Option<String>,
+    /// NATS: the subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// NATS, webhook and RabbitMQ: extra headers, in the guest's order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Vec<(String, String)>>,
+    /// Redis string: the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Redis string: set or delete the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<KeyAction>,
+    /// Redis string: expiry in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expire_ms: Option<u64>,
+    /// Redis stream: the stream key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_key: Option<String>,
+    /// Webhook: the HTTP method.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Webhook: the path appended to the endpoint's base URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint_path: Option<String>,
+    /// RabbitMQ: the exchange.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    /// RabbitMQ: the routing key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
+    /// RabbitMQ: the message id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+}
+
+impl Route {
+    /// The names of the keys this route sets, in declaration order.
+    pub fn keys(&self) -> Vec<&'static str> {
+        let set = [
+            ("topic", self.topic.is_some()),
+            ("message_key", self.message_key.is_some()),
+            ("subject", self.subject.is_some()),
+            ("headers", self.headers.is_some()),
+            ("key", self.key.is_some()),
+            ("action", self.action.is_some()),
+            ("expire_ms", self.expire_ms.is_some()),
+            ("stream_key", self.stream_key.is_some()),
+            ("method", self.method.is_some()),
+            ("endpoint_path", self.endpoint_path.is_some()),
+            ("exchange", self.exchange.is_some()),
+            ("routing_key", self.routing_key.is_some()),
+            ("message_id", self.message_id.is_some()),
+        ];
+        set.into_iter()
+            .filter_map(|(name, is_set)| is_set.then_some(name))
+            .collect()
+    }
+}
+
+impl From<world::Route> for Route {
+    fn from(route: world::Route) -> Self {
+        Route {
+            topic: route.topic,
+            message_key: route.message_key,
+            subject: route.subject,
+            headers: route.headers,
+            key: route.key,
+            action: route.action.map(|action| match action {
+                world::KeyAction::Set => KeyAction::Set,
+                world::KeyAction::Del => KeyAction::Del,
+            }),
+            expire_ms: route.expire_ms,
+            stream_key: route.stream_key,
+            method: route.method,
+            endpoint_path: route.endpoint_path,
+            exchange: route.exchange,
+            routing_key: route.routing_key,
+            message_id: route.message_id,
+        }
+    }
+}
+
+/// A loaded routing component with its live instance.
+pub struct RoutingFunction {
+    instance: GuestInstance<world::Routing>,
+}
+
+impl std::fmt::Debug for RoutingFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingFunction")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoutingFunction {
+    pub(crate) fn new(
+        engine: PluginEngine,
+        name: &str,
+        loaded: LoadedComponent,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<Self, PluginError> {
+        Ok(RoutingFunction {
+            instance: GuestInstance::new(
+                engine,
+                name,
+                loaded,
+                config,
+                limits,
+                InstanceOptions::default(),
+            )?,
+        })
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        self.instance.plugin()
+    }
+
+    /// How many instances were recycled so far (after `recycle_after_calls`
+    /// calls or past `recycle_memory_bytes`), not counting failed ones.
+    pub fn recycled_instances(&self) -> u64 {
+        self.instance.recycled()
+    }
+
+    /// Routes a batch: one [`Route`] (or error) per message, in order. The
+    /// routes are not validated against a sink here; see
+    /// [`crate::pipeline::routing_keys`]. Blocks; call it from
+    /// `spawn_blocking` or a plain thread, never on an async worker thread.
+    pub fn route(
+        &mut self,
+        batch: &[Message],
+    ) -> Result<Vec<Result<Route, FunctionError>>, PluginError> {
+        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
+        let outcomes = self.instance.call(batch, |bindings, store| {
+            bindings.call_route(store, &changes)
+        })?;
+        if outcomes.len() != batch.len() {
+            self.instance.discard();
+            return Err(PluginError::OutcomeCount {
+                plugin: self.name().to_string(),
+                expected: batch.len(),
+                got: outcomes.len(),
+            });
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.map(Route::from).map_err(function_error))
+            .collect())
+    }
+}
+
+impl WorldBindings for world::Routing {
+    type Pre = world::RoutingPre<GuestState>;
+
+    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
+        world::RoutingPre::new(linker.instantiate_pre(component)?)
+    }
+
+    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
+        pre.instantiate(store)
+    }
+
+    fn init(
+        &self,
+        store: &mut Store<GuestState>,
+        config: &Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.call_init(store, config)
+    }
+}

@@ -1,0 +1,157 @@
+//! The enrichment kind: extra JSON per change, for `metadata.enrichment`,
+//! and the host capabilities an enrichment may be granted.
+
+use std::any::Any;
+use std::cell::RefCell;
+
+use serde_json::Value;
+
+use crate::{Change, Config, Error};
+
+crate::wit_conversions!(crate::bindings::enrichment::weft::plugin::types);
+
+/// An enrichment function: adds data to each change's
+/// `metadata.enrichment`, which later functions and consumers see.
+///
+/// Implement [`Enrichment::enrich`] for per-change work, or override
+/// [`Enrichment::enrich_batch`] to look data up once per batch (e.g. one
+/// [`source_query`] for all the batch's keys).
+///
+/// ```ignore
+/// use weft_sdk_guest::enrichment::source_query;
+/// use weft_sdk_guest::serde_json::{json, Value};
+/// use weft_sdk_guest::{export_enrichment, Change, Config, Enrichment, Error};
+///
+/// /// Adds the customer's name, read from the source database. Needs
+/// /// `grants: {source_query: true}` on the function in the config.
+/// struct CustomerName;
+///
+/// impl Enrichment for CustomerName {
+///     fn init(_config: Config) -> Result<Self, String> {
+///         Ok(CustomerName)
+///     }
+///
+///     fn enrich(&mut self, change: Change) -> Result<Option<Value>, Error> {
+///         let Some(id) = change.get::<i64>("customer_id")? else { return Ok(None) };
+///         let rows = source_query("SELECT name FROM customers WHERE id = $1::bigint",
+///                                 &[Some(id.to_string())])?;
+///         Ok(rows.first().map(|row| json!({"customer_name": row["name"]})))
+///     }
+/// }
+///
+/// export_enrichment!(CustomerName);
+/// ```
+pub trait Enrichment: Sized + 'static {
+    /// Builds the enrichment from its configuration.
+    fn init(config: Config) -> Result<Self, String>;
+
+    /// The JSON for one change's `metadata.enrichment`, or `None`.
+    fn enrich(&mut self, change: Change) -> Result<Option<Value>, Error>;
+
+    /// One outcome per change, in order. The default calls
+    /// [`Enrichment::enrich`] for each change; override it to batch lookups.
+    /// It must return exactly one outcome per change.
+    fn enrich_batch(&mut self, batch: Vec<Change>) -> Vec<Result<Option<Value>, Error>> {
+        batch
+            .into_iter()
+            .map(|change| self.enrich(change))
+            .collect()
+    }
+}
+
+/// Runs a read-only, parameterised query on the source database and returns
+/// its rows as JSON objects. Each `params[i]` binds `$<i+1>` as text (`None`
+/// is NULL); cast in SQL where needed (`$1::bigint`, `$1::int[]`).
+///
+/// Only available when the function's config grants it
+/// (`grants: {source_query: true}`); a component that calls this without the
+/// grant is refused when weft loads it. A failure (SQL error, timeout,
+/// lost connection) comes back as a transient [`Error`].
+pub fn source_query(sql: &str, params: &[Option<String>]) -> Result<Vec<Value>, Error> {
+    let text = crate::bindings::enrichment::weft::plugin::source_query::query(sql, params)
+        .map_err(|reason| Error::transient(format!("source query failed: {reason}")))?;
+    match serde_json::from_str(&text) {
+        Ok(Value::Array(rows)) => Ok(rows),
+        Ok(_) | Err(_) => Err(Error::transient(
+            "source query returned something other than a JSON array",
+        )),
+    }
+}
+
+thread_local! {
+    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+#[doc(hidden)]
+pub fn __init<T: Enrichment>(config: wit::Config) -> Result<(), String> {
+    let enrichment = T::init(Config::from(config))?;
+    INSTANCE.with_borrow_mut(|slot| *slot = Some(Box::new(enrichment)));
+    Ok(())
+}
+
+#[doc(hidden)]
+pub fn __enrich<T: Enrichment>(
+    batch: Vec<wit::Change>,
+) -> Vec<Result<Option<String>, wit::FunctionError>> {
+    INSTANCE.with_borrow_mut(
+        |slot| match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
+            Some(enrichment) => enrichment
+                .enrich_batch(batch.into_iter().map(Change::from).collect())
+                .into_iter()
+                .map(|outcome| {
+                    outcome
+                        .map(|value| value.map(|v| v.to_string()))
+                        .map_err(Into::into)
+                })
+                .collect(),
+            None => batch
+                .iter()
+                .map(|_| {
+                    Err(wit::FunctionError::Transient(
+                        "enrich called before init".into(),
+                    ))
+                })
+                .collect(),
+        },
+    )
+}
+
+/// Exports a type implementing [`Enrichment`] as the component's
+/// `enrichment` world.
+///
+/// ```ignore
+/// weft_sdk_guest::export_enrichment!(MyEnrichment);
+/// ```
+#[macro_export]
+macro_rules! export_enrichment {
+    ($ty:ty) => {
+        const _: () = {
+            struct __WeftEnrichmentExport;
+
+            impl $crate::bindings::enrichment::Guest for __WeftEnrichmentExport {
+                fn init(
+                    config: $crate::bindings::enrichment::weft::plugin::types::Config,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::enrichment::__init::<$ty>(config)
+                }
+
+                fn enrich(
+                    batch: ::std::vec::Vec<
+                        $crate::bindings::enrichment::weft::plugin::types::Change,
+                    >,
+                ) -> ::std::vec::Vec<
+                    ::core::result::Result<
+                        ::core::option::Option<::std::string::String>,
+                        $crate::bindings::enrichment::weft::plugin::types::FunctionError,
+                    >,
+                > {
+                    $crate::enrichment::__enrich::<$ty>(batch)
+                }
+            }
+
+            $crate::bindings::enrichment::export_enrichment_world!(
+                __WeftEnrichmentExport with_types_in $crate::bindings::enrichment
+            );
+        };
+    };
+}

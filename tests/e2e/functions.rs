@@ -1,0 +1,262 @@
+//! All function kinds through the real binary: enrichment (with the granted
+//! read-only source query), filter and transform on a pull sink; routing is
+//! refused on a pull sink at start. Also the source-query capability itself
+//! against a real Postgres: read-only, bound parameters, statement timeout,
+//! row cap.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::guests;
+use crate::harness::postgres::PgCluster;
+use crate::harness::weft::WeftProcess;
+
+fn config(pg: &PgCluster, grants: &str, sink_extra: &str) -> String {
+    format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_fn, create_if_not_exists: true }}
+    publication: {{ name: weft_fn, create_if_not_exists: true }}
+functions:
+  - name: names
+    type: enrichment
+    file: {enrichment}
+    {grants}
+  - name: even
+    type: filter
+    file: {filter}
+  - name: upcase
+    type: transform
+    file: {transform}
+    config: {{ column: item }}
+  - name: topics
+    type: routing
+    file: {routing}
+    config: {{ keys: "topic" }}
+sinks:
+  - name: orders
+    database: shop
+    source: {{ include_tables: [public.orders] }}
+    enrichment: names
+    filter: even
+    transform: upcase
+    destination: {{ type: sequin_stream, ack_wait_ms: 5000 }}
+{sink_extra}"#,
+        port = pg.port(),
+        enrichment = guests::wasm("weft_customer_enrichment").display(),
+        filter = guests::wasm("weft_even_id_filter").display(),
+        transform = guests::wasm("weft_upcase_transform").display(),
+        routing = guests::wasm("weft_table_routing").display(),
+    )
+}
+
+#[test]
+fn enrichment_filter_and_transform_run_in_order_on_the_pull_sink() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE customers (id bigint PRIMARY KEY, name text)");
+    pg.psql("INSERT INTO customers VALUES (10, 'Ada'), (20, 'Grace')");
+    pg.psql("CREATE TABLE orders (id int PRIMARY KEY, customer_id bigint, item text)");
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(
+        dir.path(),
+        &config(&pg, "grants: { source_query: true }", ""),
+    );
+    pg.wait_for_active_slot("weft_fn");
+
+    pg.psql(
+        "INSERT INTO orders VALUES (1, 10, 'pen'), (2, 10, 'ink'), (3, 20, 'cap'), \
+         (4, 20, 'nib'), (5, 99, 'pad'), (6, 99, 'box')",
+    );
+    pg.psql("INSERT INTO orders VALUES (8, NULL, 'map')");
+
+    let mut got: Vec<Value> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while got.len() < 4 && std::time::Instant::now() < deadline {
+        let batch = weft.receive("orders", 100, 1000);
+        let ids: Vec<&str> = batch
+            .iter()
+            .map(|m| m["ack_id"].as_str().unwrap())
+            .collect();
+        if !ids.is_empty() {
+            assert_eq!(weft.settle("orders", "ack", &ids).0, 200);
+        }
+        got.extend(batch.into_iter().map(|m| m["data"].clone()));
+    }
+    // Odd ids are filtered out (the filter runs on the pull path too).
+    let summary: Vec<(i64, String, Value)> = got
+        .iter()
+        .map(|m| {
+            (
+                m["record"]["id"].as_i64().unwrap(),
+                m["record"]["item"].as_str().unwrap().to_string(),
+                m["metadata"]
+                    .get("enrichment")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (2, "INK".into(), json!({"customer_name": "Ada"})),
+            (4, "NIB".into(), json!({"customer_name": "Grace"})),
+            (6, "BOX".into(), json!({"customer_name": null})),
+            (8, "MAP".into(), Value::Null),
+        ],
+        "log:\n{}",
+        weft.log_text()
+    );
+    assert!(
+        weft.receive("orders", 100, 1500).is_empty(),
+        "filtered rows never show up"
+    );
+    // The filtered-out changes still advanced the cursor: after the last
+    // message was acked, the slot confirms past all of them.
+    let last_lsn = got.last().unwrap()["metadata"]["commit_lsn"]
+        .as_u64()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let confirmed = pg.psql(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weft_fn'",
+        );
+        if confirmed.trim().parse::<u64>().unwrap_or(0) >= last_lsn {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slot not confirmed past {last_lsn}: {confirmed}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn run_weft_with(config: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.yml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&path)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run weft");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weft kept running; it should have refused to start");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let output = child.wait_with_output().unwrap();
+    let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stdout));
+    (output.status.code(), text)
+}
+
+#[test]
+fn routing_on_a_pull_sink_and_ungranted_capabilities_are_refused_at_start() {
+    let pg = PgCluster::start();
+    let (code, log) = run_weft_with(&config(
+        &pg,
+        "grants: { source_query: true }",
+        "    routing: topics\n",
+    ));
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("sinks[0].routing: sequin_stream sinks take no routing keys"),
+        "{log}"
+    );
+
+    let (code, log) = run_weft_with(&config(&pg, "", ""));
+    assert_ne!(code, Some(0), "{log}");
+    assert!(
+        log.contains("imports capabilities it is not granted: `weft:plugin/source-query@0.1.0`"),
+        "{log}"
+    );
+}
+
+#[test]
+fn the_source_query_is_read_only_bound_and_bounded() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE customers (id bigint PRIMARY KEY, name text)");
+    pg.psql("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 1500) g");
+    pg.psql("CREATE SEQUENCE weft_seq");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let options = weft::source::PgConnectOptions::from_url(&pg.url("postgres")).unwrap();
+    let query = weft::plugins::SourceQuery::new(
+        "names",
+        options.query_config(),
+        Duration::from_millis(300),
+        runtime.handle().clone(),
+    );
+
+    let rows = query
+        .query_blocking(
+            "SELECT id, name FROM customers WHERE id = ANY($1::bigint[]) ORDER BY id",
+            &[Some("{2,1}".into())],
+        )
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&rows).unwrap(),
+        json!([{"id": 1, "name": "c1"}, {"id": 2, "name": "c2"}])
+    );
+
+    // Parameters are bound, never spliced into the SQL.
+    let hostile = "x'; DROP TABLE customers; --";
+    let echoed = query
+        .query_blocking("SELECT $1 AS v", &[Some(hostile.into())])
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&echoed).unwrap(),
+        json!([{ "v": hostile }])
+    );
+    let null = query.query_blocking("SELECT $1 AS v", &[None]).unwrap();
+    assert_eq!(null, r#"[{"v":null}]"#);
+
+    // Writes fail: a data-modifying statement cannot stand as the subquery,
+    // and whatever writes from inside a query (nextval here) meets the
+    // read-only transaction.
+    let error = query
+        .query_blocking(
+            "WITH d AS (DELETE FROM customers RETURNING id) SELECT id FROM d",
+            &[],
+        )
+        .unwrap_err();
+    assert!(error.starts_with("query rejected: "), "{error}");
+    let error = query
+        .query_blocking("SELECT nextval('weft_seq') AS n", &[])
+        .unwrap_err();
+    assert!(error.contains("read-only transaction"), "{error}");
+
+    // The statement timeout ends slow queries.
+    let error = query.query_blocking("SELECT pg_sleep(5)", &[]).unwrap_err();
+    assert!(error.contains("statement timeout"), "{error}");
+
+    // More than the row cap is an error, not a truncated answer.
+    let error = query
+        .query_blocking("SELECT id FROM customers", &[])
+        .unwrap_err();
+    assert!(error.contains("more than 1000 rows"), "{error}");
+
+    // Nothing was written, and the connection still works after errors.
+    assert_eq!(pg.psql("SELECT count(*) FROM customers").trim(), "1500");
+    assert_eq!(pg.psql("SELECT last_value FROM weft_seq").trim(), "1");
+    assert_eq!(pg.psql("SELECT is_called FROM weft_seq").trim(), "f");
+    assert_eq!(
+        query.query_blocking("SELECT 1 AS one", &[]).unwrap(),
+        r#"[{"one":1}]"#
+    );
+}
