@@ -11,3 +11,4 @@ mod schema_changes;
 mod setup_errors;
 mod source;
 mod tls;
+mod webhook;
