@@ -32,6 +32,8 @@ enum Mode {
     Fail,
     /// Sleeps past weft's request timeout, then 500.
     Hang,
+    /// Like `Accept`, after a second.
+    SlowAccept,
 }
 
 #[derive(Debug)]
@@ -43,6 +45,8 @@ struct State {
     accepted: Vec<(String, Value)>,
     failed: usize,
     hung: usize,
+    /// Requests that reached the handler.
+    started: usize,
     /// Requests whose signature, auth header or encoding was wrong.
     bad_requests: Vec<String>,
 }
@@ -67,6 +71,7 @@ impl Receiver {
             accepted: Vec::new(),
             failed: 0,
             hung: 0,
+            started: 0,
             bad_requests: Vec::new(),
         }));
         let listener = runtime
@@ -187,8 +192,12 @@ async fn handle(state: Arc<Mutex<State>>, uri: Uri, headers: HeaderMap, body: By
             s.bad_requests.extend(problems);
             return StatusCode::UNAUTHORIZED;
         }
+        s.started += 1;
         s.mode
     };
+    if mode == Mode::SlowAccept {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     match mode {
         Mode::Fail => {
             state.lock().unwrap().failed += 1;
@@ -199,7 +208,7 @@ async fn handle(state: Arc<Mutex<State>>, uri: Uri, headers: HeaderMap, body: By
             tokio::time::sleep(Duration::from_millis(1500)).await;
             StatusCode::INTERNAL_SERVER_ERROR
         }
-        Mode::Accept => {
+        Mode::Accept | Mode::SlowAccept => {
             let mut s = state.lock().unwrap();
             let poisoned = s.poisoned.is_some_and(|row| {
                 messages
@@ -554,5 +563,48 @@ fn a_stuck_group_holds_back_only_its_row_and_dead_letters_replay() {
         receiver.with(|s| s.bad_requests.clone()),
         Vec::<String>::new()
     );
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+#[test]
+fn sigterm_lets_a_delivery_in_flight_finish_and_records_it() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::SlowAccept);
+    let sinks = r#"
+  - name: hook
+    database: shop
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /slow
+      request_timeout_ms: 10000
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+    receiver.wait_until("the request to start", Duration::from_secs(30), |s| {
+        s.started >= 1
+    });
+    // The receiver answers after a second; weft waits for it before exiting.
+    assert_eq!(weft.terminate(), Some(0), "log:\n{}", weft.log_text());
+    assert_eq!(receiver.with(|s| s.accepted.len()), 1);
+
+    // Its outcome was recorded: a restarted weft does not send it again.
+    receiver.set_mode(Mode::Accept);
+    weft.restart();
+    pg.psql("INSERT INTO items VALUES (2, 0)");
+    receiver.wait_until("row 2", Duration::from_secs(30), |s| {
+        s.accepted.iter().any(|(_, m)| m["record"]["id"] == 2)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let ids: Vec<i64> = receiver.with(|s| {
+        s.accepted
+            .iter()
+            .map(|(_, m)| m["record"]["id"].as_i64().unwrap())
+            .collect()
+    });
+    assert_eq!(ids, vec![1, 2], "log:\n{}", weft.log_text());
     assert_eq!(weft.terminate(), Some(0));
 }

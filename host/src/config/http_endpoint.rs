@@ -59,23 +59,30 @@ impl fmt::Debug for HttpEndpointConfig {
     }
 }
 
+/// Errors never repeat the URL: a malformed one may hold a password.
 fn base_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     let url = reqwest::Url::parse(&text).map_err(|e| {
         de::Error::custom(format!(
-            "invalid URL {text:?}: {e}; write it like https://example.com/hooks"
+            "invalid URL: {e}; write it like https://example.com/hooks"
         ))
     })?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(de::Error::custom(
+            "the URL holds credentials, which would show in logs and dead letters; \
+             send them in `encrypted_headers` (e.g. Authorization) instead",
+        ));
+    }
     if !matches!(url.scheme(), "http" | "https") {
         return Err(de::Error::custom(format!(
-            "URL {text:?} has scheme {:?}; use http or https",
+            "the URL has scheme {:?}; use http or https",
             url.scheme()
         )));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(de::Error::custom(format!(
-            "URL {text:?} has a query or fragment; give the base URL only"
-        )));
+        return Err(de::Error::custom(
+            "the URL has a query or fragment; give the base URL only",
+        ));
     }
     Ok(text.trim_end_matches('/').to_string())
 }

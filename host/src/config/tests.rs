@@ -866,4 +866,9 @@ fn webhook_mistakes_are_all_reported_without_secrets() {
     assert!(
         error("http_endpoints:\n  - {name: h, url: 'ftp://x'}\n").contains("use http or https"),
     );
+    let with_password = error("http_endpoints:\n  - {name: h, url: 'https://u:pw1@x'}\n");
+    assert!(
+        with_password.contains("encrypted_headers") && !with_password.contains("pw1"),
+        "{with_password}"
+    );
 }

@@ -220,10 +220,20 @@ impl DeliveryWorker {
             tokio::pin!(woken);
             woken.as_mut().enable();
 
+            let mut store_failed = false;
             while !shutdown.is_cancelled() && running.len() < max_in_flight {
-                let batch = self
+                let leased = self
                     .blocking(move |store, sink| store.lease_deliverable(sink, batch_size, lease))
-                    .await?;
+                    .await;
+                let batch = match leased {
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        // E.g. an operator's sqlite3 holding the lock: try again soon.
+                        warn!(sink = %self.sink, %error, "cannot read the next messages; retrying in 1s");
+                        store_failed = true;
+                        break;
+                    }
+                };
                 if batch.is_empty() {
                     break;
                 }
@@ -238,15 +248,24 @@ impl DeliveryWorker {
             }
             let next_retry = if shutdown.is_cancelled() {
                 None
+            } else if store_failed {
+                Some(Duration::from_secs(1))
             } else {
                 self.blocking(|store, sink| store.next_lease_expiry(sink))
-                    .await?
+                    .await
+                    .unwrap_or(Some(Duration::from_secs(1)))
             };
             let retry_at = next_retry.map(|after| after + Duration::from_millis(1));
             tokio::select! {
                 finished = running.join_next(), if !running.is_empty() => {
                     match finished {
-                        Some(Ok((batch, outcomes))) => self.settle(batch, outcomes).await?,
+                        Some(Ok((batch, outcomes))) => {
+                            if let Err(error) = self.settle(batch, outcomes).await {
+                                // The leases stay; their messages are sent
+                                // again once the leases run out (at least once).
+                                warn!(sink = %self.sink, %error, "cannot record delivery outcomes; the messages will be delivered again");
+                            }
+                        }
                         Some(Err(e)) => return Err(DeliveryError::Task {
                             sink: self.sink.clone(),
                             detail: e.to_string(),
