@@ -246,7 +246,9 @@ impl DeliveryWorker {
             if shutdown.is_cancelled() && running.is_empty() {
                 break;
             }
-            let next_retry = if shutdown.is_cancelled() {
+            // With every slot busy, a due retry must wait for a delivery to
+            // finish; waking for it would only spin.
+            let next_retry = if shutdown.is_cancelled() || running.len() >= max_in_flight {
                 None
             } else if store_failed {
                 Some(Duration::from_secs(1))
