@@ -608,3 +608,46 @@ fn sigterm_lets_a_delivery_in_flight_finish_and_records_it() {
     assert_eq!(ids, vec![1, 2], "log:\n{}", weft.log_text());
     assert_eq!(weft.terminate(), Some(0));
 }
+
+/// Messages per second from one committed transaction to the receiver, in
+/// batches of 100 with 4 requests in flight. Run it explicitly, ideally with
+/// `--release`: `cargo test --test e2e webhook_delivery_rate -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark; run explicitly"]
+fn webhook_delivery_rate() {
+    const ROWS: usize = 20_000;
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Accept);
+    let sinks = r#"
+  - name: hook
+    database: shop
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /rate
+      batch_size: 100
+      max_in_flight: 4
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+    let started = Instant::now();
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
+    ));
+    receiver.wait_until("every message", Duration::from_secs(600), |s| {
+        s.accepted.len() >= ROWS
+    });
+    let elapsed = started.elapsed();
+    println!(
+        "webhook: {ROWS} messages in {elapsed:?} = {:.0} messages/s (commit to receiver, batch 100, 4 in flight)",
+        ROWS as f64 / elapsed.as_secs_f64()
+    );
+    assert_eq!(
+        receiver.with(|s| s.accepted.len()),
+        ROWS,
+        "no duplicates on a healthy receiver"
+    );
+    assert_eq!(weft.terminate(), Some(0));
+}
