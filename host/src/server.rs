@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -14,7 +15,9 @@ use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, S
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
 use crate::plugins::{EngineSettings, Limits, PluginEngine, SourceQuery};
+use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::sequin_stream::SequinStreamSettings;
+use crate::sinks::webhook::{WebhookDestination, WebhookSettings};
 use crate::store::Store;
 
 /// What `weft run` needs.
@@ -65,6 +68,14 @@ pub enum ServerError {
         /// What went wrong.
         source: crate::source::SourceError,
     },
+    /// A push sink could not be set up or its delivery worker failed.
+    #[error("sink {sink}: {detail}")]
+    Sink {
+        /// The sink's name.
+        sink: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// The pipeline stopped with an error.
     #[error("pipeline of database {database}: {source}")]
     Pipeline {
@@ -107,6 +118,43 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
                         max_ack_pending: settings.max_ack_pending,
                         max_waiting: settings.max_waiting,
                     },
+                );
+            }
+            DestinationConfig::Webhook(webhook) => {
+                let endpoint = config
+                    .http_endpoint(&webhook.http_endpoint)
+                    .expect("config validation guarantees the endpoint exists");
+                let sink_error = |detail: String| ServerError::Sink {
+                    sink: sink.name.clone(),
+                    detail,
+                };
+                let settings = WebhookSettings::resolve(sink, webhook, endpoint)
+                    .map_err(|e| sink_error(e.to_string()))?;
+                let retry = settings.retry;
+                let destination = WebhookDestination::new(&sink.name, settings)
+                    .map_err(|e| sink_error(format!("cannot build the HTTP client: {e}")))?;
+                let waker = DeliveryWaker::new();
+                pull_api.add_push_sink(&sink.name, waker.clone());
+                let worker = DeliveryWorker::new(
+                    &sink.name,
+                    store.clone(),
+                    Arc::new(destination),
+                    retry,
+                    waker,
+                );
+                let worker_shutdown = shutdown.clone();
+                let name = sink.name.clone();
+                tasks.spawn(
+                    async move {
+                        worker
+                            .run(worker_shutdown)
+                            .await
+                            .map_err(|e| ServerError::Sink {
+                                sink: name,
+                                detail: e.to_string(),
+                            })
+                    }
+                    .instrument(info_span!("delivery", sink = %sink.name)),
                 );
             }
         }

@@ -14,4 +14,5 @@ mod setup_errors;
 mod source;
 mod tls;
 mod types;
+mod webhook;
 mod workload;

@@ -1,9 +1,11 @@
-//! The HTTP APIs (axum): the Sequin-compatible pull API and health.
+//! The HTTP APIs (axum): the Sequin-compatible pull API, sinks' dead
+//! letters, and health.
 //!
 //! [`router`] builds the routes, [`serve`] runs them until shutdown. Errors
 //! use the management API's shape, `{"summary", "validation_errors"}`, see
 //! [`ApiError`].
 
+mod dead_letters;
 mod error;
 mod params;
 mod pull;
@@ -12,22 +14,25 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::ConsumerRef;
+use crate::sinks::delivery::DeliveryWaker;
 use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
 use crate::store::Store;
 
 pub use error::ApiError;
 
-/// What the pull API serves: the store and the Sequin Stream sinks it knows.
-/// Cheap to clone; sinks can be added and removed while serving.
+/// What the API serves: the store, the Sequin Stream sinks it knows, and
+/// the push sinks (webhook) whose delivery workers it can wake. Cheap to
+/// clone; sinks can be added and removed while serving.
 #[derive(Clone, Debug)]
 pub struct PullApiState {
     store: Store,
     sinks: Arc<RwLock<HashMap<String, SequinStream>>>,
+    push_sinks: Arc<RwLock<HashMap<String, DeliveryWaker>>>,
     shutdown: CancellationToken,
 }
 
@@ -39,6 +44,7 @@ impl PullApiState {
         PullApiState {
             store,
             sinks: Arc::default(),
+            push_sinks: Arc::default(),
             shutdown,
         }
     }
@@ -80,23 +86,64 @@ impl PullApiState {
             .map(|(_, stream)| stream.clone())
     }
 
-    /// Wakes the long-polling receivers of the sink `name`, if served.
+    /// Knows the push sink `name`, whose delivery worker `waker` wakes.
+    pub fn add_push_sink(&self, name: &str, waker: DeliveryWaker) {
+        self.push_sinks
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_string(), waker);
+    }
+
+    /// Whether `name` is a sink this API serves (pull or push).
+    pub fn knows_sink(&self, name: &str) -> bool {
+        self.push_sinks
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains_key(name)
+            || self
+                .sinks
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .contains_key(name)
+    }
+
+    /// Wakes the long-polling receivers, or the delivery worker, of the
+    /// sink `name`: messages were stored for it.
     pub fn wake(&self, name: &str) {
         if let Some(stream) = self.sink(name) {
             stream.wake();
+        }
+        let push = self
+            .push_sinks
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .cloned();
+        if let Some(waker) = push {
+            waker.wake();
         }
     }
 }
 
 /// The pull API under both `/api/http_pull_consumers/{name}/` and
-/// `/api/sequin_streams/{name}/`, plus `GET /health`.
+/// `/api/sequin_streams/{name}/`, dead letters under
+/// `/api/sinks/{sink}/dead_letters`, plus `GET /health`.
 pub fn router(state: PullApiState) -> Router {
     let consumer = Router::new()
         .route("/receive", get(pull::receive).post(pull::receive))
         .route("/ack", post(pull::ack))
         .route("/nack", post(pull::nack));
+    let dead_letters = Router::new()
+        .route("/", get(dead_letters::list))
+        .route("/replay", post(dead_letters::replay_many))
+        .route(
+            "/{id}",
+            get(dead_letters::get).merge(delete(dead_letters::discard)),
+        )
+        .route("/{id}/replay", post(dead_letters::replay_one));
     Router::new()
         .route("/health", get(health))
+        .nest("/api/sinks/{name}/dead_letters", dead_letters)
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)
         .fallback(not_found)

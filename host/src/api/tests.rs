@@ -394,3 +394,97 @@ async fn receive_and_ack_rate_over_http() {
         received as f64 / started.elapsed().as_secs_f64()
     );
 }
+
+#[tokio::test]
+async fn dead_letters_are_listed_paged_replayed_and_discarded() {
+    let server = start(SequinStreamSettings::default()).await;
+    server
+        .state
+        .add_push_sink("hook", crate::sinks::delivery::DeliveryWaker::new());
+    let messages = (1..=3)
+        .map(|i| NewMessage {
+            commit_lsn: Lsn(i),
+            commit_idx: 0,
+            group_id: format!("g{i}"),
+            idempotency_key: crate::message::idempotency_key(Lsn(i), 0),
+            payload: json!({"record": {"id": i}}),
+        })
+        .collect();
+    let batch = [SinkBatch {
+        sink: "hook".into(),
+        messages,
+    }];
+    server.store.append(&batch, Lsn(3)).unwrap();
+    for leased in server
+        .store
+        .lease_deliverable("hook", 10, Duration::from_secs(30))
+        .unwrap()
+    {
+        assert!(
+            server
+                .store
+                .dead_letter("hook", leased.ack_id, "HTTP 500")
+                .unwrap()
+        );
+    }
+
+    let (status, page) = server.get("/api/sinks/hook/dead_letters?limit=2").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["count"], 3);
+    let ids: Vec<i64> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(page["data"][0]["message"]["record"]["id"], 1);
+    assert_eq!(page["data"][0]["last_error"], "HTTP 500");
+    assert_eq!(page["data"][0]["attempts"], 1);
+    let (_, rest) = server
+        .get(&format!("/api/sinks/hook/dead_letters?after={}", ids[1]))
+        .await;
+    assert_eq!(rest["data"].as_array().unwrap().len(), 1);
+    let third = rest["data"][0]["id"].as_i64().unwrap();
+
+    let (status, body) = server.get("/api/sinks/hook/dead_letters?limit=0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["validation_errors"]["limit"].is_array(), "{body}");
+    let (status, body) = server.get("/api/sinks/hook/dead_letters/abc").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["validation_errors"]["id"].is_array(), "{body}");
+    let (status, _) = server.get("/api/sinks/hook/dead_letters/99999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, body) = server
+        .post(
+            "/api/sinks/hook/dead_letters/replay",
+            json!({"ids": [ids[0], 99999]}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["replayed"]),
+        (StatusCode::OK, &json!([ids[0]]))
+    );
+    let (status, body) = server
+        .post("/api/sinks/hook/dead_letters/replay", json!({"ids": "all"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    let delete = |id: i64| {
+        server
+            .client
+            .delete(format!("{}/api/sinks/hook/dead_letters/{id}", server.base))
+            .send()
+    };
+    assert_eq!(delete(third).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(delete(third).await.unwrap().status(), StatusCode::NOT_FOUND);
+    assert_eq!(server.store.dead_letter_count("hook").unwrap(), 1);
+    assert_eq!(server.store.message_counts("hook").unwrap().stored, 1);
+    let replayed = server
+        .store
+        .lease_deliverable("hook", 10, Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(replayed[0].payload["record"]["id"], 1);
+    server.shutdown.cancel();
+}

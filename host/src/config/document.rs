@@ -5,19 +5,22 @@ use serde::Deserialize;
 use serde_yaml_ng::Value;
 
 use super::bounds;
+use super::http_endpoint::HttpEndpointConfig;
 use super::model::{FunctionConfig, PublicationConfig, SinkConfig, SlotConfig};
 
 /// A whole config file. Unknown top-level keys are errors that list these.
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys `databases`, `functions`, `sinks`"
+    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`"
 )]
 pub(crate) struct Document {
     #[serde(default)]
     pub(crate) databases: Vec<DatabaseDoc>,
     #[serde(default)]
     pub(crate) functions: Vec<FunctionConfig>,
+    #[serde(default)]
+    pub(crate) http_endpoints: Vec<HttpEndpointConfig>,
     /// Destinations stay raw until `validate` reads them per `type`.
     #[serde(default)]
     pub(crate) sinks: Vec<SinkConfig<Value>>,

@@ -18,6 +18,7 @@ mod bounds;
 pub mod destination;
 mod document;
 mod error;
+mod http_endpoint;
 mod interpolate;
 mod locate;
 pub mod model;
@@ -30,8 +31,9 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-pub use destination::{DestinationConfig, SequinStreamConfig};
+pub use destination::{DestinationConfig, SequinStreamConfig, WebhookConfig};
 pub use error::{ConfigError, ConfigIssue, Location};
+pub use http_endpoint::HttpEndpointConfig;
 pub use model::{
     ActionSet, DatabaseConfig, FunctionConfig, FunctionGrants, FunctionKind, FunctionLimits,
     PgConnection, PublicationConfig, SinkConfig, SlotConfig, SourceConfig, TableRef,
@@ -50,6 +52,8 @@ pub struct Config {
     pub functions: Vec<FunctionConfig>,
     /// Sinks (`sinks:`).
     pub sinks: Vec<SinkConfig>,
+    /// HTTP endpoints webhook sinks deliver to (`http_endpoints:`).
+    pub http_endpoints: Vec<HttpEndpointConfig>,
 }
 
 impl Config {
@@ -103,6 +107,11 @@ impl Config {
         self.functions.iter().find(|f| f.name == name)
     }
 
+    /// The HTTP endpoint named `name`.
+    pub fn http_endpoint(&self, name: &str) -> Option<&HttpEndpointConfig> {
+        self.http_endpoints.iter().find(|e| e.name == name)
+    }
+
     /// The sink named `name`.
     pub fn sink(&self, name: &str) -> Option<&SinkConfig> {
         self.sinks.iter().find(|s| s.name == name)
@@ -153,7 +162,6 @@ const SEQUIN_ONLY_SECTIONS: &[&str] = &[
     "account",
     "users",
     "api_tokens",
-    "http_endpoints",
     "change_retentions",
     "transforms",
 ];

@@ -348,6 +348,11 @@ pub struct SinkConfig<D = DestinationConfig> {
     /// An `enrichment` function that adds `metadata.enrichment`.
     #[serde(default)]
     pub enrichment: Option<String>,
+    /// Retries of a failed message after its first attempt before it becomes
+    /// a dead letter (push sinks such as `webhook`). Default unlimited, as in
+    /// Sequin; 0 dead-letters on the first failure.
+    #[serde(default)]
+    pub max_retry_count: Option<u32>,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
 }
@@ -379,6 +384,7 @@ impl<D> SinkConfig<D> {
             filter: self.filter,
             routing: self.routing,
             enrichment: self.enrichment,
+            max_retry_count: self.max_retry_count,
             destination,
         }
     }

@@ -216,7 +216,9 @@ fn full_config_parses_with_every_value_and_default() {
     assert!(sink.source.includes("public", "orders"));
     assert!(sink.source.includes("odd.schema", "t"));
     assert!(!sink.source.includes("public", "customers"));
-    let DestinationConfig::SequinStream(stream) = &sink.destination;
+    let DestinationConfig::SequinStream(stream) = &sink.destination else {
+        panic!("expected a sequin_stream destination");
+    };
     assert_eq!(stream.ack_wait_ms, 1000);
     assert_eq!(stream.max_ack_pending, 10_000);
     assert_eq!(stream.max_waiting, 20);
@@ -242,13 +244,13 @@ fn empty_document_is_an_empty_config() {
 #[test]
 fn unknown_top_level_key_lists_allowed_keys() {
     assert_eq!(
-        error("databases: []\nhttp_endpoints: []\n"),
-        "http_endpoints: unknown field `http_endpoints`, expected one of `databases`, `functions`, `sinks` \
-         (`http_endpoints` is a sequin.yml section that weft does not support yet) (line 2, column 17)"
+        error("databases: []\napi_tokens: []\n"),
+        "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks` \
+         (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
     );
     assert_eq!(
         error("sinkz: []\n"),
-        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `sinks` (line 1, column 8)"
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks` (line 1, column 8)"
     );
 }
 
@@ -280,7 +282,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
             "    batch_size: 10\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
-         `actions`, `transform`, `filter`, `routing`, `enrichment`, `destination` (line 14, column 17)"
+         `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -312,7 +314,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -336,14 +338,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
             "    destination:\n      type: kafka\n      topic: t\n"
         )),
         "sinks[0].destination.type: destination type `kafka` is not supported yet; supported types: \
-         sequin_stream (line 15, column 13)"
+         sequin_stream, webhook (line 15, column 13)"
     );
 }
 
@@ -745,7 +747,7 @@ sinks:
 fn wrong_shapes_are_described_in_config_terms() {
     assert_eq!(
         error("- databases\n"),
-        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `sinks` (line 1, column 1)"
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks` (line 1, column 1)"
     );
     assert_eq!(
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
@@ -853,4 +855,98 @@ sinks:
     );
     let zero = enrichment.replace("recycle_after_calls: 1000", "recycle_after_calls: 0");
     assert!(error(&zero).starts_with("functions[0].limits.recycle_after_calls:"));
+}
+
+const ENDPOINT: &str = "\
+http_endpoints:
+  - name: hooks
+    url: https://hooks.example.com/weft/
+    headers: {X-Source: weft}
+    encrypted_headers: {Authorization: Bearer hunter2}
+    signing_secret: sssh
+";
+
+#[test]
+fn webhook_sink_resolves_with_its_endpoint_and_defaults() {
+    let text = format!(
+        "{ENDPOINT}{}",
+        with_sink(
+            "    max_retry_count: 4\n    destination: {type: webhook, http_endpoint: hooks, http_endpoint_path: /orders, gzip: true}\n"
+        )
+    );
+    let config = load(&text).unwrap();
+    let endpoint = config.http_endpoint("hooks").unwrap();
+    assert_eq!(endpoint.url, "https://hooks.example.com/weft");
+    assert_eq!(
+        endpoint.encrypted_headers["Authorization"],
+        "Bearer hunter2"
+    );
+    let debug = format!("{endpoint:?}");
+    assert!(
+        !debug.contains("hunter2") && !debug.contains("sssh"),
+        "{debug}"
+    );
+    let sink = config.sink("s").unwrap();
+    assert_eq!(sink.max_retry_count, Some(4));
+    let DestinationConfig::Webhook(webhook) = &sink.destination else {
+        panic!("expected a webhook destination");
+    };
+    assert_eq!(
+        webhook,
+        &WebhookConfig {
+            http_endpoint: "hooks".into(),
+            http_endpoint_path: "/orders".into(),
+            batch: true,
+            batch_size: 1,
+            request_timeout_ms: 30_000,
+            max_in_flight: 10,
+            gzip: true,
+            retry_backoff_base_ms: 1_000,
+            retry_backoff_max_ms: 600_000,
+        }
+    );
+}
+
+#[test]
+fn webhook_mistakes_are_all_reported_without_secrets() {
+    let text = format!(
+        "{}{}",
+        ENDPOINT.replace("Bearer hunter2", "\"Bearer\\nhunter2\""),
+        with_sink(
+            "    destination: {type: webhook, http_endpoint: hookz, retry_backoff_base_ms: 500, retry_backoff_max_ms: 100}\n  - name: pull\n    database: main\n    max_retry_count: 3\n    destination: {type: sequin_stream}\n"
+        )
+    );
+    let lines = errors(&text);
+    let all = lines.join("\n");
+    assert!(!all.contains("hunter2"), "{all}");
+    assert_eq!(lines.len(), 4, "{all}");
+    assert!(all.contains("http_endpoints[0].encrypted_headers.Authorization: the value is not a valid HTTP header value"), "{all}");
+    assert!(
+        all.contains("sinks[0].destination.http_endpoint: no http endpoint named \"hookz\""),
+        "{all}"
+    );
+    assert!(
+        all.contains(
+            "sinks[0].destination.retry_backoff_max_ms: 100 is below retry_backoff_base_ms"
+        ),
+        "{all}"
+    );
+    assert!(
+        all.contains("sinks[1].max_retry_count: applies to push sinks"),
+        "{all}"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    destination: {type: webhook, http_endpoint: hooks, http_endpoint_path: orders}\n"
+        )),
+        "sinks[0].destination.http_endpoint_path: \"orders\" must start with `/`, e.g. \"/orders\" (line 14, column 76)"
+    );
+    assert!(
+        error("http_endpoints:\n  - {name: h, url: 'ftp://x'}\n").contains("use http or https"),
+    );
+    let with_password = error("http_endpoints:\n  - {name: h, url: 'https://u:pw1@x'}\n");
+    assert!(
+        with_password.contains("encrypted_headers") && !with_password.contains("pw1"),
+        "{with_password}"
+    );
 }

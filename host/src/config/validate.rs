@@ -9,6 +9,7 @@ use serde_yaml_ng::Value;
 
 use super::destination::DestinationConfig;
 use super::document::{DatabaseDoc, Document};
+use super::http_endpoint::HttpEndpointConfig;
 use super::model::{DatabaseConfig, FunctionConfig, FunctionKind, PgConnection, SinkConfig};
 use super::path::DocPath;
 use super::{Config, pg_url};
@@ -46,6 +47,8 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
         &root.key("functions"),
         &mut problems,
     );
+    let http_endpoints = document.http_endpoints;
+    check_http_endpoints(&http_endpoints, &root.key("http_endpoints"), &mut problems);
     let sinks = resolve_sinks(
         document.sinks,
         &database_names,
@@ -53,12 +56,14 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
         &root.key("sinks"),
         &mut problems,
     );
+    check_push_settings(&sinks, &http_endpoints, &root.key("sinks"), &mut problems);
 
     if problems.0.is_empty() {
         Ok(Config {
             databases,
             functions,
             sinks,
+            http_endpoints,
         })
     } else {
         Err(problems.0)
@@ -409,4 +414,91 @@ fn resolve_sinks(
         }
     }
     sinks
+}
+
+/// Unique names, and headers that HTTP can carry. Secret header values are
+/// never quoted in a problem.
+fn check_http_endpoints(endpoints: &[HttpEndpointConfig], list: &DocPath, problems: &mut Problems) {
+    check_unique_names(
+        endpoints.iter().map(|e| e.name.as_str()),
+        "http endpoint",
+        list,
+        problems,
+    );
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        for (key, headers, secret) in [
+            ("headers", &endpoint.headers, false),
+            ("encrypted_headers", &endpoint.encrypted_headers, true),
+        ] {
+            for (name, value) in headers {
+                let path = list.index(i).key(key).key(name);
+                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    problems.add(
+                        path.clone(),
+                        format!("{name:?} is not a valid HTTP header name (letters, digits and -)"),
+                    );
+                }
+                if reqwest::header::HeaderValue::from_str(value).is_err() {
+                    let shown = if secret {
+                        "the value".to_string()
+                    } else {
+                        format!("{value:?}")
+                    };
+                    problems.add(
+                        path,
+                        format!("{shown} is not a valid HTTP header value (no line breaks or control characters)"),
+                    );
+                }
+            }
+        }
+        if endpoint.signing_secret.as_deref() == Some("") {
+            problems.add(
+                list.index(i).key("signing_secret"),
+                "must not be empty; remove it to send no signature",
+            );
+        }
+    }
+}
+
+/// A webhook sink names an existing endpoint; `max_retry_count` is for push sinks.
+fn check_push_settings(
+    sinks: &[SinkConfig],
+    endpoints: &[HttpEndpointConfig],
+    list: &DocPath,
+    problems: &mut Problems,
+) {
+    let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
+    for (i, sink) in sinks.iter().enumerate() {
+        let path = list.index(i);
+        match &sink.destination {
+            DestinationConfig::Webhook(webhook) => {
+                if !names.contains(&webhook.http_endpoint.as_str()) {
+                    problems.add(
+                        path.key("destination").key("http_endpoint"),
+                        format!(
+                            "no http endpoint named {:?}; defined http_endpoints: {names:?}",
+                            webhook.http_endpoint
+                        ),
+                    );
+                }
+                if webhook.retry_backoff_max_ms < webhook.retry_backoff_base_ms {
+                    problems.add(
+                        path.key("destination").key("retry_backoff_max_ms"),
+                        format!(
+                            "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
+                            webhook.retry_backoff_max_ms, webhook.retry_backoff_base_ms
+                        ),
+                    );
+                }
+            }
+            DestinationConfig::SequinStream(_) => {
+                if sink.max_retry_count.is_some() {
+                    problems.add(
+                        path.key("max_retry_count"),
+                        "applies to push sinks (webhook); for a sequin_stream sink set `destination.max_deliver`",
+                    );
+                }
+            }
+        }
+    }
 }

@@ -1,4 +1,5 @@
-//! weft's durable state, in SQLite: sink cursors and pull-consumer messages.
+//! weft's durable state, in SQLite: sink cursors, every sink's undelivered
+//! messages (pulled by consumers or pushed by delivery workers) and dead letters.
 //!
 //! Everything lives in one file that users can open with `sqlite3`. The
 //! store is the point of no return for the Sequin Stream sink: once
@@ -10,6 +11,7 @@
 //! access, which is what SQLite does to writers anyway and spares us
 //! `SQLITE_BUSY` handling between our own connections.
 
+mod delivery;
 mod pull;
 mod schema;
 
@@ -21,6 +23,7 @@ use rusqlite::{Connection, OpenFlags, params};
 
 use crate::lsn::Lsn;
 
+pub use delivery::{DeadLetter, StoredMessage};
 pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError};
 
 /// A failure of the durable store.
@@ -235,7 +238,7 @@ impl Store {
         }
     }
 
-    /// Forgets the sink `sink`: deletes its stored messages and its cursor,
+    /// Forgets the sink `sink`: deletes its stored messages, dead letters and cursor,
     /// returning how many messages were deleted. For a sink removed from the
     /// config; a sink that keeps its name keeps its messages across restarts.
     pub fn remove_sink(&self, sink: &str) -> Result<u64, StoreError> {
@@ -243,6 +246,7 @@ impl Store {
         let tx = conn.transaction()?;
         let deleted = tx.execute("DELETE FROM pull_messages WHERE sink = ?1", params![sink])?;
         tx.execute("DELETE FROM sink_cursors WHERE sink = ?1", params![sink])?;
+        tx.execute("DELETE FROM dead_letters WHERE sink = ?1", params![sink])?;
         tx.commit()?;
         Ok(deleted as u64)
     }

@@ -11,11 +11,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Store, StoreError, now_ms};
+use super::{Store, StoreError, lsn_from_sql, now_ms};
+use crate::lsn::Lsn;
 
 /// The lease on one delivered message: valid until the message is acked,
 /// nacked, or handed out again after its visibility timeout.
@@ -121,40 +122,11 @@ impl Store {
             if room == 0 {
                 return Ok(delivered);
             }
-            let mut heads = tx.prepare_cached(
-                "SELECT id, payload, deliver_count FROM pull_messages INDEXED BY pull_messages_heads
-                 WHERE sink = ?1 AND head = 1
-                   AND (not_visible_until IS NULL OR not_visible_until <= ?2)
-                 ORDER BY commit_lsn, commit_idx
-                 LIMIT ?3",
-            )?;
-            let mut lease = tx.prepare_cached(
-                "UPDATE pull_messages
-                 SET ack_id = ?2, not_visible_until = ?3, deliver_count = deliver_count + 1,
-                     last_delivered_at = ?4
-                 WHERE id = ?1",
-            )?;
-            let rows = heads
-                .query_map(params![sink, now, room], |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, u32>(2)?,
-                    ))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            for (id, payload, deliver_count) in rows {
-                let payload: Value =
-                    serde_json::from_str(&payload).map_err(|e| StoreError::Corrupt {
-                        what: "payload",
-                        detail: format!("message {id}: {e}"),
-                    })?;
-                let ack_id = AckId::new();
-                lease.execute(params![id, ack_id.to_string(), until, now])?;
+            for leased in lease_heads(&tx, sink, now, until, room)? {
                 delivered.push(Delivered {
-                    ack_id,
-                    payload,
-                    deliver_count: deliver_count.saturating_add(1),
+                    ack_id: leased.ack_id,
+                    payload: leased.payload,
+                    deliver_count: leased.deliver_count,
                 });
             }
         }
@@ -172,12 +144,6 @@ impl Store {
             let mut delete = tx.prepare_cached(
                 "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2 RETURNING group_id, head",
             )?;
-            let mut promote = tx.prepare_cached(
-                "UPDATE pull_messages SET head = 1
-                 WHERE id = (SELECT id FROM pull_messages WHERE sink = ?1 AND group_id = ?2
-                             ORDER BY commit_lsn, commit_idx LIMIT 1)
-                   AND head = 0",
-            )?;
             for ack_id in ack_ids {
                 let deleted: Option<(String, bool)> = delete
                     .query_row(params![sink, ack_id.to_string()], |row| {
@@ -188,7 +154,7 @@ impl Store {
                     Some((group_id, was_head)) => {
                         outcome.processed += 1;
                         if was_head {
-                            promote.execute(params![sink, group_id])?;
+                            promote_next_head(&tx, sink, &group_id)?;
                         }
                     }
                     None => outcome.unknown.push(*ack_id),
@@ -249,4 +215,92 @@ impl Store {
             .query_row(params![sink, now], |row| row.get(0))?;
         Ok(next.map(|at| Duration::from_millis((at - now).max(0) as u64)))
     }
+}
+
+/// A message leased by [`lease_heads`].
+pub(super) struct Leased {
+    pub(super) ack_id: AckId,
+    pub(super) commit_lsn: Lsn,
+    pub(super) commit_idx: u32,
+    pub(super) group_id: String,
+    pub(super) idempotency_key: String,
+    pub(super) payload: Value,
+    /// Deliveries so far, this one included.
+    pub(super) deliver_count: u32,
+}
+
+/// The one path to "the next deliverable messages" of a sink, for pull
+/// consumers and push workers alike: up to `limit` group heads that are
+/// visible at `now`, in commit order, each leased until `until` under a
+/// fresh ack id with one more delivery counted.
+pub(super) fn lease_heads(
+    tx: &Transaction<'_>,
+    sink: &str,
+    now: i64,
+    until: i64,
+    limit: u32,
+) -> Result<Vec<Leased>, StoreError> {
+    let mut heads = tx.prepare_cached(
+        "SELECT id, payload, deliver_count, commit_lsn, commit_idx, group_id, idempotency_key
+         FROM pull_messages INDEXED BY pull_messages_heads
+         WHERE sink = ?1 AND head = 1
+           AND (not_visible_until IS NULL OR not_visible_until <= ?2)
+         ORDER BY commit_lsn, commit_idx
+         LIMIT ?3",
+    )?;
+    let mut lease = tx.prepare_cached(
+        "UPDATE pull_messages
+         SET ack_id = ?2, not_visible_until = ?3, deliver_count = deliver_count + 1,
+             last_delivered_at = ?4, first_attempt_at = coalesce(first_attempt_at, ?4)
+         WHERE id = ?1",
+    )?;
+    let rows = heads
+        .query_map(params![sink, now, limit], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, u32>(2)?,
+                row.get::<_, i64>(3)?,
+                row.get::<_, u32>(4)?,
+                row.get::<_, String>(5)?,
+                row.get::<_, String>(6)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut leased = Vec::with_capacity(rows.len());
+    for (id, payload, deliver_count, lsn, commit_idx, group_id, idempotency_key) in rows {
+        let payload: Value = serde_json::from_str(&payload).map_err(|e| StoreError::Corrupt {
+            what: "payload",
+            detail: format!("message {id}: {e}"),
+        })?;
+        let ack_id = AckId::new();
+        lease.execute(params![id, ack_id.to_string(), until, now])?;
+        leased.push(Leased {
+            ack_id,
+            commit_lsn: lsn_from_sql(lsn)?,
+            commit_idx,
+            group_id,
+            idempotency_key,
+            payload,
+            deliver_count: deliver_count.saturating_add(1),
+        });
+    }
+    Ok(leased)
+}
+
+/// Makes the earliest stored message of `group_id` its head, after the
+/// previous head left (acked, delivered or dead-lettered).
+pub(super) fn promote_next_head(
+    tx: &Transaction<'_>,
+    sink: &str,
+    group_id: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE pull_messages SET head = 1
+         WHERE id = (SELECT id FROM pull_messages WHERE sink = ?1 AND group_id = ?2
+                     ORDER BY commit_lsn, commit_idx LIMIT 1)
+           AND head = 0",
+    )?
+    .execute(params![sink, group_id])?;
+    Ok(())
 }

@@ -54,6 +54,33 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX pull_messages_ack_id
         ON pull_messages (sink, ack_id) WHERE ack_id IS NOT NULL;
     "#,
+    // 2: retry state for push sinks, and dead letters. A push sink's worker
+    // leases messages exactly as a pull consumer does (ack_id,
+    // not_visible_until, deliver_count = attempts so far); a failed attempt
+    // clears the lease and sets not_visible_until to the next attempt time.
+    r#"
+    ALTER TABLE pull_messages ADD COLUMN last_error TEXT;
+    ALTER TABLE pull_messages ADD COLUMN first_attempt_at INTEGER;
+
+    -- Messages that exhausted their attempts (max_retry_count) or failed
+    -- permanently. Their group moved on; replay puts them back in line.
+    CREATE TABLE dead_letters (
+        id                 INTEGER PRIMARY KEY,
+        sink               TEXT NOT NULL,
+        commit_lsn         INTEGER NOT NULL,
+        commit_idx         INTEGER NOT NULL,
+        group_id           TEXT NOT NULL,
+        idempotency_key    TEXT NOT NULL,
+        payload            TEXT NOT NULL,
+        attempts           INTEGER NOT NULL,
+        last_error         TEXT NOT NULL,
+        first_attempt_at   INTEGER,
+        last_attempt_at    INTEGER,
+        dead_at            INTEGER NOT NULL,
+        UNIQUE (sink, commit_lsn, commit_idx)
+    ) STRICT;
+    CREATE INDEX dead_letters_sink ON dead_letters (sink, id);
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

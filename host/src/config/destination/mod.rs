@@ -8,8 +8,10 @@
 //! `SUPPORTED`.
 
 mod sequin_stream;
+mod webhook;
 
 pub use sequin_stream::SequinStreamConfig;
+pub use webhook::WebhookConfig;
 
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -22,21 +24,17 @@ pub enum DestinationConfig {
     /// `type: sequin_stream`: messages are stored in weft and pulled by
     /// consumers over HTTP (receive, ack, nack).
     SequinStream(SequinStreamConfig),
+    /// `type: webhook`: messages are POSTed to an `http_endpoints` entry by
+    /// the sink's delivery worker, with retries and dead letters.
+    Webhook(WebhookConfig),
 }
 
 /// `type` values accepted today.
-const SUPPORTED: &[&str] = &["sequin_stream"];
+const SUPPORTED: &[&str] = &["sequin_stream", "webhook"];
 
 /// `type` values Sequin has that weft will accept later; named in the error
 /// so that users know it is not a typo.
-const PLANNED: &[&str] = &[
-    "webhook",
-    "kafka",
-    "nats",
-    "redis_string",
-    "redis_stream",
-    "rabbitmq",
-];
+const PLANNED: &[&str] = &["kafka", "nats", "redis_string", "redis_stream", "rabbitmq"];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -49,6 +47,7 @@ impl DestinationConfig {
     pub fn type_name(&self) -> &'static str {
         match self {
             DestinationConfig::SequinStream(_) => "sequin_stream",
+            DestinationConfig::Webhook(_) => "webhook",
         }
     }
 
@@ -86,6 +85,7 @@ impl DestinationConfig {
         let settings = Value::Mapping(fields);
         match kind.as_str() {
             "sequin_stream" => settings_of(settings).map(DestinationConfig::SequinStream),
+            "webhook" => settings_of(settings).map(DestinationConfig::Webhook),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(

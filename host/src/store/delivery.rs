@@ -1,0 +1,530 @@
+//! Push sinks' side of the store: leasing the next deliverable messages for a
+//! delivery worker, settling each attempt (delivered, retry later, dead
+//! letter), and the dead letters themselves.
+//!
+//! A push sink's messages live in the same table as a pull consumer's and are
+//! leased through the same path ([`super::pull::lease_heads`]): only group
+//! heads, in commit order, so one message per group is in flight. A failed
+//! attempt drops the lease and hides the message until its next attempt
+//! time, which blocks its group and nothing else. A dead-lettered message
+//! leaves the table so that its group proceeds.
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde_json::Value;
+
+use super::pull::{AckId, lease_heads, promote_next_head};
+use super::{Store, StoreError, lsn_from_sql, now_ms};
+use crate::lsn::Lsn;
+
+/// A message leased to a push sink's delivery worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMessage {
+    /// The lease: settle the attempt with it.
+    pub ack_id: AckId,
+    /// LSN of the commit of the change's transaction.
+    pub commit_lsn: Lsn,
+    /// Position of the change within its transaction.
+    pub commit_idx: u32,
+    /// The message's group.
+    pub group_id: String,
+    /// The message's idempotency key.
+    pub idempotency_key: String,
+    /// The message JSON.
+    pub payload: Value,
+    /// Delivery attempts so far, this one included.
+    pub attempt: u32,
+}
+
+/// A message that will not be delivered unless replayed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// Its id among the sink's dead letters.
+    pub id: i64,
+    /// LSN of the commit of the change's transaction.
+    pub commit_lsn: Lsn,
+    /// Position of the change within its transaction.
+    pub commit_idx: u32,
+    /// The message's group.
+    pub group_id: String,
+    /// The message's idempotency key.
+    pub idempotency_key: String,
+    /// The message JSON.
+    pub payload: Value,
+    /// How many delivery attempts were made.
+    pub attempts: u32,
+    /// The error of the last attempt.
+    pub last_error: String,
+    /// When the first attempt was made (ms since the Unix epoch).
+    pub first_attempt_at: Option<i64>,
+    /// When the last attempt was made (ms since the Unix epoch).
+    pub last_attempt_at: Option<i64>,
+    /// When it was dead-lettered (ms since the Unix epoch).
+    pub dead_at: i64,
+}
+
+impl Store {
+    /// Leases up to `limit` deliverable messages of the push sink `sink`:
+    /// group heads whose next attempt is due, in commit order, each held for
+    /// `lease` (the worker settles every lease it takes; the duration only
+    /// matters if it does not, which [`Store::release_leases`] repairs).
+    pub fn lease_deliverable(
+        &self,
+        sink: &str,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let now = now_ms();
+        let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let leased = lease_heads(&tx, sink, now, until, limit)?;
+        tx.commit()?;
+        Ok(leased
+            .into_iter()
+            .map(|l| StoredMessage {
+                ack_id: l.ack_id,
+                commit_lsn: l.commit_lsn,
+                commit_idx: l.commit_idx,
+                group_id: l.group_id,
+                idempotency_key: l.idempotency_key,
+                payload: l.payload,
+                attempt: l.deliver_count,
+            })
+            .collect())
+    }
+
+    /// Drops every lease of `sink`, making its messages deliverable now. A
+    /// push sink's worker calls it when it starts: leases left by a previous
+    /// process belong to attempts that died with it. Returns how many.
+    pub fn release_leases(&self, sink: &str) -> Result<u64, StoreError> {
+        let conn = self.lock();
+        let released = conn
+            .prepare_cached(
+                "UPDATE pull_messages SET ack_id = NULL, not_visible_until = NULL
+                 WHERE sink = ?1 AND ack_id IS NOT NULL",
+            )?
+            .execute(params![sink])?;
+        Ok(released as u64)
+    }
+
+    /// Ends the lease `ack_id` with a failure: the message keeps its place
+    /// at the head of its group and becomes deliverable again after `delay`.
+    /// Returns false when the lease is no longer held.
+    pub fn retry_later(
+        &self,
+        sink: &str,
+        ack_id: AckId,
+        error: &str,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        let at = now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        let conn = self.lock();
+        let updated = conn
+            .prepare_cached(
+                "UPDATE pull_messages SET ack_id = NULL, not_visible_until = ?3, last_error = ?4
+                 WHERE sink = ?1 AND ack_id = ?2",
+            )?
+            .execute(params![sink, ack_id.to_string(), at, error])?;
+        Ok(updated == 1)
+    }
+
+    /// Ends the lease `ack_id` for good: moves the message to the dead
+    /// letters with `error` and lets the next message of its group go.
+    /// Returns false when the lease is no longer held.
+    pub fn dead_letter(&self, sink: &str, ack_id: AckId, error: &str) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let moved: Option<String> = tx
+            .prepare_cached(
+                "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2
+                 RETURNING group_id, commit_lsn, commit_idx, idempotency_key, payload,
+                           deliver_count, first_attempt_at, last_delivered_at",
+            )?
+            .query_row(params![sink, ack_id.to_string()], |row| {
+                let group_id: String = row.get(0)?;
+                tx.prepare_cached(
+                    "INSERT INTO dead_letters
+                         (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
+                          attempts, last_error, first_attempt_at, last_attempt_at, dead_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                     ON CONFLICT (sink, commit_lsn, commit_idx) DO UPDATE
+                     SET attempts = excluded.attempts, last_error = excluded.last_error,
+                         last_attempt_at = excluded.last_attempt_at, dead_at = excluded.dead_at",
+                )?
+                .execute(params![
+                    sink,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                    group_id,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
+                    row.get::<_, i64>(5)?,
+                    error,
+                    row.get::<_, Option<i64>>(6)?,
+                    row.get::<_, Option<i64>>(7)?,
+                    now
+                ])?;
+                Ok(group_id)
+            })
+            .optional()?;
+        let Some(group_id) = moved else {
+            return Ok(false);
+        };
+        promote_next_head(&tx, sink, &group_id)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Up to `limit` dead letters of `sink` with an id above `after`, oldest first.
+    pub fn dead_letters(
+        &self,
+        sink: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
+             WHERE sink = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+        ))?;
+        let rows = stmt
+            .query_map(params![sink, after, limit], dead_letter_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter().map(DeadLetterRow::parse).collect()
+    }
+
+    /// The dead letter `id` of `sink`.
+    pub fn dead_letter_by_id(&self, sink: &str, id: i64) -> Result<Option<DeadLetter>, StoreError> {
+        let conn = self.lock();
+        let row = conn
+            .prepare_cached(&format!(
+                "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE sink = ?1 AND id = ?2"
+            ))?
+            .query_row(params![sink, id], dead_letter_row)
+            .optional()?;
+        row.map(DeadLetterRow::parse).transpose()
+    }
+
+    /// How many dead letters `sink` holds.
+    pub fn dead_letter_count(&self, sink: &str) -> Result<u64, StoreError> {
+        let conn = self.lock();
+        let count: i64 = conn
+            .prepare_cached("SELECT count(*) FROM dead_letters WHERE sink = ?1")?
+            .query_row(params![sink], |row| row.get(0))?;
+        Ok(count as u64)
+    }
+
+    /// Puts the dead letters `ids` of `sink` (all of them when `ids` is
+    /// `None`) back in line for delivery with a fresh attempt count, at their
+    /// commit position within their group. Returns the ids replayed.
+    pub fn replay_dead_letters(
+        &self,
+        sink: &str,
+        ids: Option<&[i64]>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let now = now_ms();
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let mut replayed = Vec::new();
+        {
+            let ids: Vec<i64> = match ids {
+                Some(ids) => ids.to_vec(),
+                None => tx
+                    .prepare_cached("SELECT id FROM dead_letters WHERE sink = ?1 ORDER BY id")?
+                    .query_map(params![sink], |row| row.get(0))?
+                    .collect::<Result<_, _>>()?,
+            };
+            // The replayed message goes before later stored messages of its
+            // group, unless one of them is in flight right now: then it is
+            // promoted when that one settles (it is the earliest by then).
+            let mut restore = tx.prepare_cached(
+                "INSERT INTO pull_messages
+                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head,
+                      inserted_at)
+                 SELECT sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
+                        NOT EXISTS (SELECT 1 FROM pull_messages p
+                                    WHERE p.sink = d.sink AND p.group_id = d.group_id
+                                      AND ((p.commit_lsn, p.commit_idx) < (d.commit_lsn, d.commit_idx)
+                                           OR (p.ack_id IS NOT NULL AND p.not_visible_until > ?3))),
+                        ?3
+                 FROM dead_letters d WHERE d.sink = ?1 AND d.id = ?2
+                 ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING
+                 RETURNING group_id, commit_lsn, commit_idx, head",
+            )?;
+            let mut demote = tx.prepare_cached(
+                "UPDATE pull_messages SET head = 0
+                 WHERE sink = ?1 AND group_id = ?2 AND head = 1
+                   AND (commit_lsn, commit_idx) > (?3, ?4)",
+            )?;
+            let mut remove =
+                tx.prepare_cached("DELETE FROM dead_letters WHERE sink = ?1 AND id = ?2")?;
+            for id in ids {
+                let restored: Option<(String, i64, i64, bool)> = restore
+                    .query_row(params![sink, id, now], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                    })
+                    .optional()?;
+                if let Some((group_id, lsn, idx, head)) = restored
+                    && head
+                {
+                    demote.execute(params![sink, group_id, lsn, idx])?;
+                }
+                // A dead letter whose message is stored again (the same
+                // change replayed from the slot) is simply dropped.
+                if remove.execute(params![sink, id])? == 1 {
+                    replayed.push(id);
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(replayed)
+    }
+
+    /// Deletes the dead letter `id` of `sink`; false when there is none.
+    pub fn discard_dead_letter(&self, sink: &str, id: i64) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let deleted = conn
+            .prepare_cached("DELETE FROM dead_letters WHERE sink = ?1 AND id = ?2")?
+            .execute(params![sink, id])?;
+        Ok(deleted == 1)
+    }
+}
+
+const DEAD_LETTER_COLUMNS: &str = "id, commit_lsn, commit_idx, group_id, idempotency_key, payload, \
+     attempts, last_error, first_attempt_at, last_attempt_at, dead_at";
+
+/// A dead-letter row before its LSN and payload are checked.
+struct DeadLetterRow {
+    id: i64,
+    commit_lsn: i64,
+    commit_idx: u32,
+    group_id: String,
+    idempotency_key: String,
+    payload: String,
+    attempts: u32,
+    last_error: String,
+    first_attempt_at: Option<i64>,
+    last_attempt_at: Option<i64>,
+    dead_at: i64,
+}
+
+fn dead_letter_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterRow> {
+    Ok(DeadLetterRow {
+        id: row.get(0)?,
+        commit_lsn: row.get(1)?,
+        commit_idx: row.get(2)?,
+        group_id: row.get(3)?,
+        idempotency_key: row.get(4)?,
+        payload: row.get(5)?,
+        attempts: row.get(6)?,
+        last_error: row.get(7)?,
+        first_attempt_at: row.get(8)?,
+        last_attempt_at: row.get(9)?,
+        dead_at: row.get(10)?,
+    })
+}
+
+impl DeadLetterRow {
+    fn parse(self) -> Result<DeadLetter, StoreError> {
+        let payload = serde_json::from_str(&self.payload).map_err(|e| StoreError::Corrupt {
+            what: "dead letter payload",
+            detail: format!("dead letter {}: {e}", self.id),
+        })?;
+        Ok(DeadLetter {
+            id: self.id,
+            commit_lsn: lsn_from_sql(self.commit_lsn)?,
+            commit_idx: self.commit_idx,
+            group_id: self.group_id,
+            idempotency_key: self.idempotency_key,
+            payload,
+            attempts: self.attempts,
+            last_error: self.last_error,
+            first_attempt_at: self.first_attempt_at,
+            last_attempt_at: self.last_attempt_at,
+            dead_at: self.dead_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::{NewMessage, SinkBatch};
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn open_temp() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        (dir, store)
+    }
+
+    fn append(store: &Store, sink: &str, messages: &[(u64, &str)]) {
+        let messages: Vec<NewMessage> = messages
+            .iter()
+            .map(|&(lsn, group)| NewMessage {
+                commit_lsn: Lsn(lsn),
+                commit_idx: 0,
+                group_id: group.to_string(),
+                idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
+                payload: json!({"lsn": lsn}),
+            })
+            .collect();
+        let last = Lsn(messages
+            .iter()
+            .map(|m: &NewMessage| m.commit_lsn.0)
+            .max()
+            .unwrap_or(0));
+        store
+            .append(
+                &[SinkBatch {
+                    sink: sink.to_string(),
+                    messages,
+                }],
+                last,
+            )
+            .unwrap();
+    }
+
+    fn lsns(messages: &[StoredMessage]) -> Vec<u64> {
+        messages.iter().map(|m| m.commit_lsn.0).collect()
+    }
+
+    #[test]
+    fn a_retried_message_blocks_only_its_group_until_due() {
+        let (_dir, store) = open_temp();
+        append(&store, "s", &[(10, "a"), (20, "b"), (30, "a"), (40, "b")]);
+        let first = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&first), vec![10, 20]);
+        assert_eq!(first[0].attempt, 1);
+        // a fails, b is delivered.
+        assert!(
+            store
+                .retry_later("s", first[0].ack_id, "HTTP 500", Duration::from_millis(300))
+                .unwrap()
+        );
+        assert_eq!(store.ack("s", &[first[1].ack_id]).unwrap().processed, 1);
+        // b proceeds; a's next message waits behind a's failed head.
+        assert_eq!(
+            lsns(&store.lease_deliverable("s", 10, LEASE).unwrap()),
+            vec![40]
+        );
+        assert!(store.lease_deliverable("s", 10, LEASE).unwrap().is_empty());
+        let due = store
+            .next_lease_expiry("s")
+            .unwrap()
+            .expect("a retry is due later");
+        assert!(due <= Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(350));
+        let again = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&again), vec![10]);
+        assert_eq!(again[0].attempt, 2, "attempts count across retries");
+        // The old lease is void.
+        assert!(
+            !store
+                .retry_later("s", first[0].ack_id, "late", Duration::ZERO)
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn dead_lettering_frees_the_group_and_keeps_the_failure() {
+        let (_dir, store) = open_temp();
+        append(&store, "s", &[(10, "a"), (20, "a")]);
+        let first = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&first), vec![10]);
+        store
+            .retry_later("s", first[0].ack_id, "HTTP 500", Duration::ZERO)
+            .unwrap();
+        let second = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert!(
+            store
+                .dead_letter("s", second[0].ack_id, "HTTP 503")
+                .unwrap()
+        );
+        assert!(!store.dead_letter("s", second[0].ack_id, "twice").unwrap());
+        assert_eq!(
+            lsns(&store.lease_deliverable("s", 10, LEASE).unwrap()),
+            vec![20]
+        );
+
+        let dead = store.dead_letters("s", 0, 100).unwrap();
+        assert_eq!(dead.len(), 1);
+        let letter = &dead[0];
+        assert_eq!(letter.commit_lsn, Lsn(10));
+        assert_eq!(letter.group_id, "a");
+        assert_eq!(letter.attempts, 2);
+        assert_eq!(letter.last_error, "HTTP 503");
+        assert_eq!(letter.payload, json!({"lsn": 10}));
+        assert!(letter.first_attempt_at.unwrap() <= letter.last_attempt_at.unwrap());
+        assert_eq!(
+            store.dead_letter_by_id("s", letter.id).unwrap().as_ref(),
+            Some(letter)
+        );
+        assert_eq!(store.dead_letter_by_id("other", letter.id).unwrap(), None);
+        assert_eq!(store.dead_letter_count("s").unwrap(), 1);
+    }
+
+    #[test]
+    fn replay_puts_a_dead_letter_back_at_its_place_in_the_group() {
+        let (_dir, store) = open_temp();
+        append(&store, "s", &[(10, "a"), (20, "a"), (30, "a")]);
+        let first = store.lease_deliverable("s", 10, LEASE).unwrap();
+        store.dead_letter("s", first[0].ack_id, "boom").unwrap();
+        let id = store.dead_letters("s", 0, 10).unwrap()[0].id;
+        // 20 is now the head, not in flight: the replayed 10 goes first again.
+        assert_eq!(
+            store.replay_dead_letters("s", Some(&[id])).unwrap(),
+            vec![id]
+        );
+        assert_eq!(store.dead_letter_count("s").unwrap(), 0);
+        let again = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&again), vec![10]);
+        assert_eq!(again[0].attempt, 1, "a replay starts a fresh attempt count");
+
+        // Dead-letter 10 again while 20 is in flight: the replay waits for 20.
+        store.dead_letter("s", again[0].ack_id, "boom").unwrap();
+        let twenty = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&twenty), vec![20]);
+        assert_eq!(store.replay_dead_letters("s", None).unwrap().len(), 1);
+        assert!(
+            store.lease_deliverable("s", 10, LEASE).unwrap().is_empty(),
+            "one message per group in flight"
+        );
+        store.ack("s", &[twenty[0].ack_id]).unwrap();
+        assert_eq!(
+            lsns(&store.lease_deliverable("s", 10, LEASE).unwrap()),
+            vec![10]
+        );
+        assert!(
+            store
+                .replay_dead_letters("s", Some(&[999]))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn discard_deletes_and_release_leases_recovers_a_dead_worker() {
+        let (_dir, store) = open_temp();
+        append(&store, "s", &[(10, "a"), (20, "b")]);
+        let first = store.lease_deliverable("s", 1, LEASE).unwrap();
+        store.dead_letter("s", first[0].ack_id, "boom").unwrap();
+        let id = store.dead_letters("s", 0, 10).unwrap()[0].id;
+        assert!(store.discard_dead_letter("s", id).unwrap());
+        assert!(!store.discard_dead_letter("s", id).unwrap());
+
+        let leased = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&leased), vec![20]);
+        assert!(store.lease_deliverable("s", 10, LEASE).unwrap().is_empty());
+        assert_eq!(store.release_leases("s").unwrap(), 1);
+        let again = store.lease_deliverable("s", 10, LEASE).unwrap();
+        assert_eq!(lsns(&again), vec![20]);
+        assert_eq!(again[0].attempt, 2);
+    }
+}

@@ -1,0 +1,653 @@
+//! The webhook sink through the real binary: a receiver in this test that
+//! fails, hangs and recovers; per-row order; dead letters and their replay;
+//! a stuck group that neither stops other rows nor holds the slot back.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::harness::postgres::PgCluster;
+use crate::harness::weft::{WeftProcess, http};
+
+const SECRET: &str = "hook-secret";
+const TOKEN: &str = "Bearer s3cret-token-41";
+
+/// Per row id: (action, v, (commit_lsn, commit_idx)) of each message.
+type Rows = BTreeMap<i64, Vec<(String, i64, (u64, u64))>>;
+
+/// How the receiver answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// 200, recording the messages (unless a poisoned row is in the request).
+    Accept,
+    /// 500.
+    Fail,
+    /// Sleeps past weft's request timeout, then 500.
+    Hang,
+    /// Like `Accept`, after a second.
+    SlowAccept,
+}
+
+#[derive(Debug)]
+struct State {
+    mode: Mode,
+    /// Requests holding a message of this row id fail with 500.
+    poisoned: Option<i64>,
+    /// Accepted messages in arrival order, with the path they came on.
+    accepted: Vec<(String, Value)>,
+    failed: usize,
+    hung: usize,
+    /// Requests that reached the handler.
+    started: usize,
+    /// Requests whose signature, auth header or encoding was wrong.
+    bad_requests: Vec<String>,
+}
+
+/// A webhook receiver on 127.0.0.1 with its own runtime.
+struct Receiver {
+    state: Arc<Mutex<State>>,
+    addr: SocketAddr,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Receiver {
+    fn start(mode: Mode) -> Receiver {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let state = Arc::new(Mutex::new(State {
+            mode,
+            poisoned: None,
+            accepted: Vec::new(),
+            failed: 0,
+            hung: 0,
+            started: 0,
+            bad_requests: Vec::new(),
+        }));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::clone(&state);
+        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+            let state = Arc::clone(&shared);
+            async move { handle(state, uri, headers, body).await }
+        });
+        runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Receiver {
+            state,
+            addr,
+            _runtime: runtime,
+        }
+    }
+
+    fn set_mode(&self, mode: Mode) {
+        self.state.lock().unwrap().mode = mode;
+    }
+
+    fn set_poisoned(&self, row: Option<i64>) {
+        self.state.lock().unwrap().poisoned = row;
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.state.lock().unwrap())
+    }
+
+    /// Waits until `done` holds for the state, or panics with `what` after `timeout`.
+    fn wait_until(&self, what: &str, timeout: Duration, done: impl Fn(&State) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.with(&done) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "timed out waiting for {what}; receiver state: {:?}",
+            self.with(|s| format!("{s:?}"))
+        );
+    }
+
+    /// Accepted messages on `path`, deduplicated by idempotency key (first
+    /// arrival kept), grouped by row id: (action, v, commit position).
+    fn rows(&self, path: &str) -> Rows {
+        let mut seen = HashSet::new();
+        let mut rows: BTreeMap<i64, Vec<_>> = BTreeMap::new();
+        self.with(|s| {
+            for (p, message) in &s.accepted {
+                if p != path {
+                    continue;
+                }
+                let key = message["metadata"]["idempotency_key"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                if !seen.insert(key) {
+                    continue;
+                }
+                let id = message["record"]["id"].as_i64().unwrap();
+                rows.entry(id).or_default().push((
+                    message["action"].as_str().unwrap().to_string(),
+                    message["record"]["v"].as_i64().unwrap(),
+                    (
+                        message["metadata"]["commit_lsn"].as_u64().unwrap(),
+                        message["metadata"]["commit_idx"].as_u64().unwrap(),
+                    ),
+                ));
+            }
+        });
+        rows
+    }
+}
+
+async fn handle(state: Arc<Mutex<State>>, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut problems = Vec::new();
+    let json_body = if header("content-encoding") == "gzip" {
+        let mut plain = Vec::new();
+        if flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut plain)
+            .is_err()
+        {
+            problems.push("body is not gzip".to_string());
+        }
+        plain
+    } else {
+        body.to_vec()
+    };
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{}.", header("x-weft-timestamp")).as_bytes());
+    mac.update(&json_body);
+    let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    if header("x-weft-signature") != expected {
+        problems.push(format!("bad signature {:?}", header("x-weft-signature")));
+    }
+    if header("authorization") != TOKEN || header("x-test") != "plain" {
+        problems.push("missing configured headers".to_string());
+    }
+    let parsed: Value = serde_json::from_slice(&json_body).unwrap_or(Value::Null);
+    let messages: Vec<Value> = match parsed.get("data").and_then(Value::as_array) {
+        Some(batch) => batch.clone(),
+        None => vec![parsed],
+    };
+    let mode = {
+        let mut s = state.lock().unwrap();
+        if !problems.is_empty() {
+            s.bad_requests.extend(problems);
+            return StatusCode::UNAUTHORIZED;
+        }
+        s.started += 1;
+        s.mode
+    };
+    if mode == Mode::SlowAccept {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    match mode {
+        Mode::Fail => {
+            state.lock().unwrap().failed += 1;
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        Mode::Hang => {
+            state.lock().unwrap().hung += 1;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        Mode::Accept | Mode::SlowAccept => {
+            let mut s = state.lock().unwrap();
+            let poisoned = s.poisoned.is_some_and(|row| {
+                messages
+                    .iter()
+                    .any(|m| m["record"]["id"].as_i64() == Some(row))
+            });
+            if poisoned {
+                s.failed += 1;
+                return StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            let path = uri.path().to_string();
+            s.accepted
+                .extend(messages.into_iter().map(|m| (path.clone(), m)));
+            StatusCode::OK
+        }
+    }
+}
+
+fn config(pg: &PgCluster, receiver: &Receiver, sinks: &str) -> String {
+    format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_hook, create_if_not_exists: true }}
+    publication: {{ name: weft_hook, create_if_not_exists: true }}
+http_endpoints:
+  - name: receiver
+    url: http://{addr}
+    headers: {{ X-Test: plain }}
+    encrypted_headers: {{ Authorization: "{TOKEN}" }}
+    signing_secret: {SECRET}
+sinks:
+{sinks}
+"#,
+        port = pg.port(),
+        addr = receiver.addr,
+    )
+}
+
+/// Row ids 1..=rows get an insert (v = 0) and `updates` updates (v = 1..),
+/// each statement its own transaction.
+fn write_rows(pg: &PgCluster, rows: i64, updates: i64) {
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {rows}) g"
+    ));
+    for v in 1..=updates {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+    }
+}
+
+/// Each row's messages in arrival order are its changes in commit order.
+fn assert_in_order(rows: &Rows, ids: impl Iterator<Item = i64>, updates: i64, log: &str) {
+    for id in ids {
+        let got = rows.get(&id).cloned().unwrap_or_default();
+        let vs: Vec<i64> = got.iter().map(|(_, v, _)| *v).collect();
+        assert_eq!(
+            vs,
+            (0..=updates).collect::<Vec<_>>(),
+            "row {id}: {got:?}\nlog:\n{log}"
+        );
+        assert_eq!(got[0].0, "insert");
+        assert!(
+            got.windows(2).all(|w| w[0].2 < w[1].2),
+            "row {id} out of commit order: {got:?}"
+        );
+    }
+}
+
+fn api_json(response: reqwest::blocking::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    (status, response.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn webhook_delivers_everything_in_order_through_failures_and_timeouts() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Fail);
+    let sinks = r#"
+  - name: hook
+    database: shop
+    source: { include_tables: [public.items] }
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /batch
+      batch: true
+      batch_size: 10
+      max_in_flight: 4
+      gzip: true
+      request_timeout_ms: 500
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 400
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+
+    const ROWS: i64 = 30;
+    const UPDATES: i64 = 3;
+    write_rows(&pg, ROWS, UPDATES);
+    receiver.wait_until("5 failed requests", Duration::from_secs(30), |s| {
+        s.failed >= 5
+    });
+    receiver.set_mode(Mode::Hang);
+    receiver.wait_until("3 hung requests", Duration::from_secs(30), |s| s.hung >= 3);
+    receiver.set_mode(Mode::Accept);
+
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    receiver.wait_until("every message", Duration::from_secs(60), |s| {
+        let keys: HashSet<&str> = s
+            .accepted
+            .iter()
+            .map(|(_, m)| m["metadata"]["idempotency_key"].as_str().unwrap())
+            .collect();
+        keys.len() >= total
+    });
+    let log = weft.log_text();
+    assert_eq!(
+        receiver.with(|s| s.bad_requests.clone()),
+        Vec::<String>::new()
+    );
+    assert_in_order(&receiver.rows("/batch"), 1..=ROWS, UPDATES, &log);
+    assert!(
+        !log.contains("s3cret-token"),
+        "a secret header value reached the log"
+    );
+    assert!(
+        log.contains("retrying later") || log.contains("HTTP 500"),
+        "log:\n{log}"
+    );
+
+    // Delivered messages are gone from the store: nothing more arrives.
+    let before = receiver.with(|s| s.accepted.len());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(receiver.with(|s| s.accepted.len()), before);
+    assert_eq!(weft.terminate(), Some(0), "SIGTERM shuts weft down cleanly");
+}
+
+#[test]
+fn a_stuck_group_holds_back_only_its_row_and_dead_letters_replay() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Accept);
+    receiver.set_poisoned(Some(1));
+    // Two sinks on the same table: `stuck` retries forever, `dlq` gives up
+    // after two retries. Single-message requests.
+    let sinks = r#"
+  - name: stuck
+    database: shop
+    source: { include_tables: [public.items] }
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /stuck
+      batch: false
+      max_in_flight: 4
+      request_timeout_ms: 1000
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 200
+  - name: dlq
+    database: shop
+    source: { include_tables: [public.items] }
+    max_retry_count: 2
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /dlq
+      batch: false
+      request_timeout_ms: 1000
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 200
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+
+    const ROWS: i64 = 10;
+    const UPDATES: i64 = 2;
+    write_rows(&pg, ROWS, UPDATES);
+
+    // Every other row flows on both sinks while row 1 is refused.
+    let others = ((ROWS - 1) * (UPDATES + 1)) as usize;
+    for path in ["/stuck", "/dlq"] {
+        receiver.wait_until(
+            &format!("rows 2.. on {path}"),
+            Duration::from_secs(60),
+            |s| s.accepted.iter().filter(|(p, _)| p == path).count() >= others,
+        );
+    }
+    let log = weft.log_text();
+    assert_in_order(&receiver.rows("/stuck"), 2..=ROWS, UPDATES, &log);
+    assert_in_order(&receiver.rows("/dlq"), 2..=ROWS, UPDATES, &log);
+    assert!(!receiver.rows("/stuck").contains_key(&1));
+
+    // The slot advances past row 1's changes although they are not
+    // delivered: they share their transactions (and commit LSNs) with the
+    // other rows' changes.
+    let slot_past = |lsn: u64| {
+        pg.psql(&format!(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn >= {lsn} FROM pg_replication_slots WHERE slot_name = 'weft_hook'"
+        ))
+        .trim()
+            == "t"
+    };
+    let wait_slot_past = |lsn: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !slot_past(lsn) {
+            assert!(
+                Instant::now() < deadline,
+                "the slot did not advance past {lsn} while row 1 was stuck"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let last_commit = |path: &str| {
+        receiver
+            .rows(path)
+            .values()
+            .flatten()
+            .map(|(_, _, (lsn, _))| *lsn)
+            .max()
+            .unwrap()
+    };
+    wait_slot_past(last_commit("/stuck"));
+    // And keeps advancing with new writes while row 1 is still stuck.
+    pg.psql("INSERT INTO items VALUES (100, 0)");
+    receiver.wait_until("row 100 on /stuck", Duration::from_secs(30), |s| {
+        s.accepted
+            .iter()
+            .any(|(p, m)| p == "/stuck" && m["record"]["id"] == 100)
+    });
+    assert!(!receiver.rows("/stuck").contains_key(&1));
+    wait_slot_past(last_commit("/stuck"));
+
+    // dlq: row 1's three changes end as dead letters, 3 attempts each.
+    let list = || {
+        api_json(
+            http()
+                .get(weft.url("/api/sinks/dlq/dead_letters"))
+                .send()
+                .unwrap(),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let letters = loop {
+        let (status, body) = list();
+        assert_eq!(status, 200, "{body}");
+        if body["count"] == 3 {
+            break body["data"].as_array().unwrap().clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "dead letters: {body}\nlog:\n{}",
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let vs: Vec<i64> = letters
+        .iter()
+        .map(|l| l["message"]["record"]["v"].as_i64().unwrap())
+        .collect();
+    assert_eq!(vs, vec![0, 1, 2], "{letters:?}");
+    for letter in &letters {
+        assert_eq!(letter["attempts"], 3, "{letter}");
+        assert!(
+            letter["group_id"].as_str().unwrap().ends_with(":1"),
+            "{letter}"
+        );
+        assert!(
+            letter["last_error"].as_str().unwrap().contains("500"),
+            "{letter}"
+        );
+        assert!(
+            letter["first_attempt_at"].as_str().unwrap()
+                <= letter["last_attempt_at"].as_str().unwrap()
+        );
+    }
+    let first_id = letters[0]["id"].as_i64().unwrap();
+    let (status, one) = api_json(
+        http()
+            .get(weft.url(&format!("/api/sinks/dlq/dead_letters/{first_id}")))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!((status, &one["id"]), (200, &json!(first_id)));
+    let (status, body) = api_json(
+        http()
+            .get(weft.url("/api/sinks/nope/dead_letters"))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, 404);
+    assert!(body["summary"].as_str().unwrap().contains("nope"), "{body}");
+
+    // The receiver recovers; replay the first dead letter, then the rest.
+    receiver.set_poisoned(None);
+    let (status, body) = api_json(
+        http()
+            .post(weft.url(&format!("/api/sinks/dlq/dead_letters/{first_id}/replay")))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, 200, "{body}");
+    receiver.wait_until(
+        "the replayed insert of row 1",
+        Duration::from_secs(30),
+        |s| {
+            s.accepted
+                .iter()
+                .any(|(p, m)| p == "/dlq" && m["record"]["id"] == 1)
+        },
+    );
+    let (status, body) = api_json(
+        http()
+            .post(weft.url("/api/sinks/dlq/dead_letters/replay"))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(
+        (status, body["replayed"].as_array().map(Vec::len)),
+        (200, Some(2)),
+        "{body}"
+    );
+    // The stuck sink's row 1 goes through now too, in order.
+    receiver.wait_until("row 1 everywhere", Duration::from_secs(30), |s| {
+        ["/stuck", "/dlq"].iter().all(|path| {
+            s.accepted
+                .iter()
+                .filter(|(p, m)| p == path && m["record"]["id"] == 1)
+                .count()
+                >= (UPDATES + 1) as usize
+        })
+    });
+    let log = weft.log_text();
+    assert_in_order(&receiver.rows("/stuck"), 1..=ROWS, UPDATES, &log);
+    assert_in_order(&receiver.rows("/dlq"), 1..=ROWS, UPDATES, &log);
+    let (_, body) = list();
+    assert_eq!(body["count"], 0, "{body}");
+    let (status, _) = api_json(
+        http()
+            .delete(weft.url(&format!("/api/sinks/dlq/dead_letters/{first_id}")))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(status, 404, "a replayed dead letter is gone");
+    assert_eq!(
+        receiver.with(|s| s.bad_requests.clone()),
+        Vec::<String>::new()
+    );
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+#[test]
+fn sigterm_lets_a_delivery_in_flight_finish_and_records_it() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::SlowAccept);
+    let sinks = r#"
+  - name: hook
+    database: shop
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /slow
+      request_timeout_ms: 10000
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+    receiver.wait_until("the request to start", Duration::from_secs(30), |s| {
+        s.started >= 1
+    });
+    // The receiver answers after a second; weft waits for it before exiting.
+    assert_eq!(weft.terminate(), Some(0), "log:\n{}", weft.log_text());
+    assert_eq!(receiver.with(|s| s.accepted.len()), 1);
+
+    // Its outcome was recorded: a restarted weft does not send it again.
+    receiver.set_mode(Mode::Accept);
+    weft.restart();
+    pg.psql("INSERT INTO items VALUES (2, 0)");
+    receiver.wait_until("row 2", Duration::from_secs(30), |s| {
+        s.accepted.iter().any(|(_, m)| m["record"]["id"] == 2)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let ids: Vec<i64> = receiver.with(|s| {
+        s.accepted
+            .iter()
+            .map(|(_, m)| m["record"]["id"].as_i64().unwrap())
+            .collect()
+    });
+    assert_eq!(ids, vec![1, 2], "log:\n{}", weft.log_text());
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+/// Messages per second from one committed transaction to the receiver, in
+/// batches of 100 with 4 requests in flight. Run it explicitly, ideally with
+/// `--release`: `cargo test --test e2e webhook_delivery_rate -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark; run explicitly"]
+fn webhook_delivery_rate() {
+    const ROWS: usize = 20_000;
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Accept);
+    let sinks = r#"
+  - name: hook
+    database: shop
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /rate
+      batch_size: 100
+      max_in_flight: 4
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+    let started = Instant::now();
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
+    ));
+    receiver.wait_until("every message", Duration::from_secs(600), |s| {
+        s.accepted.len() >= ROWS
+    });
+    let elapsed = started.elapsed();
+    println!(
+        "webhook: {ROWS} messages in {elapsed:?} = {:.0} messages/s (commit to receiver, batch 100, 4 in flight)",
+        ROWS as f64 / elapsed.as_secs_f64()
+    );
+    assert_eq!(
+        receiver.with(|s| s.accepted.len()),
+        ROWS,
+        "no duplicates on a healthy receiver"
+    );
+    assert_eq!(weft.terminate(), Some(0));
+}
