@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker};
 
-use super::bindings::{enrichment as world, types};
+use super::bindings::enrichment as world;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
-use super::message::to_wit_change;
 use super::source_query::SourceQuery;
 use super::transform::function_error;
 use super::{FunctionError, Limits, PluginError};
@@ -69,18 +68,11 @@ impl EnrichmentFunction {
         &mut self,
         batch: &[Message],
     ) -> Result<Vec<Result<Option<serde_json::Value>, FunctionError>>, PluginError> {
-        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self.instance.call(batch, |bindings, store| {
-            bindings.call_enrich(store, &changes)
-        })?;
-        if outcomes.len() != batch.len() {
-            self.instance.discard();
-            return Err(PluginError::OutcomeCount {
-                plugin: self.name().to_string(),
-                expected: batch.len(),
-                got: outcomes.len(),
-            });
-        }
+        let outcomes = self
+            .instance
+            .call_batch(batch, |bindings, store, changes| {
+                bindings.call_enrich(store, changes)
+            })?;
         outcomes
             .into_iter()
             .enumerate()

@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker};
 
-use super::bindings::{filter as world, types};
+use super::bindings::filter as world;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
-use super::message::to_wit_change;
 use super::transform::function_error;
 use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
@@ -65,18 +64,11 @@ impl FilterFunction {
         &mut self,
         batch: &[Message],
     ) -> Result<Vec<Result<bool, FunctionError>>, PluginError> {
-        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self.instance.call(batch, |bindings, store| {
-            bindings.call_filter(store, &changes)
-        })?;
-        if outcomes.len() != batch.len() {
-            self.instance.discard();
-            return Err(PluginError::OutcomeCount {
-                plugin: self.name().to_string(),
-                expected: batch.len(),
-                got: outcomes.len(),
-            });
-        }
+        let outcomes = self
+            .instance
+            .call_batch(batch, |bindings, store, changes| {
+                bindings.call_filter(store, changes)
+            })?;
         Ok(outcomes
             .into_iter()
             .map(|outcome| outcome.map_err(function_error))

@@ -13,9 +13,11 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::types;
 use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::limits::InstanceLimiter;
+use super::message::to_wit_change;
 use super::sandbox::{self, GuestOutput, Stream};
 use super::source_query::SourceQuery;
 use super::{Limits, PluginError};
@@ -185,6 +187,28 @@ impl<B: WorldBindings> GuestInstance<B> {
                 ))
             }
         }
+    }
+
+    /// Runs a batch export: converts `batch` to WIT changes, calls `call`
+    /// with them, and checks the guest returned exactly one outcome per
+    /// change (index-aligned results are the contract); a guest that breaks
+    /// it is discarded and the call fails with [`PluginError::OutcomeCount`].
+    pub(crate) fn call_batch<O>(
+        &mut self,
+        batch: &[Message],
+        call: impl FnOnce(&B, &mut Store<GuestState>, &[types::Change]) -> wasmtime::Result<Vec<O>>,
+    ) -> Result<Vec<O>, PluginError> {
+        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
+        let outcomes = self.call(batch, |bindings, store| call(bindings, store, &changes))?;
+        if outcomes.len() != batch.len() {
+            self.discard();
+            return Err(PluginError::OutcomeCount {
+                plugin: self.plugin.to_string(),
+                expected: batch.len(),
+                got: outcomes.len(),
+            });
+        }
+        Ok(outcomes)
     }
 
     /// How many instances were recycled (not counting failures).

@@ -10,10 +10,9 @@ use serde::Serialize;
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker};
 
-use super::bindings::{routing as world, types};
+use super::bindings::routing as world;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
-use super::message::to_wit_change;
 use super::transform::function_error;
 use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
@@ -173,18 +172,11 @@ impl RoutingFunction {
         &mut self,
         batch: &[Message],
     ) -> Result<Vec<Result<Route, FunctionError>>, PluginError> {
-        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self.instance.call(batch, |bindings, store| {
-            bindings.call_route(store, &changes)
-        })?;
-        if outcomes.len() != batch.len() {
-            self.instance.discard();
-            return Err(PluginError::OutcomeCount {
-                plugin: self.name().to_string(),
-                expected: batch.len(),
-                got: outcomes.len(),
-            });
-        }
+        let outcomes = self
+            .instance
+            .call_batch(batch, |bindings, store, changes| {
+                bindings.call_route(store, changes)
+            })?;
         Ok(outcomes
             .into_iter()
             .map(|outcome| outcome.map(Route::from).map_err(function_error))

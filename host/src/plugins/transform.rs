@@ -8,7 +8,6 @@ use wasmtime::component::{Component, Linker};
 use super::bindings::{transform as world, types};
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
-use super::message::to_wit_change;
 use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
 
@@ -78,18 +77,11 @@ impl TransformFunction {
         &mut self,
         batch: &[Message],
     ) -> Result<Vec<Result<Payload, FunctionError>>, PluginError> {
-        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self.instance.call(batch, |bindings, store| {
-            bindings.call_transform(store, &changes)
-        })?;
-        if outcomes.len() != batch.len() {
-            self.instance.discard();
-            return Err(PluginError::OutcomeCount {
-                plugin: self.name().to_string(),
-                expected: batch.len(),
-                got: outcomes.len(),
-            });
-        }
+        let outcomes = self
+            .instance
+            .call_batch(batch, |bindings, store, changes| {
+                bindings.call_transform(store, changes)
+            })?;
         outcomes
             .into_iter()
             .enumerate()
