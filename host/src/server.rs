@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -17,7 +16,6 @@ use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline}
 use crate::plugins::{EngineSettings, Limits, PluginEngine, SourceQuery};
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::sequin_stream::SequinStreamSettings;
-use crate::sinks::webhook::{WebhookDestination, WebhookSettings};
 use crate::store::Store;
 
 /// What `weft run` needs.
@@ -120,28 +118,19 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
                     },
                 );
             }
-            DestinationConfig::Webhook(webhook) => {
-                let endpoint = config
-                    .http_endpoint(&webhook.http_endpoint)
-                    .expect("config validation guarantees the endpoint exists");
-                let sink_error = |detail: String| ServerError::Sink {
-                    sink: sink.name.clone(),
-                    detail,
-                };
-                let settings = WebhookSettings::resolve(sink, webhook, endpoint)
-                    .map_err(|e| sink_error(e.to_string()))?;
-                let retry = settings.retry;
-                let destination = WebhookDestination::new(&sink.name, settings)
-                    .map_err(|e| sink_error(format!("cannot build the HTTP client: {e}")))?;
+            _ => {
+                let (destination, retry) =
+                    crate::sinks::push_destination(&config, sink).map_err(|detail| {
+                        ServerError::Sink {
+                            sink: sink.name.clone(),
+                            detail,
+                        }
+                    })?;
                 let waker = DeliveryWaker::new();
                 pull_api.add_push_sink(&sink.name, waker.clone());
-                let worker = DeliveryWorker::new(
-                    &sink.name,
-                    store.clone(),
-                    Arc::new(destination),
-                    retry,
-                    waker,
-                );
+                let worker =
+                    DeliveryWorker::new(&sink.name, store.clone(), destination, retry, waker)
+                        .with_memory_budget(sink.max_memory_mb as usize * 1024 * 1024);
                 let worker_shutdown = shutdown.clone();
                 let name = sink.name.clone();
                 tasks.spawn(

@@ -145,7 +145,8 @@ fn render(sink: &str, letter: &DeadLetter) -> Value {
         "first_attempt_at": letter.first_attempt_at.map(iso),
         "last_attempt_at": letter.last_attempt_at.map(iso),
         "dead_at": iso(letter.dead_at),
-        "message": letter.payload,
+        "message": letter.payload.clone().into_json_view(),
+        "route": letter.route,
     })
 }
 

@@ -46,7 +46,10 @@ impl Server {
             commit_idx: 0,
             group_id: group.into(),
             idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
-            payload: json!({"record": {"id": lsn}, "action": "insert"}),
+            payload: crate::plugins::Payload::Json(
+                json!({"record": {"id": lsn}, "action": "insert"}),
+            ),
+            route: crate::plugins::Route::default(),
         };
         let batch = [SinkBatch {
             sink: "orders".into(),
@@ -367,7 +370,10 @@ async fn receive_and_ack_rate_over_http() {
             commit_idx: n % 10,
             group_id: format!("g{}", n % 1000),
             idempotency_key: crate::message::idempotency_key(Lsn(u64::from(n / 10) + 1), n % 10),
-            payload: json!({"record": {"id": n, "name": "x".repeat(200)}, "action": "insert"}),
+            payload: crate::plugins::Payload::Json(
+                json!({"record": {"id": n, "name": "x".repeat(200)}, "action": "insert"}),
+            ),
+            route: crate::plugins::Route::default(),
         })
         .collect();
     let batch = [SinkBatch {
@@ -407,7 +413,8 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
             commit_idx: 0,
             group_id: format!("g{i}"),
             idempotency_key: crate::message::idempotency_key(Lsn(i), 0),
-            payload: json!({"record": {"id": i}}),
+            payload: crate::plugins::Payload::Json(json!({"record": {"id": i}})),
+            route: crate::plugins::Route::default(),
         })
         .collect();
     let batch = [SinkBatch {
@@ -485,6 +492,9 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
         .store
         .lease_deliverable("hook", 10, Duration::from_secs(30))
         .unwrap();
-    assert_eq!(replayed[0].payload["record"]["id"], 1);
+    assert_eq!(
+        replayed[0].payload.clone().into_json_view()["record"]["id"],
+        1
+    );
     server.shutdown.cancel();
 }

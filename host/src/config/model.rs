@@ -353,8 +353,24 @@ pub struct SinkConfig<D = DestinationConfig> {
     /// Sequin; 0 dead-letters on the first failure.
     #[serde(default)]
     pub max_retry_count: Option<u32>,
+    /// Most payload bytes a push sink's delivery holds in memory at once, in
+    /// MiB (1 to 65536). Default 128, as in Sequin. Messages beyond it wait
+    /// in the store (on disk), never in memory; a single message bigger than
+    /// this becomes a dead letter with that reason.
+    #[serde(
+        default = "default_max_memory_mb",
+        deserialize_with = "bounds::in_range::<_, u32, 1, 65_536>"
+    )]
+    pub max_memory_mb: u32,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
+}
+
+/// Default `max_memory_mb` of a sink (Sequin's).
+pub const DEFAULT_MAX_MEMORY_MB: u32 = 128;
+
+fn default_max_memory_mb() -> u32 {
+    DEFAULT_MAX_MEMORY_MB
 }
 
 impl<D> SinkConfig<D> {
@@ -385,6 +401,7 @@ impl<D> SinkConfig<D> {
             routing: self.routing,
             enrichment: self.enrichment,
             max_retry_count: self.max_retry_count,
+            max_memory_mb: self.max_memory_mb,
             destination,
         }
     }

@@ -282,7 +282,8 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
             "    batch_size: 10\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
-         `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `destination` (line 14, column 17)"
+         `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
+         `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -948,5 +949,17 @@ fn webhook_mistakes_are_all_reported_without_secrets() {
     assert!(
         with_password.contains("encrypted_headers") && !with_password.contains("pw1"),
         "{with_password}"
+    );
+}
+
+#[test]
+fn max_memory_mb_defaults_to_128_and_is_bounded() {
+    let config = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(config.sinks[0].max_memory_mb, 128);
+    assert_eq!(
+        error(&with_sink(
+            "    max_memory_mb: 0\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].max_memory_mb: must be between 1 and 65536, got 0 (line 14, column 20)"
     );
 }

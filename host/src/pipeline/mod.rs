@@ -21,6 +21,7 @@
 
 mod batch;
 pub mod chain;
+pub mod default_route;
 pub mod routing_keys;
 mod sink;
 

@@ -8,6 +8,7 @@ use crate::plugins::Payload;
 use crate::store::NewMessage;
 
 use super::chain::{ChainOutcome, ChainRunError, FunctionChain};
+use super::default_route;
 
 /// Why a sink could not turn a batch of changes into messages. Every
 /// variant makes the pipeline retry the batch later; nothing is stored or
@@ -38,7 +39,7 @@ pub enum SinkPipelineError {
     },
     /// The transform produced a payload the sink cannot carry.
     #[error(
-        "transform {function} returned a {content_type} bytes payload, but {sink_type} sinks carry JSON only"
+        "transform {function} returned a {content_type} bytes payload, but {sink_type} sinks carry JSON only; return JSON from the transform, or use a broker or webhook sink"
     )]
     UnsupportedPayload {
         /// The transform's name in the config.
@@ -104,9 +105,10 @@ impl SinkPipeline {
         for (change, outcome) in accepted.iter().zip(outcomes) {
             match outcome {
                 ChainOutcome::Message(done) => {
-                    let payload = match done.payload {
-                        Payload::Json(value) => value,
-                        Payload::Bytes { content_type, .. } => {
+                    match &done.payload {
+                        Payload::Bytes { content_type, .. }
+                            if !carries_bytes(self.chain.sink_type) =>
+                        {
                             return Err(SinkPipelineError::UnsupportedPayload {
                                 function: self
                                     .chain
@@ -114,20 +116,29 @@ impl SinkPipeline {
                                     .as_ref()
                                     .map(|t| t.name.clone())
                                     .unwrap_or_default(),
-                                content_type,
+                                content_type: content_type.clone(),
                                 sink_type: self.chain.sink_type,
                             });
                         }
-                    };
-                    // Routes: sequin_stream sinks take none (config refuses a
-                    // routing function on them); broker sinks will carry
-                    // `done.route` with the message.
+                        _ => {}
+                    }
+                    let group_id = group_id(change);
+                    let route = default_route::merge(
+                        default_route::default_route(
+                            self.chain.sink_type,
+                            change.action,
+                            &done.message.metadata,
+                            &group_id,
+                        ),
+                        done.route,
+                    );
                     stored.push(NewMessage {
                         commit_lsn: change.commit_lsn,
                         commit_idx: change.commit_idx,
-                        group_id: group_id(change),
+                        group_id,
                         idempotency_key: done.message.metadata.idempotency_key,
-                        payload,
+                        payload: done.payload,
+                        route,
                     });
                 }
                 ChainOutcome::Dropped { .. } => {}
@@ -152,6 +163,13 @@ impl SinkPipeline {
         }
         Ok(stored)
     }
+}
+
+/// Whether a sink of `sink_type` can deliver a transform's bytes payload:
+/// every push sink can (brokers carry bytes; a webhook sends them as the
+/// body with their content type); pull consumers receive JSON only.
+fn carries_bytes(sink_type: &str) -> bool {
+    sink_type != "sequin_stream"
 }
 
 /// The message group of a change: its table and primary-key values. Changes

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker};
 
@@ -18,7 +18,7 @@ use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
 
 /// What a Redis string sink does with its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyAction {
     /// `SET` the key to the message.
@@ -30,7 +30,8 @@ pub enum KeyAction {
 /// The destination keys a routing function chose for one change. A `None`
 /// field keeps the sink's default. Serialises with only the set keys, in
 /// Sequin's names (`topic`, `message_key`, `endpoint_path`, ...).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Route {
     /// Kafka: the topic.
     #[serde(skip_serializing_if = "Option::is_none")]

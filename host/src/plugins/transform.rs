@@ -25,6 +25,24 @@ pub enum Payload {
     },
 }
 
+impl Payload {
+    /// The payload as JSON for places that show JSON only (the pull API, the
+    /// dead-letter API): a JSON payload as is, a bytes payload as
+    /// `{"content_type": ..., "data_base64": ...}`.
+    pub fn into_json_view(self) -> serde_json::Value {
+        match self {
+            Payload::Json(value) => value,
+            Payload::Bytes { content_type, data } => {
+                use base64::Engine as _;
+                serde_json::json!({
+                    "content_type": content_type,
+                    "data_base64": base64::engine::general_purpose::STANDARD.encode(data),
+                })
+            }
+        }
+    }
+}
+
 /// A loaded transform component with its live instance.
 pub struct TransformFunction {
     instance: GuestInstance<world::Transform>,

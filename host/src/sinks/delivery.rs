@@ -173,6 +173,7 @@ pub struct DeliveryWorker {
     destination: Arc<dyn Destination>,
     retry: RetryPolicy,
     waker: DeliveryWaker,
+    memory_budget: usize,
 }
 
 /// A delivery's leased messages and their outcomes.
@@ -194,7 +195,18 @@ impl DeliveryWorker {
             destination,
             retry,
             waker,
+            memory_budget: usize::MAX,
         }
+    }
+
+    /// Bounds the payload bytes this worker holds in memory at once (the
+    /// sink's `max_memory_mb`): it leases no more messages while deliveries
+    /// in flight hold `bytes`. A single message bigger than `bytes` can
+    /// never be delivered within the budget; it becomes a dead letter with
+    /// that reason instead of being dropped.
+    pub fn with_memory_budget(mut self, bytes: usize) -> DeliveryWorker {
+        self.memory_budget = bytes.max(1);
+        self
     }
 
     /// Delivers until `shutdown` fires, then finishes running deliveries.
@@ -214,6 +226,7 @@ impl DeliveryWorker {
         // start releases it anyway.
         let lease = self.destination.max_delivery_time() + Duration::from_secs(60);
         let mut running: JoinSet<Finished> = JoinSet::new();
+        let mut in_flight_bytes = 0usize;
         loop {
             // Register before looking, so that a wake between look and wait is kept.
             let woken = self.waker.0.notified();
@@ -221,9 +234,19 @@ impl DeliveryWorker {
             woken.as_mut().enable();
 
             let mut store_failed = false;
-            while !shutdown.is_cancelled() && running.len() < max_in_flight {
+            while !shutdown.is_cancelled()
+                && running.len() < max_in_flight
+                && in_flight_bytes < self.memory_budget
+            {
+                let room = self.memory_budget - in_flight_bytes;
+                // Only an idle worker takes a message bigger than the room
+                // left: it is then bigger than the whole budget, and is
+                // dead-lettered below.
+                let idle = running.is_empty();
                 let leased = self
-                    .blocking(move |store, sink| store.lease_deliverable(sink, batch_size, lease))
+                    .blocking(move |store, sink| {
+                        store.lease_deliverable_within(sink, batch_size, lease, room, idle)
+                    })
                     .await;
                 let batch = match leased {
                     Ok(batch) => batch,
@@ -237,6 +260,16 @@ impl DeliveryWorker {
                 if batch.is_empty() {
                     break;
                 }
+                let batch = match self.dead_letter_oversized(batch).await {
+                    Ok(batch) if batch.is_empty() => continue,
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        warn!(sink = %self.sink, %error, "cannot dead-letter an oversized message; retrying in 1s");
+                        store_failed = true;
+                        break;
+                    }
+                };
+                in_flight_bytes += batch_bytes(&batch);
                 let destination = Arc::clone(&self.destination);
                 running.spawn(async move {
                     let outcomes = destination.deliver(&batch).await;
@@ -262,6 +295,7 @@ impl DeliveryWorker {
                 finished = running.join_next(), if !running.is_empty() => {
                     match finished {
                         Some(Ok((batch, outcomes))) => {
+                            in_flight_bytes = in_flight_bytes.saturating_sub(batch_bytes(&batch));
                             if let Err(error) = self.settle(batch, outcomes).await {
                                 // The leases stay; their messages are sent
                                 // again once the leases run out (at least once).
@@ -284,6 +318,34 @@ impl DeliveryWorker {
         }
         info!(sink = %self.sink, "delivery stopped");
         Ok(())
+    }
+
+    /// Dead-letters the messages of `batch` bigger than the whole memory
+    /// budget and returns the rest.
+    async fn dead_letter_oversized(
+        &self,
+        batch: Vec<StoredMessage>,
+    ) -> Result<Vec<StoredMessage>, DeliveryError> {
+        let budget = self.memory_budget;
+        let (oversized, fits): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(|m| m.size_bytes > budget);
+        if oversized.is_empty() {
+            return Ok(fits);
+        }
+        let sink = self.sink.clone();
+        self.blocking(move |store, sink_name| {
+            for message in &oversized {
+                let error = format!(
+                    "the message is {} bytes, more than this sink's max_memory_mb allows ({} bytes); raise max_memory_mb or shrink the message with a transform, then replay this dead letter",
+                    message.size_bytes, budget
+                );
+                warn!(sink = %sink, idempotency_key = %message.idempotency_key, %error, "oversized message dead-lettered");
+                store.dead_letter(sink_name, message.ack_id, &error)?;
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(fits)
     }
 
     /// Records the outcome of each message of a finished delivery.
@@ -365,6 +427,11 @@ impl DeliveryWorker {
     }
 }
 
+/// The payload bytes a delivery of `batch` holds.
+fn batch_bytes(batch: &[StoredMessage]) -> usize {
+    batch.iter().map(|m| m.size_bytes).sum()
+}
+
 async fn sleep_opt(after: Option<Duration>) {
     match after {
         Some(after) => tokio::time::sleep(after).await,
@@ -388,6 +455,8 @@ mod tests {
         failing: Mutex<Vec<String>>,
         accepted: Mutex<Vec<(String, u64)>>,
         delay: Duration,
+        /// Payload bytes inside `deliver` calls now, and the most seen.
+        bytes_in_flight: Mutex<(usize, usize)>,
     }
 
     #[async_trait]
@@ -402,7 +471,14 @@ mod tests {
             Duration::from_secs(5)
         }
         async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
+            let bytes = batch_bytes(batch);
+            {
+                let mut held = self.bytes_in_flight.lock().unwrap();
+                held.0 += bytes;
+                held.1 = held.1.max(held.0);
+            }
             tokio::time::sleep(self.delay).await;
+            self.bytes_in_flight.lock().unwrap().0 -= bytes;
             let failing = self.failing.lock().unwrap().clone();
             batch
                 .iter()
@@ -428,11 +504,17 @@ mod tests {
             failing: Mutex::new(failing.iter().map(|s| s.to_string()).collect()),
             accepted: Mutex::default(),
             delay,
+            bytes_in_flight: Mutex::default(),
         });
         (dir, store, recorder)
     }
 
     fn append(store: &Store, lsn: u64, groups: &[&str]) {
+        append_sized(store, lsn, groups, 0);
+    }
+
+    /// Like `append`, each payload about `pad` bytes long.
+    fn append_sized(store: &Store, lsn: u64, groups: &[&str], pad: usize) {
         let messages = groups
             .iter()
             .enumerate()
@@ -441,7 +523,12 @@ mod tests {
                 commit_idx: idx as u32,
                 group_id: group.to_string(),
                 idempotency_key: crate::message::idempotency_key(Lsn(lsn), idx as u32),
-                payload: json!({}),
+                payload: crate::plugins::Payload::Json(if pad == 0 {
+                    json!({})
+                } else {
+                    json!({ "pad": "x".repeat(pad) })
+                }),
+                route: crate::plugins::Route::default(),
             })
             .collect();
         store
@@ -548,6 +635,48 @@ mod tests {
         assert_eq!(bad, vec![10, 20]);
         shutdown.cancel();
         running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_budget_bounds_bytes_in_flight_and_dead_letters_oversized_messages() {
+        let (_dir, store, recorder) = setup(&[], Duration::from_millis(30));
+        let waker = DeliveryWaker::new();
+        // Without the budget, 2 deliveries of 3 messages (~6 x 110 bytes)
+        // would run at once.
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(None),
+            waker.clone(),
+        )
+        .with_memory_budget(250);
+        let groups: Vec<String> = (0..12).map(|g| format!("g{g}")).collect();
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        append_sized(&store, 10, &groups, 100);
+        append_sized(&store, 20, &["big"], 1000);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        eventually("all small messages delivered", || {
+            recorder.accepted.lock().unwrap().len() == 12
+        })
+        .await;
+        eventually("the oversized message dead-lettered", || {
+            store.dead_letter_count("s").unwrap() == 1
+        })
+        .await;
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+        let peak = recorder.bytes_in_flight.lock().unwrap().1;
+        assert!(peak <= 250, "{peak} payload bytes were in flight at once");
+        assert!(peak >= 200, "two messages fit the budget; peak was {peak}");
+        let dead = store.dead_letters("s", 0, 10).unwrap();
+        assert_eq!(dead[0].group_id, "big");
+        assert!(
+            dead[0].last_error.contains("max_memory_mb"),
+            "{}",
+            dead[0].last_error
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

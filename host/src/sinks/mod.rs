@@ -1,6 +1,38 @@
 //! Sink adapters, one folder per destination type, and the delivery worker
 //! that drives push sinks from the store.
+//!
+//! Adding a push sink: a folder with its settings and a
+//! [`delivery::Destination`], and an arm in [`push_destination`].
 
 pub mod delivery;
 pub mod sequin_stream;
 pub mod webhook;
+
+use std::sync::Arc;
+
+use crate::config::{Config, DestinationConfig, SinkConfig};
+use delivery::{Destination, RetryPolicy};
+
+/// The destination and retry policy of the push sink `sink`, or why it
+/// cannot be built. Pull sinks (`sequin_stream`) have no push destination.
+pub fn push_destination(
+    config: &Config,
+    sink: &SinkConfig,
+) -> Result<(Arc<dyn Destination>, RetryPolicy), String> {
+    match &sink.destination {
+        DestinationConfig::SequinStream(_) => {
+            Err("sequin_stream sinks are pulled over HTTP; they have no push destination".into())
+        }
+        DestinationConfig::Webhook(webhook) => {
+            let endpoint = config
+                .http_endpoint(&webhook.http_endpoint)
+                .expect("config validation guarantees the endpoint exists");
+            let settings = webhook::WebhookSettings::resolve(sink, webhook, endpoint)
+                .map_err(|e| e.to_string())?;
+            let retry = settings.retry;
+            let destination = webhook::WebhookDestination::new(&sink.name, settings)
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            Ok((Arc::new(destination), retry))
+        }
+    }
+}

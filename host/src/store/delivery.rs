@@ -12,11 +12,12 @@
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde_json::Value;
 
+use super::codec::{payload_from_columns, route_from_column};
 use super::pull::{AckId, lease_heads, promote_next_head};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
+use crate::plugins::{Payload, Route};
 
 /// A message leased to a push sink's delivery worker.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,8 +32,12 @@ pub struct StoredMessage {
     pub group_id: String,
     /// The message's idempotency key.
     pub idempotency_key: String,
-    /// The message JSON.
-    pub payload: Value,
+    /// The message JSON, or a transform's bytes.
+    pub payload: Payload,
+    /// The payload's size in bytes (JSON text or bytes), for memory budgets.
+    pub size_bytes: usize,
+    /// The resolved routing keys (empty for sinks without routing).
+    pub route: Route,
     /// Delivery attempts so far, this one included.
     pub attempt: u32,
 }
@@ -50,8 +55,10 @@ pub struct DeadLetter {
     pub group_id: String,
     /// The message's idempotency key.
     pub idempotency_key: String,
-    /// The message JSON.
-    pub payload: Value,
+    /// The message JSON, or a transform's bytes.
+    pub payload: Payload,
+    /// The resolved routing keys it was to be delivered with.
+    pub route: Route,
     /// How many delivery attempts were made.
     pub attempts: u32,
     /// The error of the last attempt.
@@ -75,11 +82,26 @@ impl Store {
         limit: u32,
         lease: Duration,
     ) -> Result<Vec<StoredMessage>, StoreError> {
+        self.lease_deliverable_within(sink, limit, lease, usize::MAX, true)
+    }
+
+    /// Like [`Store::lease_deliverable`], but stops before the leased
+    /// payloads pass `max_bytes` in all. With `first_regardless`, the first
+    /// message is leased whatever its size, so that a message bigger than
+    /// any budget still comes out (for the caller to dead-letter).
+    pub fn lease_deliverable_within(
+        &self,
+        sink: &str,
+        limit: u32,
+        lease: Duration,
+        max_bytes: usize,
+        first_regardless: bool,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
         let now = now_ms();
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let leased = lease_heads(&tx, sink, now, until, limit)?;
+        let leased = lease_heads(&tx, sink, now, until, limit, max_bytes, first_regardless)?;
         tx.commit()?;
         Ok(leased
             .into_iter()
@@ -90,6 +112,8 @@ impl Store {
                 group_id: l.group_id,
                 idempotency_key: l.idempotency_key,
                 payload: l.payload,
+                size_bytes: l.size_bytes,
+                route: l.route,
                 attempt: l.deliver_count,
             })
             .collect())
@@ -141,15 +165,17 @@ impl Store {
             .prepare_cached(
                 "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2
                  RETURNING group_id, commit_lsn, commit_idx, idempotency_key, payload,
-                           deliver_count, first_attempt_at, last_delivered_at",
+                           deliver_count, first_attempt_at, last_delivered_at,
+                           payload_bytes, content_type, route",
             )?
             .query_row(params![sink, ack_id.to_string()], |row| {
                 let group_id: String = row.get(0)?;
                 tx.prepare_cached(
                     "INSERT INTO dead_letters
                          (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
-                          attempts, last_error, first_attempt_at, last_attempt_at, dead_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                          attempts, last_error, first_attempt_at, last_attempt_at, dead_at,
+                          payload_bytes, content_type, route)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                      ON CONFLICT (sink, commit_lsn, commit_idx) DO UPDATE
                      SET attempts = excluded.attempts, last_error = excluded.last_error,
                          last_attempt_at = excluded.last_attempt_at, dead_at = excluded.dead_at",
@@ -165,7 +191,10 @@ impl Store {
                     error,
                     row.get::<_, Option<i64>>(6)?,
                     row.get::<_, Option<i64>>(7)?,
-                    now
+                    now,
+                    row.get::<_, Option<Vec<u8>>>(8)?,
+                    row.get::<_, Option<String>>(9)?,
+                    row.get::<_, Option<String>>(10)?,
                 ])?;
                 Ok(group_id)
             })
@@ -243,13 +272,13 @@ impl Store {
             let mut restore = tx.prepare_cached(
                 "INSERT INTO pull_messages
                      (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head,
-                      inserted_at)
+                      inserted_at, payload_bytes, content_type, route)
                  SELECT sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
                         NOT EXISTS (SELECT 1 FROM pull_messages p
                                     WHERE p.sink = d.sink AND p.group_id = d.group_id
                                       AND ((p.commit_lsn, p.commit_idx) < (d.commit_lsn, d.commit_idx)
                                            OR (p.ack_id IS NOT NULL AND p.not_visible_until > ?3))),
-                        ?3
+                        ?3, payload_bytes, content_type, route
                  FROM dead_letters d WHERE d.sink = ?1 AND d.id = ?2
                  ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING
                  RETURNING group_id, commit_lsn, commit_idx, head",
@@ -294,7 +323,8 @@ impl Store {
 }
 
 const DEAD_LETTER_COLUMNS: &str = "id, commit_lsn, commit_idx, group_id, idempotency_key, payload, \
-     attempts, last_error, first_attempt_at, last_attempt_at, dead_at";
+     attempts, last_error, first_attempt_at, last_attempt_at, dead_at, payload_bytes, content_type, \
+     route";
 
 /// A dead-letter row before its LSN and payload are checked.
 struct DeadLetterRow {
@@ -304,6 +334,9 @@ struct DeadLetterRow {
     group_id: String,
     idempotency_key: String,
     payload: String,
+    payload_bytes: Option<Vec<u8>>,
+    content_type: Option<String>,
+    route: Option<String>,
     attempts: u32,
     last_error: String,
     first_attempt_at: Option<i64>,
@@ -324,15 +357,20 @@ fn dead_letter_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterRow> {
         first_attempt_at: row.get(8)?,
         last_attempt_at: row.get(9)?,
         dead_at: row.get(10)?,
+        payload_bytes: row.get(11)?,
+        content_type: row.get(12)?,
+        route: row.get(13)?,
     })
 }
 
 impl DeadLetterRow {
     fn parse(self) -> Result<DeadLetter, StoreError> {
-        let payload = serde_json::from_str(&self.payload).map_err(|e| StoreError::Corrupt {
-            what: "dead letter payload",
-            detail: format!("dead letter {}: {e}", self.id),
-        })?;
+        let id = self.id;
+        let payload =
+            payload_from_columns(&self.payload, self.payload_bytes, self.content_type, || {
+                format!("dead letter {id}")
+            })?;
+        let route = route_from_column(self.route, || format!("dead letter {id}"))?;
         Ok(DeadLetter {
             id: self.id,
             commit_lsn: lsn_from_sql(self.commit_lsn)?,
@@ -340,6 +378,7 @@ impl DeadLetterRow {
             group_id: self.group_id,
             idempotency_key: self.idempotency_key,
             payload,
+            route,
             attempts: self.attempts,
             last_error: self.last_error,
             first_attempt_at: self.first_attempt_at,
@@ -372,7 +411,8 @@ mod tests {
                 commit_idx: 0,
                 group_id: group.to_string(),
                 idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
-                payload: json!({"lsn": lsn}),
+                payload: crate::plugins::Payload::Json(json!({"lsn": lsn})),
+                route: crate::plugins::Route::default(),
             })
             .collect();
         let last = Lsn(messages
@@ -460,7 +500,10 @@ mod tests {
         assert_eq!(letter.group_id, "a");
         assert_eq!(letter.attempts, 2);
         assert_eq!(letter.last_error, "HTTP 503");
-        assert_eq!(letter.payload, json!({"lsn": 10}));
+        assert_eq!(
+            letter.payload,
+            crate::plugins::Payload::Json(json!({"lsn": 10}))
+        );
         assert!(letter.first_attempt_at.unwrap() <= letter.last_attempt_at.unwrap());
         assert_eq!(
             store.dead_letter_by_id("s", letter.id).unwrap().as_ref(),

@@ -11,6 +11,7 @@
 //! access, which is what SQLite does to writers anyway and spares us
 //! `SQLITE_BUSY` handling between our own connections.
 
+mod codec;
 mod delivery;
 mod pull;
 mod schema;
@@ -22,6 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags, params};
 
 use crate::lsn::Lsn;
+use crate::plugins::{Payload, Route};
 
 pub use delivery::{DeadLetter, StoredMessage};
 pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError};
@@ -96,7 +98,7 @@ pub struct SinkBatch {
     pub messages: Vec<NewMessage>,
 }
 
-/// A message to store for a pull consumer.
+/// A message to store for a sink (pull consumers and push workers alike).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewMessage {
     /// LSN of the commit of the change's transaction.
@@ -107,8 +109,11 @@ pub struct NewMessage {
     pub group_id: String,
     /// The message's idempotency key, kept for inspection.
     pub idempotency_key: String,
-    /// The message JSON consumers receive.
-    pub payload: serde_json::Value,
+    /// What consumers receive: the message JSON, or a transform's bytes.
+    pub payload: Payload,
+    /// The resolved routing keys (topic, subject, key, ...) for broker
+    /// sinks; empty for sinks without routing.
+    pub route: Route,
 }
 
 /// A handle on the store file; cheap to clone and shareable between threads.
@@ -179,12 +184,13 @@ impl Store {
             // A message is a head when no earlier message of its group is stored.
             let mut insert = tx.prepare_cached(
                 "INSERT INTO pull_messages
-                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head, inserted_at)
+                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head,
+                      inserted_at, payload_bytes, content_type, route)
                  SELECT ?1, ?2, ?3, ?4, ?5, ?6,
                         NOT EXISTS (SELECT 1 FROM pull_messages
                                     WHERE sink = ?1 AND group_id = ?4
                                       AND (commit_lsn, commit_idx) < (?2, ?3)),
-                        ?7
+                        ?7, ?8, ?9, ?10
                  WHERE true
                  ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
             )?;
@@ -204,15 +210,18 @@ impl Store {
                 let sink = sink_batch.sink.as_str();
                 for message in &sink_batch.messages {
                     let lsn = lsn_to_sql(message.commit_lsn)?;
-                    let payload = message.payload.to_string();
+                    let payload = codec::payload_columns(&message.payload);
                     let inserted = insert.execute(params![
                         sink,
                         lsn,
                         message.commit_idx,
                         message.group_id,
                         message.idempotency_key,
-                        payload,
-                        now
+                        payload.json,
+                        now,
+                        payload.bytes,
+                        payload.content_type,
+                        codec::route_column(&message.route),
                     ])?;
                     if inserted == 1 {
                         demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;

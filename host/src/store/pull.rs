@@ -15,8 +15,10 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::codec::{payload_from_columns, route_from_column};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
+use crate::plugins::{Payload, Route};
 
 /// The lease on one delivered message: valid until the message is acked,
 /// nacked, or handed out again after its visibility timeout.
@@ -122,10 +124,11 @@ impl Store {
             if room == 0 {
                 return Ok(delivered);
             }
-            for leased in lease_heads(&tx, sink, now, until, room)? {
+            for leased in lease_heads(&tx, sink, now, until, room, usize::MAX, true)? {
                 delivered.push(Delivered {
                     ack_id: leased.ack_id,
-                    payload: leased.payload,
+                    // Pull sinks get JSON payloads only (the pipeline sees to it).
+                    payload: leased.payload.into_json_view(),
                     deliver_count: leased.deliver_count,
                 });
             }
@@ -224,7 +227,10 @@ pub(super) struct Leased {
     pub(super) commit_idx: u32,
     pub(super) group_id: String,
     pub(super) idempotency_key: String,
-    pub(super) payload: Value,
+    pub(super) payload: Payload,
+    /// The payload's size as stored, in bytes.
+    pub(super) size_bytes: usize,
+    pub(super) route: Route,
     /// Deliveries so far, this one included.
     pub(super) deliver_count: u32,
 }
@@ -232,16 +238,21 @@ pub(super) struct Leased {
 /// The one path to "the next deliverable messages" of a sink, for pull
 /// consumers and push workers alike: up to `limit` group heads that are
 /// visible at `now`, in commit order, each leased until `until` under a
-/// fresh ack id with one more delivery counted.
+/// fresh ack id with one more delivery counted. Stops before the payloads
+/// leased would pass `max_bytes` in all; with `first_regardless`, the first
+/// message is leased whatever its size.
 pub(super) fn lease_heads(
     tx: &Transaction<'_>,
     sink: &str,
     now: i64,
     until: i64,
     limit: u32,
+    max_bytes: usize,
+    first_regardless: bool,
 ) -> Result<Vec<Leased>, StoreError> {
     let mut heads = tx.prepare_cached(
-        "SELECT id, payload, deliver_count, commit_lsn, commit_idx, group_id, idempotency_key
+        "SELECT id, payload, deliver_count, commit_lsn, commit_idx, group_id, idempotency_key,
+                payload_bytes, content_type, route
          FROM pull_messages INDEXED BY pull_messages_heads
          WHERE sink = ?1 AND head = 1
            AND (not_visible_until IS NULL OR not_visible_until <= ?2)
@@ -264,15 +275,27 @@ pub(super) fn lease_heads(
                 row.get::<_, u32>(4)?,
                 row.get::<_, String>(5)?,
                 row.get::<_, String>(6)?,
+                (
+                    row.get::<_, Option<Vec<u8>>>(7)?,
+                    row.get::<_, Option<String>>(8)?,
+                    row.get::<_, Option<String>>(9)?,
+                ),
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut leased = Vec::with_capacity(rows.len());
-    for (id, payload, deliver_count, lsn, commit_idx, group_id, idempotency_key) in rows {
-        let payload: Value = serde_json::from_str(&payload).map_err(|e| StoreError::Corrupt {
-            what: "payload",
-            detail: format!("message {id}: {e}"),
-        })?;
+    let mut total_bytes = 0usize;
+    for (id, payload, deliver_count, lsn, commit_idx, group_id, idempotency_key, extra) in rows {
+        let (bytes, content_type, route) = extra;
+        let size = bytes.as_ref().map_or(payload.len(), Vec::len);
+        let may_exceed = first_regardless && leased.is_empty();
+        if !may_exceed && total_bytes.saturating_add(size) > max_bytes {
+            break;
+        }
+        total_bytes = total_bytes.saturating_add(size);
+        let payload =
+            payload_from_columns(&payload, bytes, content_type, || format!("message {id}"))?;
+        let route = route_from_column(route, || format!("message {id}"))?;
         let ack_id = AckId::new();
         lease.execute(params![id, ack_id.to_string(), until, now])?;
         leased.push(Leased {
@@ -282,6 +305,8 @@ pub(super) fn lease_heads(
             group_id,
             idempotency_key,
             payload,
+            size_bytes: size,
+            route,
             deliver_count: deliver_count.saturating_add(1),
         });
     }

@@ -81,6 +81,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX dead_letters_sink ON dead_letters (sink, id);
     "#,
+    // 3: what broker sinks need beside the JSON message. `route` is the
+    // resolved routing keys as JSON (topic, subject, key, ...; NULL for sinks
+    // without routing). A transform's bytes payload is kept in
+    // `payload_bytes` with its `content_type`; `payload` is then 'null'.
+    r#"
+    ALTER TABLE pull_messages ADD COLUMN route TEXT;
+    ALTER TABLE pull_messages ADD COLUMN payload_bytes BLOB;
+    ALTER TABLE pull_messages ADD COLUMN content_type TEXT;
+    ALTER TABLE dead_letters ADD COLUMN route TEXT;
+    ALTER TABLE dead_letters ADD COLUMN payload_bytes BLOB;
+    ALTER TABLE dead_letters ADD COLUMN content_type TEXT;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

@@ -20,7 +20,8 @@ fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
         commit_idx: idx,
         group_id: group.to_string(),
         idempotency_key: crate::message::idempotency_key(Lsn(lsn), idx),
-        payload: json!({"lsn": lsn, "idx": idx, "group": group}),
+        payload: crate::plugins::Payload::Json(json!({"lsn": lsn, "idx": idx, "group": group})),
+        route: crate::plugins::Route::default(),
     }
 }
 
@@ -286,7 +287,7 @@ fn duplicates_on_append_are_ignored() {
     let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
     // A replay after a crash: same positions, maybe a different payload.
     let mut replay = msg(10, 0, "a");
-    replay.payload = json!({"replayed": true});
+    replay.payload = crate::plugins::Payload::Json(json!({"replayed": true}));
     store
         .append(
             &batch("s", vec![replay, msg(10, 1, "a"), msg(11, 0, "a")]),
@@ -460,7 +461,9 @@ fn receive_and_ack_rate_with_100k_messages() {
             .map(|i| {
                 let n = chunk * 1000 + i;
                 let mut m = msg(u64::from(n / 10) + 1, n % 10, &format!("g{}", n % 1000));
-                m.payload = json!({"lsn": n / 10 + 1, "idx": n % 10, "record": {"id": n, "name": "x".repeat(200)}});
+                m.payload = crate::plugins::Payload::Json(
+                    json!({"lsn": n / 10 + 1, "idx": n % 10, "record": {"id": n, "name": "x".repeat(200)}}),
+                );
                 m
             })
             .collect();

@@ -189,7 +189,8 @@ mod tests {
             commit_idx: 0,
             group_id: group.into(),
             idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
-            payload: serde_json::json!({"lsn": lsn}),
+            payload: crate::plugins::Payload::Json(serde_json::json!({"lsn": lsn})),
+            route: crate::plugins::Route::default(),
         };
         let batch = [SinkBatch {
             sink: sink.into(),

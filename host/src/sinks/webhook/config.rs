@@ -15,6 +15,9 @@ use crate::sinks::delivery::RetryPolicy;
 pub struct WebhookSettings {
     /// The endpoint's base URL plus the sink's path.
     pub url: Url,
+    /// The endpoint's base URL alone: a routing function's `endpoint_path`
+    /// is appended to it instead of the sink's path.
+    pub endpoint_url: String,
     /// Headers sent with every request (plain and secret ones).
     pub headers: HeaderMap,
     /// Key of the HMAC-SHA256 signature, if the endpoint has one.
@@ -121,6 +124,7 @@ impl WebhookSettings {
         }
         Ok(WebhookSettings {
             url,
+            endpoint_url: endpoint.url.trim_end_matches('/').to_string(),
             headers,
             signing_secret: endpoint
                 .signing_secret

@@ -6,10 +6,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use hmac::{Hmac, Mac};
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderValue};
+use reqwest::{Method, Url};
 use serde_json::Value;
 use sha2::Sha256;
 
 use super::WebhookSettings;
+use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
@@ -64,17 +66,60 @@ impl WebhookDestination {
         &self.settings
     }
 
-    /// POSTs `body` (JSON); the outcome of the whole request.
-    async fn post(&self, body: Vec<u8>, idempotency_key: Option<&str>) -> DeliveryOutcome {
+    /// Where a message with `route` goes: the routing function's method,
+    /// path and headers where it set them, the sink's settings otherwise.
+    fn target(&self, route: &Route) -> Result<Target, DeliveryOutcome> {
+        let url = match &route.endpoint_path {
+            None => self.settings.url.clone(),
+            Some(path) => {
+                let joined = format!("{}{path}", self.settings.endpoint_url);
+                Url::parse(&joined).map_err(|e| {
+                    DeliveryOutcome::permanent(format!(
+                        "the routing function's endpoint_path {path:?} does not make a valid URL with the endpoint ({joined:?}): {e}"
+                    ))
+                })?
+            }
+        };
+        let method = match &route.method {
+            None => Method::POST,
+            Some(method) => {
+                Method::from_bytes(method.to_ascii_uppercase().as_bytes()).map_err(|_| {
+                    DeliveryOutcome::permanent(format!(
+                        "invalid HTTP method {method:?} from the routing function"
+                    ))
+                })?
+            }
+        };
+        Ok(Target {
+            method,
+            url,
+            headers: route.headers.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Sends `body` with `content_type` to `target`; the outcome of the
+    /// whole request.
+    async fn send(
+        &self,
+        target: &Target,
+        body: Vec<u8>,
+        content_type: &str,
+        idempotency_key: Option<&str>,
+    ) -> DeliveryOutcome {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let mut request = self
             .client
-            .post(self.settings.url.clone())
-            .header(CONTENT_TYPE, "application/json")
+            .request(target.method.clone(), target.url.clone())
+            .header(CONTENT_TYPE, content_type)
             .header(TIMESTAMP_HEADER, timestamp);
+        // Routing headers come first, so that they cannot replace the
+        // signature, timestamp or idempotency headers set after them.
+        for (name, value) in &target.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
         if let Some(secret) = &self.settings.signing_secret {
             request = request.header(SIGNATURE_HEADER, signature(secret, timestamp, &body));
         }
@@ -99,18 +144,18 @@ impl WebhookDestination {
                 let text = response.text().await.unwrap_or_default();
                 let excerpt: String = text.chars().take(200).collect();
                 DeliveryOutcome::retry(format!(
-                    "{} answered HTTP {status}: {excerpt}",
-                    self.settings.url
+                    "{} {} answered HTTP {status}: {excerpt}",
+                    target.method, target.url
                 ))
             }
             Err(e) if e.is_timeout() => DeliveryOutcome::retry(format!(
                 "{} did not answer within request_timeout_ms = {}",
-                self.settings.url,
+                target.url,
                 self.settings.request_timeout.as_millis()
             )),
             Err(e) => DeliveryOutcome::retry(format!(
                 "request to {} failed: {}",
-                self.settings.url,
+                target.url,
                 error_chain(&e)
             )),
         }
@@ -132,21 +177,77 @@ impl Destination for WebhookDestination {
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        if self.settings.batch {
-            let data: Vec<&Value> = batch.iter().map(|m| &m.payload).collect();
-            let body = serde_json::to_vec(&serde_json::json!({ "data": data }))
-                .expect("JSON values serialize");
-            let outcome = self.post(body, None).await;
-            tracing::trace!(sink = %self.sink, messages = batch.len(), ?outcome, "webhook batch");
-            vec![outcome; batch.len()]
-        } else {
-            let requests = batch.iter().map(|message| {
-                let body = serde_json::to_vec(&message.payload).expect("JSON values serialize");
-                self.post(body, Some(&message.idempotency_key))
-            });
-            futures::future::join_all(requests).await
+        let mut outcomes: Vec<Option<DeliveryOutcome>> = vec![None; batch.len()];
+        // Messages bound for the same method, URL and headers share a
+        // request in batch mode; in single mode each has its own.
+        let mut requests: Vec<(Target, Vec<usize>)> = Vec::new();
+        for (index, message) in batch.iter().enumerate() {
+            let target = match self.target(&message.route) {
+                Ok(target) => target,
+                Err(outcome) => {
+                    outcomes[index] = Some(outcome);
+                    continue;
+                }
+            };
+            if self.settings.batch {
+                if let Payload::Bytes { content_type, .. } = &message.payload {
+                    outcomes[index] = Some(DeliveryOutcome::permanent(format!(
+                        "the transform returned a {content_type} bytes payload, which cannot go in a JSON batch; set `batch: false` on this webhook sink to send bytes as the request body"
+                    )));
+                    continue;
+                }
+                if let Some((_, members)) = requests.iter_mut().find(|(t, _)| *t == target) {
+                    members.push(index);
+                    continue;
+                }
+            }
+            requests.push((target, vec![index]));
         }
+        let sends = requests.iter().map(|(target, members)| async move {
+            let outcome = if self.settings.batch {
+                let data: Vec<&Value> = members
+                    .iter()
+                    .filter_map(|&i| match &batch[i].payload {
+                        Payload::Json(value) => Some(value),
+                        Payload::Bytes { .. } => None,
+                    })
+                    .collect();
+                let body = serde_json::to_vec(&serde_json::json!({ "data": data }))
+                    .expect("JSON values serialize");
+                self.send(target, body, "application/json", None).await
+            } else {
+                let message = &batch[members[0]];
+                let (body, content_type) = match &message.payload {
+                    Payload::Json(value) => (
+                        serde_json::to_vec(value).expect("JSON values serialize"),
+                        "application/json",
+                    ),
+                    Payload::Bytes { content_type, data } => (data.clone(), content_type.as_str()),
+                };
+                self.send(target, body, content_type, Some(&message.idempotency_key))
+                    .await
+            };
+            tracing::trace!(sink = %self.sink, messages = members.len(), ?outcome, "webhook request");
+            (members, outcome)
+        });
+        for (members, outcome) in futures::future::join_all(sends).await {
+            for &index in members {
+                outcomes[index] = Some(outcome.clone());
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every message got an outcome"))
+            .collect()
     }
+}
+
+/// The method, URL and extra headers of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    method: Method,
+    url: Url,
+    headers: Vec<(String, String)>,
 }
 
 fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
