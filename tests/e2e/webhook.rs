@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
+use crate::harness::guests;
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::{WeftProcess, http};
 
@@ -43,6 +44,8 @@ struct State {
     poisoned: Option<i64>,
     /// Accepted messages in arrival order, with the path they came on.
     accepted: Vec<(String, Value)>,
+    /// Accepted requests: method, path, `X-Table` header, message count.
+    requests: Vec<(String, String, String, usize)>,
     failed: usize,
     hung: usize,
     /// Requests that reached the handler.
@@ -69,6 +72,7 @@ impl Receiver {
             mode,
             poisoned: None,
             accepted: Vec::new(),
+            requests: Vec::new(),
             failed: 0,
             hung: 0,
             started: 0,
@@ -79,10 +83,12 @@ impl Receiver {
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::clone(&state);
-        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-            let state = Arc::clone(&shared);
-            async move { handle(state, uri, headers, body).await }
-        });
+        let app = axum::Router::new().fallback(
+            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let state = Arc::clone(&shared);
+                async move { handle(state, method, uri, headers, body).await }
+            },
+        );
         runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
         Receiver {
             state,
@@ -150,7 +156,13 @@ impl Receiver {
     }
 }
 
-async fn handle(state: Arc<Mutex<State>>, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn handle(
+    state: Arc<Mutex<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
     let header = |name: &str| {
         headers
             .get(name)
@@ -220,6 +232,12 @@ async fn handle(state: Arc<Mutex<State>>, uri: Uri, headers: HeaderMap, body: By
                 return StatusCode::INTERNAL_SERVER_ERROR;
             }
             let path = uri.path().to_string();
+            s.requests.push((
+                method.to_string(),
+                path.clone(),
+                header("x-table"),
+                messages.len(),
+            ));
             s.accepted
                 .extend(messages.into_iter().map(|m| (path.clone(), m)));
             StatusCode::OK
@@ -564,6 +582,63 @@ fn a_stuck_group_holds_back_only_its_row_and_dead_letters_replay() {
         Vec::<String>::new()
     );
     assert_eq!(weft.terminate(), Some(0));
+}
+
+#[test]
+fn a_routing_function_sets_method_path_and_headers_per_message() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Accept);
+    let sinks = format!(
+        r#"
+  - name: hook
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    routing: paths
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /default
+      batch: true
+      batch_size: 10
+functions:
+  - name: paths
+    type: routing
+    file: {routing}
+    config: {{ keys: "method,endpoint_path,headers" }}
+"#,
+        routing = guests::wasm("weft_table_routing").display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, &sinks));
+    pg.wait_for_active_slot("weft_hook");
+    write_rows(&pg, 3, 1);
+    receiver.wait_until("6 messages", Duration::from_secs(30), |s| {
+        s.accepted.len() >= 6
+    });
+    let log = weft.log_text();
+    let requests = receiver.with(|s| s.requests.clone());
+    assert_eq!(
+        receiver.with(|s| s.bad_requests.clone()),
+        Vec::<String>::new()
+    );
+    // Each row has its own path, so even in batch mode each request holds
+    // messages of one row only; nothing went to the sink's own path.
+    for (method, path, table, messages) in &requests {
+        assert_eq!(method, "PUT", "{requests:?}\n{log}");
+        assert_eq!(table, "public.items", "{requests:?}");
+        assert!(
+            ["/items/1", "/items/2", "/items/3"].contains(&path.as_str()),
+            "{requests:?}"
+        );
+        assert_eq!(
+            *messages, 1,
+            "one message per group in flight: {requests:?}"
+        );
+    }
+    let rows = receiver.rows("/items/2");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[&2].iter().map(|r| r.1).collect::<Vec<_>>(), vec![0, 1]);
 }
 
 #[test]
