@@ -5,6 +5,7 @@
 mod harness;
 
 mod config_errors;
+mod crash;
 mod databases;
 mod first_slice;
 mod functions;

@@ -6,6 +6,8 @@
 
 pub mod certs;
 pub mod guests;
+pub mod oracle;
 pub mod postgres;
 pub mod source;
+pub mod webhook_receiver;
 pub mod weft;

@@ -1,0 +1,186 @@
+//! The crash test: a mixed workload on several tables runs while weft is
+//! SIGKILLed at 20 random moments and restarted each time. After a final
+//! drain, for every sink (a pull sink and a webhook sink): no committed
+//! change is missing, per-row order holds, and every duplicate carries the
+//! same idempotency key and content as its original (see
+//! [`crate::harness::oracle`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+use crate::harness::oracle::{
+    Drained, SCHEMA, assert_matches_oracle, audit_count, concurrent_workload, oracle, tail,
+};
+use crate::harness::postgres::{PgCluster, PgOptions};
+use crate::harness::webhook_receiver::{Mode, Receiver, SECRET, TOKEN};
+use crate::harness::weft::WeftProcess;
+
+const KILLS: usize = 20;
+
+fn config(pg: &PgCluster, receiver: &Receiver) -> String {
+    format!(
+        r#"
+databases:
+  - name: load
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    heartbeat_interval_ms: 1000
+    slot: {{ name: weft_crash, create_if_not_exists: true }}
+    publication: {{ name: weft_crash, create_if_not_exists: true }}
+http_endpoints:
+  - name: receiver
+    url: http://{addr}
+    headers: {{ X-Test: plain }}
+    encrypted_headers: {{ Authorization: "{TOKEN}" }}
+    signing_secret: {SECRET}
+sinks:
+  - name: all
+    database: load
+    source: {{ include_tables: [public.accounts, public.events, public.lines, public.bulk] }}
+    destination: {{ type: sequin_stream, ack_wait_ms: 5000, max_ack_pending: 100000 }}
+  - name: hook
+    database: load
+    source: {{ include_tables: [public.accounts, public.events, public.lines, public.bulk] }}
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      batch: true
+      batch_size: 200
+      max_in_flight: 4
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 20
+      retry_backoff_max_ms: 500
+"#,
+        port = pg.port(),
+        addr = receiver.addr,
+    )
+}
+
+/// Receives and acks from the pull sink for about `for_how_long`; a weft
+/// that is down or starting just makes it wait.
+fn drain_for(weft: &WeftProcess, drained: &mut Drained, for_how_long: Duration) {
+    let until = Instant::now() + for_how_long;
+    while Instant::now() < until {
+        let got = weft.receive("all", 500, 200);
+        let ack_ids: Vec<&str> = got.iter().map(|m| m["ack_id"].as_str().unwrap()).collect();
+        for message in &got {
+            drained.take(&message["data"]);
+        }
+        if !ack_ids.is_empty() {
+            weft.settle("all", "ack", &ack_ids);
+        }
+    }
+}
+
+/// What the webhook receiver accepted, as the oracle checks it.
+fn webhook_drained(receiver: &Receiver) -> Drained {
+    let mut drained = Drained::default();
+    let messages: Vec<Value> =
+        receiver.with(|s| s.accepted.iter().map(|(_, m)| m.clone()).collect());
+    for message in &messages {
+        drained.take(message);
+    }
+    drained
+}
+
+#[test]
+#[ignore = "unfinished: the pull receive during restarts panics in the harness; see the closing note"]
+fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
+    let started = Instant::now();
+    let seed: u64 = std::env::var("WEFT_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    eprintln!("crash test seed {seed} (rerun with WEFT_CRASH_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pg = PgCluster::start_with(PgOptions {
+        settings: vec!["logical_decoding_work_mem = 64kB".into()],
+        ..Default::default()
+    });
+    pg.psql(SCHEMA);
+    let receiver = Receiver::start(Mode::Accept);
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
+    pg.wait_for_active_slot("weft_crash");
+
+    let writing = AtomicBool::new(true);
+    let mut pulled = Drained::default();
+    let (committed, rejected) = std::thread::scope(|scope| {
+        let workload = scope.spawn(|| {
+            let (mut ok, mut failed, mut round) = (0, 0, 0u64);
+            while writing.load(Ordering::Relaxed) {
+                let (o, f) =
+                    concurrent_workload(&pg, seed + round, 3, 10_000_000 * (round as i64 + 1) * 4);
+                ok += o;
+                failed += f;
+                round += 1;
+            }
+            (ok, failed)
+        });
+        for kill in 0..KILLS {
+            // Consume from the pull sink while weft runs, for a random while,
+            // then kill it wherever it is: decoding, storing, delivering.
+            drain_for(
+                &weft,
+                &mut pulled,
+                Duration::from_millis(rng.random_range(200..1500)),
+            );
+            weft.kill();
+            if kill % 5 == 4 {
+                // Sometimes stay down while the workload goes on.
+                std::thread::sleep(Duration::from_millis(rng.random_range(100..1000)));
+            }
+            weft.restart();
+        }
+        writing.store(false, Ordering::Relaxed);
+        workload.join().expect("workload thread")
+    });
+    eprintln!(
+        "{KILLS} kills done: {committed} transactions committed or rolled back, {rejected} rejected ({:?})",
+        started.elapsed()
+    );
+    let log = weft.log_text();
+    assert!(
+        log.matches("HTTP API listening").count() > KILLS,
+        "weft restarted after each kill; log tail:\n{}",
+        tail(&log)
+    );
+
+    let total = audit_count(&pg);
+    pulled.drain(&weft, "all", 1000, total, Duration::from_secs(300));
+    let (expected, count) = oracle(&pg);
+    assert_eq!(count, total);
+    assert_matches_oracle(&pulled, &expected, "pull sink");
+
+    receiver.wait_until(
+        "every change at the webhook",
+        Duration::from_secs(300),
+        |s| {
+            let keys: std::collections::HashSet<&str> = s
+                .accepted
+                .iter()
+                .map(|(_, m)| m["metadata"]["idempotency_key"].as_str().unwrap())
+                .collect();
+            keys.len() >= total
+        },
+    );
+    let hooked = webhook_drained(&receiver);
+    assert_matches_oracle(&hooked, &expected, "webhook sink");
+    assert_eq!(
+        receiver.with(|s| s.bad_requests.clone()),
+        Vec::<String>::new()
+    );
+    eprintln!(
+        "crash test checked: {total} changes on {} rows; redeliveries with the same key: {} pull, {} webhook; {:?}",
+        expected.len(),
+        pulled.duplicates,
+        hooked.duplicates,
+        started.elapsed()
+    );
+}
