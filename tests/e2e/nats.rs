@@ -21,6 +21,8 @@ struct Stored {
     msg_id: String,
     headers: Vec<(String, String)>,
     payload: Vec<u8>,
+    /// When the server stored it, in Unix nanoseconds.
+    stored_at: i128,
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -74,6 +76,7 @@ fn read_stream(nats: &NatsServer) -> Vec<Stored> {
                 msg_id,
                 headers,
                 payload: m.payload.to_vec(),
+                stored_at: m.time.unix_timestamp_nanos(),
             });
         }
         all
@@ -125,6 +128,7 @@ sinks:
   - name: items
     database: shop
     source: {{ include_tables: [public.items] }}
+    max_memory_mb: 1
     destination:
       type: nats
       host: 127.0.0.1
@@ -284,5 +288,148 @@ fn nats_sigkill_mid_delivery_leaves_no_duplicate_in_the_stream() {
     assert!(
         log.contains("deliverable again"),
         "leases of the killed process were released; log:\n{log}"
+    );
+}
+
+fn unix_nanos() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+fn rss_kib(weft: &WeftProcess) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", weft.pid().unwrap())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn confirmed_flush_lsn(pg: &PgCluster) -> u64 {
+    pg.psql("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weft_nats'")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Idempotency keys of the sink's messages in weft's store (its outbox).
+fn stored_keys(dir: &std::path::Path) -> HashSet<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("weft-data/weft.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let mut query = db
+        .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = 'items'")
+        .unwrap();
+    query
+        .query_map([], |row| row.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    let mut nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, ""));
+    pg.wait_for_active_slot("weft_nats");
+
+    // No stream yet: publishes fail retriably with advice, then succeed
+    // once the stream exists.
+    const ROWS: i64 = 50;
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !weft.log_text().contains("no JetStream stream captures") {
+        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(weft.log_text().contains("sequin.>"));
+    create_stream(&nats, &["sequin.>"]);
+    pg.psql("UPDATE items SET v = 1");
+    wait_for(&nats, "sequin.", (ROWS * 2) as usize, &weft);
+
+    // Outage: kill the broker, keep writing.
+    nats.kill();
+    let killed_at = unix_nanos();
+    const UPDATES: i64 = 12;
+    let mut peak_rss = 0;
+    for v in 2..=UPDATES {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+        peak_rss = peak_rss.max(rss_kib(&weft));
+    }
+    // Let the slot advance past the writes, then check the outbox covers
+    // everything the slot confirmed that the broker did not store.
+    let written = pg
+        .psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let confirmed = loop {
+        let confirmed = confirmed_flush_lsn(&pg);
+        if confirmed >= written {
+            break confirmed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot stuck at {confirmed} < {written}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let outbox = stored_keys(dir.path());
+    assert!(!outbox.is_empty(), "the outage's changes wait in the store");
+    for _ in 0..10 {
+        peak_rss = peak_rss.max(rss_kib(&weft));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
+
+    nats.start_again();
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let all = loop {
+        let all = read_stream(&nats);
+        let unique: HashSet<&str> = all.iter().map(|m| m.msg_id.as_str()).collect();
+        if unique.len() >= total {
+            break all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} after the outage; log:\n{}",
+            unique.len(),
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_in_order(&rows(&all), ROWS, UPDATES);
+    for m in &all {
+        let body: Value = serde_json::from_slice(&m.payload).unwrap();
+        let lsn = body["metadata"]["commit_lsn"].as_u64().unwrap();
+        if lsn < confirmed {
+            assert!(
+                m.stored_at < killed_at || outbox.contains(&m.msg_id),
+                "change {} was confirmed to Postgres but neither delivered nor stored",
+                m.msg_id
+            );
+        }
+    }
+    let log = weft.log_text();
+    assert!(
+        log.contains("not connected to NATS") || log.contains("cannot connect to NATS"),
+        "deliveries failed retriably during the outage; log:\n{log}"
+    );
+    println!(
+        "nats outage: peak weft RSS {peak_rss} KiB, {} messages in the outbox",
+        outbox.len()
     );
 }
