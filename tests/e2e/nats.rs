@@ -433,3 +433,75 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
         outbox.len()
     );
 }
+
+#[test]
+fn nats_core_mode_publishes_without_jetstream() {
+    use futures::StreamExt;
+
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    let nats = NatsServer::start();
+    // No stream: core publishes need none.
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Stored>::new()));
+    let subscriber = runtime();
+    let url = nats.url();
+    let sink = std::sync::Arc::clone(&received);
+    let mut subscription = subscriber.block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let subscription = client.subscribe("sequin.>").await.unwrap();
+        client.flush().await.unwrap();
+        (client, subscription)
+    });
+    let collector = std::thread::spawn(move || {
+        subscriber.block_on(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+            while let Ok(Some(m)) = tokio::time::timeout_at(deadline, subscription.1.next()).await {
+                let headers = m.headers.clone().unwrap_or_default();
+                let stored = Stored {
+                    subject: m.subject.to_string(),
+                    msg_id: headers
+                        .get("Nats-Msg-Id")
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                    headers: Vec::new(),
+                    payload: m.payload.to_vec(),
+                    stored_at: 0,
+                };
+                let body: Value = serde_json::from_slice(&stored.payload).unwrap();
+                let mut all = sink.lock().unwrap();
+                if body["metadata"]["consumer"]["name"] == "core" {
+                    all.push(stored);
+                }
+                if all.len() >= 60 {
+                    break;
+                }
+            }
+        })
+    });
+    let core = format!(
+        r#"
+  - name: core
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    destination:
+      type: nats
+      host: 127.0.0.1
+      port: {}
+      jetstream: false
+"#,
+        nats.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, &core));
+    pg.wait_for_active_slot("weft_nats");
+    write_rows(&pg, 20, 2);
+    collector.join().unwrap();
+    let all = received.lock().unwrap().clone();
+    assert_eq!(all.len(), 60, "log:\n{}", weft.log_text());
+    assert!(
+        all.iter()
+            .all(|m| m.subject.starts_with("sequin.shop.public.items."))
+    );
+    assert_in_order(&rows(&all), 20, 2);
+}
