@@ -35,7 +35,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Creates stream `CDC` capturing `subjects`, deduplicating for 10 minutes.
 fn create_stream(nats: &NatsServer, subjects: &[&str]) {
     runtime().block_on(async {
-        let client = async_nats::connect(nats.url()).await.unwrap();
+        let client = nats.client().await;
         jetstream::new(client)
             .create_stream(jetstream::stream::Config {
                 name: "CDC".into(),
@@ -51,7 +51,7 @@ fn create_stream(nats: &NatsServer, subjects: &[&str]) {
 /// Every message in stream `CDC`, in stream order.
 fn read_stream(nats: &NatsServer) -> Vec<Stored> {
     runtime().block_on(async {
-        let client = async_nats::connect(nats.url()).await.unwrap();
+        let client = nats.client().await;
         let mut stream = jetstream::new(client).get_stream("CDC").await.unwrap();
         let state = stream.info().await.unwrap().state.clone();
         let mut all = Vec::new();
@@ -504,4 +504,70 @@ fn nats_core_mode_publishes_without_jetstream() {
             .all(|m| m.subject.starts_with("sequin.shop.public.items."))
     );
     assert_in_order(&rows(&all), 20, 2);
+}
+
+#[test]
+fn nats_starts_while_the_broker_is_down_and_names_bad_credentials() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let mut nats = NatsServer::start_with_user(Some(("weft", "right-pass")));
+    nats.kill();
+    let sinks = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {pg}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_nats, create_if_not_exists: true }}
+    publication: {{ name: weft_nats, create_if_not_exists: true }}
+sinks:
+  - name: good
+    database: shop
+    destination: {{ type: nats, host: 127.0.0.1, port: {port}, username: weft, password: right-pass, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
+  - name: bad
+    database: shop
+    destination: {{ type: nats, host: 127.0.0.1, port: {port}, username: weft, password: wrong-pass-41, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
+"#,
+        pg = pg.port(),
+        port = nats.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &sinks);
+    pg.wait_for_active_slot("weft_nats");
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+    let wait_log = |text: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !weft.log_text().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in log:\n{}",
+                weft.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_log(&format!(
+        "cannot connect to NATS at 127.0.0.1:{}",
+        nats.port()
+    ));
+
+    nats.start_again();
+    create_stream(&nats, &["sequin.>"]);
+    let got = wait_for(&nats, "sequin.", 1, &weft);
+    let body: Value = serde_json::from_slice(&got[0].payload).unwrap();
+    assert_eq!(body["metadata"]["consumer"]["name"], "good");
+    wait_log("refused the credentials");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        read_stream(&nats).len(),
+        1,
+        "the bad sink delivered nothing"
+    );
+    let log = weft.log_text();
+    assert!(
+        !log.contains("wrong-pass-41") && !log.contains("right-pass"),
+        "a password reached the log"
+    );
 }

@@ -13,15 +13,23 @@ pub struct NatsServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// `(user, password)` the server requires, if any.
+    user: Option<(String, String)>,
 }
 
 impl NatsServer {
     /// Starts a server with JetStream storing under a fresh directory.
     pub fn start() -> NatsServer {
+        NatsServer::start_with_user(None)
+    }
+
+    /// Like [`NatsServer::start`], requiring `(user, password)` if given.
+    pub fn start_with_user(user: Option<(&str, &str)>) -> NatsServer {
         let mut server = NatsServer {
             child: None,
             port: free_port(),
             dir: tempfile::tempdir().expect("nats store dir"),
+            user: user.map(|(u, p)| (u.to_string(), p.to_string())),
         };
         server.start_again();
         server
@@ -35,6 +43,18 @@ impl NatsServer {
     /// `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// A client of this server, with its user if it requires one.
+    pub async fn client(&self) -> async_nats::Client {
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some((user, password)) = &self.user {
+            options = options.user_and_password(user.clone(), password.clone());
+        }
+        options
+            .connect(self.url())
+            .await
+            .expect("connect to nats-server")
     }
 
     fn store(&self) -> PathBuf {
@@ -58,11 +78,16 @@ impl NatsServer {
             .append(true)
             .open(self.dir.path().join("nats.log"))
             .expect("nats log");
-        let child = Command::new("nats-server")
+        let mut command = Command::new("nats-server");
+        command
             .args(["-js", "-a", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
             .arg("-sd")
-            .arg(self.store())
+            .arg(self.store());
+        if let Some((user, password)) = &self.user {
+            command.args(["--user", user, "--pass", password]);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
