@@ -10,6 +10,7 @@ mod databases;
 mod first_slice;
 mod functions;
 mod idle;
+mod nats;
 mod schema_changes;
 mod setup_errors;
 mod source;

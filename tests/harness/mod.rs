@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod guests;
+pub mod nats;
 pub mod oracle;
 pub mod postgres;
 pub mod source;

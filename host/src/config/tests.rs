@@ -315,7 +315,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -339,14 +339,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
             "    destination:\n      type: kafka\n      topic: t\n"
         )),
         "sinks[0].destination.type: destination type `kafka` is not supported yet; supported types: \
-         sequin_stream, webhook (line 15, column 13)"
+         sequin_stream, webhook, nats (line 15, column 13)"
     );
 }
 
@@ -961,5 +961,52 @@ fn max_memory_mb_defaults_to_128_and_is_bounded() {
             "    max_memory_mb: 0\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].max_memory_mb: must be between 1 and 65536, got 0 (line 14, column 20)"
+    );
+}
+
+#[test]
+fn nats_sink_defaults_and_hidden_secrets() {
+    let config = load(&with_sink(
+        "    destination: {type: nats, host: nats.internal, username: u, password: hunter2}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::Nats(nats) = &config.sink("s").unwrap().destination else {
+        panic!("expected a nats destination");
+    };
+    assert_eq!(nats.port(), 4222);
+    assert!(nats.jetstream);
+    assert_eq!(
+        (nats.batch_size, nats.max_in_flight, nats.request_timeout_ms),
+        (100, 10, 5_000)
+    );
+    assert!(!format!("{nats:?}").contains("hunter2"));
+}
+
+#[test]
+fn nats_mistakes_are_reported_with_their_fix() {
+    assert_eq!(
+        error(&with_sink(
+            "    destination: {type: nats, host: h, request_timeout_ms: 5}\n"
+        )),
+        "sinks[0].destination.request_timeout_ms: must be between 100 and 600000, got 5 (line 14, column 60)"
+    );
+    let lines = errors(&with_sink(
+        "    destination: {type: nats, host: h, password: hunter2, jwt: j, tls_ca_file: ca.pem}\n",
+    ));
+    let all = lines.join("\n");
+    assert!(!all.contains("hunter2"), "{all}");
+    assert!(
+        all.contains("sinks[0].destination.password: is set without `username`"),
+        "{all}"
+    );
+    assert!(
+        all.contains("sinks[0].destination.jwt: needs `nkey_seed`"),
+        "{all}"
+    );
+    assert!(
+        all.contains(
+            "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too"
+        ),
+        "{all}"
     );
 }

@@ -491,6 +491,11 @@ fn check_push_settings(
                     );
                 }
             }
+            DestinationConfig::Nats(nats) => {
+                for (key, problem) in nats.problems() {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {
                     problems.add(

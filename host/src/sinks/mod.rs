@@ -5,6 +5,7 @@
 //! [`delivery::Destination`], and an arm in [`push_destination`].
 
 pub mod delivery;
+pub mod nats;
 pub mod sequin_stream;
 pub mod webhook;
 
@@ -33,6 +34,14 @@ pub fn push_destination(
             let destination = webhook::WebhookDestination::new(&sink.name, settings)
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
             Ok((Arc::new(destination), retry))
+        }
+        DestinationConfig::Nats(settings) => {
+            let settings = nats::NatsSettings::resolve(sink, settings);
+            let retry = settings.retry;
+            Ok((
+                Arc::new(nats::NatsDestination::new(&sink.name, settings)),
+                retry,
+            ))
         }
     }
 }

@@ -7,9 +7,11 @@
 //! `DestinationConfig::from_yaml`, and its name moved from `PLANNED` to
 //! `SUPPORTED`.
 
+mod nats;
 mod sequin_stream;
 mod webhook;
 
+pub use nats::NatsConfig;
 pub use sequin_stream::SequinStreamConfig;
 pub use webhook::WebhookConfig;
 
@@ -27,14 +29,17 @@ pub enum DestinationConfig {
     /// `type: webhook`: messages are POSTed to an `http_endpoints` entry by
     /// the sink's delivery worker, with retries and dead letters.
     Webhook(WebhookConfig),
+    /// `type: nats`: messages are published to NATS (JetStream by default)
+    /// by the sink's delivery worker, with retries and dead letters.
+    Nats(NatsConfig),
 }
 
 /// `type` values accepted today.
-const SUPPORTED: &[&str] = &["sequin_stream", "webhook"];
+const SUPPORTED: &[&str] = &["sequin_stream", "webhook", "nats"];
 
 /// `type` values Sequin has that weft will accept later; named in the error
 /// so that users know it is not a typo.
-const PLANNED: &[&str] = &["kafka", "nats", "redis_string", "redis_stream", "rabbitmq"];
+const PLANNED: &[&str] = &["kafka", "redis_string", "redis_stream", "rabbitmq"];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -48,6 +53,7 @@ impl DestinationConfig {
         match self {
             DestinationConfig::SequinStream(_) => "sequin_stream",
             DestinationConfig::Webhook(_) => "webhook",
+            DestinationConfig::Nats(_) => "nats",
         }
     }
 
@@ -86,6 +92,7 @@ impl DestinationConfig {
         match kind.as_str() {
             "sequin_stream" => settings_of(settings).map(DestinationConfig::SequinStream),
             "webhook" => settings_of(settings).map(DestinationConfig::Webhook),
+            "nats" => settings_of(settings).map(DestinationConfig::Nats),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(

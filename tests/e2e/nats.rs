@@ -1,0 +1,573 @@
+//! The NATS sink through the real binary against a `nats-server` this test
+//! owns, read back with async-nats directly: default subjects, a routing
+//! function's subject and headers, a transform's bytes, per-row order,
+//! `Nats-Msg-Id`, and no duplicates in the stream after a SIGKILL mid-delivery.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde_json::Value;
+
+use crate::harness::guests;
+use crate::harness::nats::NatsServer;
+use crate::harness::postgres::PgCluster;
+use crate::harness::weft::WeftProcess;
+
+/// One message read back from the stream.
+#[derive(Debug, Clone)]
+struct Stored {
+    subject: String,
+    msg_id: String,
+    headers: Vec<(String, String)>,
+    payload: Vec<u8>,
+    /// When the server stored it, in Unix nanoseconds.
+    stored_at: i128,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Creates stream `CDC` capturing `subjects`, deduplicating for 10 minutes.
+fn create_stream(nats: &NatsServer, subjects: &[&str]) {
+    runtime().block_on(async {
+        let client = nats.client().await;
+        jetstream::new(client)
+            .create_stream(jetstream::stream::Config {
+                name: "CDC".into(),
+                subjects: subjects.iter().map(|s| s.to_string()).collect(),
+                duplicate_window: Duration::from_secs(600),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+}
+
+/// Every message in stream `CDC`, in stream order.
+fn read_stream(nats: &NatsServer) -> Vec<Stored> {
+    runtime().block_on(async {
+        let client = nats.client().await;
+        let mut stream = jetstream::new(client).get_stream("CDC").await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        let mut all = Vec::new();
+        for seq in state.first_sequence..=state.last_sequence {
+            if state.messages == 0 {
+                break;
+            }
+            let m = stream.get_raw_message(seq).await.unwrap();
+            let mut headers = Vec::new();
+            for (name, values) in m.headers.iter() {
+                for value in values {
+                    headers.push((name.to_string(), value.to_string()));
+                }
+            }
+            let msg_id = m
+                .headers
+                .get("Nats-Msg-Id")
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            all.push(Stored {
+                subject: m.subject.to_string(),
+                msg_id,
+                headers,
+                payload: m.payload.to_vec(),
+                stored_at: m.time.unix_timestamp_nanos(),
+            });
+        }
+        all
+    })
+}
+
+/// Waits until `stream` holds at least `count` messages on subjects
+/// starting with `prefix`.
+fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -> Vec<Stored> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let all: Vec<Stored> = read_stream(nats)
+            .into_iter()
+            .filter(|m| m.subject.starts_with(prefix))
+            .collect();
+        if all.len() >= count {
+            return all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {count} messages on {prefix}; log:\n{}",
+            all.len(),
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn config(pg: &PgCluster, nats: &NatsServer, sinks: &str) -> String {
+    format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_nats, create_if_not_exists: true }}
+    publication: {{ name: weft_nats, create_if_not_exists: true }}
+functions:
+  - name: bytes
+    type: transform
+    file: {transform}
+  - name: subjects
+    type: routing
+    file: {routing}
+    config: {{ keys: "subject,headers" }}
+sinks:
+  - name: items
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    max_memory_mb: 1
+    destination:
+      type: nats
+      host: 127.0.0.1
+      port: {nats_port}
+      batch_size: 20
+      max_in_flight: 4
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 500
+{sinks}"#,
+        port = pg.port(),
+        nats_port = nats.port(),
+        transform = guests::wasm("weft_hostile_transform").display(),
+        routing = guests::wasm("weft_table_routing").display(),
+    )
+}
+
+/// Per row id, the `v` of each message after dropping repeated
+/// `Nats-Msg-Id`s, in stream order. Asserts each message's id is its
+/// idempotency key, so that a duplicate always repeats its original's id.
+fn rows(messages: &[Stored]) -> BTreeMap<i64, Vec<i64>> {
+    let mut seen = HashSet::new();
+    let mut rows: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for m in messages {
+        let body: Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(
+            body["metadata"]["idempotency_key"].as_str(),
+            Some(m.msg_id.as_str()),
+            "Nats-Msg-Id is the idempotency key: {body}"
+        );
+        if seen.insert(m.msg_id.clone()) {
+            rows.entry(body["record"]["id"].as_i64().unwrap())
+                .or_default()
+                .push(body["record"]["v"].as_i64().unwrap());
+        }
+    }
+    rows
+}
+
+fn write_rows(pg: &PgCluster, rows: i64, updates: i64) {
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {rows}) g"
+    ));
+    for v in 1..=updates {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+    }
+}
+
+fn assert_in_order(rows: &BTreeMap<i64, Vec<i64>>, count: i64, updates: i64) {
+    assert_eq!(rows.len() as i64, count, "{rows:?}");
+    for (id, vs) in rows {
+        assert_eq!(vs, &(0..=updates).collect::<Vec<_>>(), "row {id}");
+    }
+}
+
+#[test]
+fn nats_jetstream_routes_orders_and_marks_every_message() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    let nats = NatsServer::start();
+    create_stream(&nats, &["sequin.>", "cdc.>"]);
+    let routed = r#"
+  - name: blobs
+    database: shop
+    source: { include_tables: [public.blobs] }
+    transform: bytes
+    routing: subjects
+    destination:
+      type: nats
+      host: 127.0.0.1
+      port: NATS_PORT
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 50
+"#
+    .replace("NATS_PORT", &nats.port().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, &routed));
+    pg.wait_for_active_slot("weft_nats");
+
+    const ROWS: i64 = 20;
+    const UPDATES: i64 = 4;
+    write_rows(&pg, ROWS, UPDATES);
+    pg.psql(r#"INSERT INTO blobs VALUES (7, 'bytes')"#);
+
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    let items = wait_for(&nats, "sequin.", total, &weft);
+    let subjects: HashSet<&str> = items.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(
+        subjects,
+        HashSet::from([
+            "sequin.shop.public.items.insert",
+            "sequin.shop.public.items.update"
+        ])
+    );
+    assert_in_order(&rows(&items), ROWS, UPDATES);
+    assert_eq!(
+        items.len(),
+        total,
+        "a healthy run publishes each change once"
+    );
+
+    // The routing function's subject and header; the transform's bytes,
+    // byte-exact, with their content type.
+    let blobs = wait_for(&nats, "cdc.", 1, &weft);
+    assert_eq!(blobs[0].subject, "cdc.public.blobs.insert");
+    assert_eq!(blobs[0].payload, vec![0u8, 1, 2, 255]);
+    let header = |name: &str| {
+        blobs[0]
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("X-Table").as_deref(), Some("public.blobs"));
+    assert_eq!(
+        header("Content-Type").as_deref(),
+        Some("application/octet-stream")
+    );
+    assert!(!blobs[0].msg_id.is_empty(), "Nats-Msg-Id on bytes too");
+}
+
+#[test]
+fn nats_sigkill_mid_delivery_leaves_no_duplicate_in_the_stream() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    let nats = NatsServer::start();
+    create_stream(&nats, &["sequin.>"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &nats, ""));
+    pg.wait_for_active_slot("weft_nats");
+
+    const ROWS: i64 = 400;
+    const UPDATES: i64 = 5;
+    write_rows(&pg, ROWS, UPDATES);
+    // Kill weft while deliveries are in flight: some messages published
+    // (maybe acked by the stream) but not yet recorded as delivered.
+    wait_for(&nats, "sequin.", 200, &weft);
+    weft.kill();
+    let before = read_stream(&nats).len();
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    assert!(before < total, "weft finished before the kill ({before})");
+    weft.restart();
+    let all = wait_for(&nats, "sequin.", total, &weft);
+    std::thread::sleep(Duration::from_secs(1));
+    let all_after = read_stream(&nats);
+    assert_eq!(
+        all_after.len(),
+        total,
+        "the stream holds exactly one message per change"
+    );
+    let ids: HashSet<&str> = all_after.iter().map(|m| m.msg_id.as_str()).collect();
+    assert_eq!(ids.len(), total, "no Nats-Msg-Id repeats");
+    assert_in_order(&rows(&all), ROWS, UPDATES);
+    let log = weft.log_text();
+    assert!(
+        log.contains("deliverable again"),
+        "leases of the killed process were released; log:\n{log}"
+    );
+}
+
+fn unix_nanos() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+fn rss_kib(weft: &WeftProcess) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", weft.pid().unwrap())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn confirmed_flush_lsn(pg: &PgCluster) -> u64 {
+    pg.psql("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weft_nats'")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Idempotency keys of the sink's messages in weft's store (its outbox).
+fn stored_keys(dir: &std::path::Path) -> HashSet<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("weft-data/weft.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let mut query = db
+        .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = 'items'")
+        .unwrap();
+    query
+        .query_map([], |row| row.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    let mut nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, ""));
+    pg.wait_for_active_slot("weft_nats");
+
+    // No stream yet: publishes fail retriably with advice, then succeed
+    // once the stream exists.
+    const ROWS: i64 = 50;
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !weft.log_text().contains("no JetStream stream captures") {
+        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(weft.log_text().contains("sequin.>"));
+    create_stream(&nats, &["sequin.>"]);
+    pg.psql("UPDATE items SET v = 1");
+    wait_for(&nats, "sequin.", (ROWS * 2) as usize, &weft);
+
+    // Outage: kill the broker, keep writing.
+    nats.kill();
+    let killed_at = unix_nanos();
+    const UPDATES: i64 = 12;
+    let mut peak_rss = 0;
+    for v in 2..=UPDATES {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+        peak_rss = peak_rss.max(rss_kib(&weft));
+    }
+    // Let the slot advance past the writes, then check the outbox covers
+    // everything the slot confirmed that the broker did not store.
+    let written = pg
+        .psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let confirmed = loop {
+        let confirmed = confirmed_flush_lsn(&pg);
+        if confirmed >= written {
+            break confirmed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot stuck at {confirmed} < {written}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let outbox = stored_keys(dir.path());
+    assert!(!outbox.is_empty(), "the outage's changes wait in the store");
+    for _ in 0..10 {
+        peak_rss = peak_rss.max(rss_kib(&weft));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
+
+    nats.start_again();
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let all = loop {
+        let all = read_stream(&nats);
+        let unique: HashSet<&str> = all.iter().map(|m| m.msg_id.as_str()).collect();
+        if unique.len() >= total {
+            break all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} after the outage; log:\n{}",
+            unique.len(),
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_in_order(&rows(&all), ROWS, UPDATES);
+    for m in &all {
+        let body: Value = serde_json::from_slice(&m.payload).unwrap();
+        let lsn = body["metadata"]["commit_lsn"].as_u64().unwrap();
+        if lsn < confirmed {
+            assert!(
+                m.stored_at < killed_at || outbox.contains(&m.msg_id),
+                "change {} was confirmed to Postgres but neither delivered nor stored",
+                m.msg_id
+            );
+        }
+    }
+    let log = weft.log_text();
+    assert!(
+        log.contains("not connected to NATS") || log.contains("cannot connect to NATS"),
+        "deliveries failed retriably during the outage; log:\n{log}"
+    );
+    println!(
+        "nats outage: peak weft RSS {peak_rss} KiB, {} messages in the outbox",
+        outbox.len()
+    );
+}
+
+#[test]
+fn nats_core_mode_publishes_without_jetstream() {
+    use futures::StreamExt;
+
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    let nats = NatsServer::start();
+    // No stream: core publishes need none.
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Stored>::new()));
+    let subscriber = runtime();
+    let url = nats.url();
+    let sink = std::sync::Arc::clone(&received);
+    let mut subscription = subscriber.block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let subscription = client.subscribe("sequin.>").await.unwrap();
+        client.flush().await.unwrap();
+        (client, subscription)
+    });
+    let collector = std::thread::spawn(move || {
+        subscriber.block_on(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+            while let Ok(Some(m)) = tokio::time::timeout_at(deadline, subscription.1.next()).await {
+                let headers = m.headers.clone().unwrap_or_default();
+                let stored = Stored {
+                    subject: m.subject.to_string(),
+                    msg_id: headers
+                        .get("Nats-Msg-Id")
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                    headers: Vec::new(),
+                    payload: m.payload.to_vec(),
+                    stored_at: 0,
+                };
+                let body: Value = serde_json::from_slice(&stored.payload).unwrap();
+                let mut all = sink.lock().unwrap();
+                if body["metadata"]["consumer"]["name"] == "core" {
+                    all.push(stored);
+                }
+                if all.len() >= 60 {
+                    break;
+                }
+            }
+        })
+    });
+    let core = format!(
+        r#"
+  - name: core
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    destination:
+      type: nats
+      host: 127.0.0.1
+      port: {}
+      jetstream: false
+"#,
+        nats.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, &core));
+    pg.wait_for_active_slot("weft_nats");
+    write_rows(&pg, 20, 2);
+    collector.join().unwrap();
+    let all = received.lock().unwrap().clone();
+    assert_eq!(all.len(), 60, "log:\n{}", weft.log_text());
+    assert!(
+        all.iter()
+            .all(|m| m.subject.starts_with("sequin.shop.public.items."))
+    );
+    assert_in_order(&rows(&all), 20, 2);
+}
+
+#[test]
+fn nats_starts_while_the_broker_is_down_and_names_bad_credentials() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let mut nats = NatsServer::start_with_user(Some(("weft", "right-pass")));
+    nats.kill();
+    let sinks = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {pg}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_nats, create_if_not_exists: true }}
+    publication: {{ name: weft_nats, create_if_not_exists: true }}
+sinks:
+  - name: good
+    database: shop
+    destination: {{ type: nats, host: 127.0.0.1, port: {port}, username: weft, password: right-pass, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
+  - name: bad
+    database: shop
+    destination: {{ type: nats, host: 127.0.0.1, port: {port}, username: weft, password: wrong-pass-41, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
+"#,
+        pg = pg.port(),
+        port = nats.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &sinks);
+    pg.wait_for_active_slot("weft_nats");
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+    let wait_log = |text: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !weft.log_text().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in log:\n{}",
+                weft.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_log(&format!(
+        "cannot connect to NATS at 127.0.0.1:{}",
+        nats.port()
+    ));
+
+    nats.start_again();
+    create_stream(&nats, &["sequin.>"]);
+    let got = wait_for(&nats, "sequin.", 1, &weft);
+    let body: Value = serde_json::from_slice(&got[0].payload).unwrap();
+    assert_eq!(body["metadata"]["consumer"]["name"], "good");
+    wait_log("refused the credentials");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        read_stream(&nats).len(),
+        1,
+        "the bad sink delivered nothing"
+    );
+    let log = weft.log_text();
+    assert!(
+        !log.contains("wrong-pass-41") && !log.contains("right-pass"),
+        "a password reached the log"
+    );
+}
