@@ -5,6 +5,7 @@
 //! [`delivery::Destination`], and an arm in [`push_destination`].
 
 pub mod delivery;
+pub mod redis;
 pub mod sequin_stream;
 pub mod webhook;
 
@@ -32,6 +33,21 @@ pub fn push_destination(
             let retry = settings.retry;
             let destination = webhook::WebhookDestination::new(&sink.name, settings)
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            Ok((Arc::new(destination), retry))
+        }
+        DestinationConfig::RedisString(string) => {
+            let settings = redis::RedisSettings::resolve(sink, &string.connection);
+            let retry = settings.retry;
+            let connection = redis::RedisConnection::new(settings)?;
+            let destination = redis::RedisStringDestination::new(connection, string.expire_ms);
+            Ok((Arc::new(destination), retry))
+        }
+        DestinationConfig::RedisStream(stream) => {
+            let settings = redis::RedisSettings::resolve(sink, &stream.connection);
+            let retry = settings.retry;
+            let connection = redis::RedisConnection::new(settings)?;
+            let destination =
+                redis::RedisStreamDestination::new(connection, stream.stream_key.clone());
             Ok((Arc::new(destination), retry))
         }
     }

@@ -7,9 +7,11 @@
 //! `DestinationConfig::from_yaml`, and its name moved from `PLANNED` to
 //! `SUPPORTED`.
 
+mod redis;
 mod sequin_stream;
 mod webhook;
 
+pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
 pub use webhook::WebhookConfig;
 
@@ -27,14 +29,18 @@ pub enum DestinationConfig {
     /// `type: webhook`: messages are POSTed to an `http_endpoints` entry by
     /// the sink's delivery worker, with retries and dead letters.
     Webhook(WebhookConfig),
+    /// `type: redis_string`: each message `SET`s (or `DEL`s) one Redis key.
+    RedisString(RedisStringConfig),
+    /// `type: redis_stream`: each message is `XADD`ed to a Redis stream.
+    RedisStream(RedisStreamConfig),
 }
 
 /// `type` values accepted today.
-const SUPPORTED: &[&str] = &["sequin_stream", "webhook"];
+const SUPPORTED: &[&str] = &["sequin_stream", "webhook", "redis_string", "redis_stream"];
 
 /// `type` values Sequin has that weft will accept later; named in the error
 /// so that users know it is not a typo.
-const PLANNED: &[&str] = &["kafka", "nats", "redis_string", "redis_stream", "rabbitmq"];
+const PLANNED: &[&str] = &["kafka", "nats", "rabbitmq"];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -48,6 +54,8 @@ impl DestinationConfig {
         match self {
             DestinationConfig::SequinStream(_) => "sequin_stream",
             DestinationConfig::Webhook(_) => "webhook",
+            DestinationConfig::RedisString(_) => "redis_string",
+            DestinationConfig::RedisStream(_) => "redis_stream",
         }
     }
 
@@ -86,6 +94,12 @@ impl DestinationConfig {
         match kind.as_str() {
             "sequin_stream" => settings_of(settings).map(DestinationConfig::SequinStream),
             "webhook" => settings_of(settings).map(DestinationConfig::Webhook),
+            "redis_string" => {
+                RedisStringConfig::from_settings(settings).map(DestinationConfig::RedisString)
+            }
+            "redis_stream" => {
+                RedisStreamConfig::from_settings(settings).map(DestinationConfig::RedisStream)
+            }
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(
