@@ -963,3 +963,36 @@ fn max_memory_mb_defaults_to_128_and_is_bounded() {
         "sinks[0].max_memory_mb: must be between 1 and 65536, got 0 (line 14, column 20)"
     );
 }
+
+#[test]
+fn redis_sinks_read_shared_and_own_fields_and_report_mistakes() {
+    let config = load(&with_sink(
+        "    destination: {type: redis_stream, host: localhost, stream_key: events, password: pw9}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::RedisStream(stream) = &config.sinks[0].destination else {
+        panic!("{:?}", config.sinks[0].destination);
+    };
+    assert_eq!(stream.stream_key, "events");
+    assert_eq!(stream.connection.port, 6379);
+    assert_eq!(stream.connection.database, 0);
+    assert!(!format!("{stream:?}").contains("pw9"));
+    assert_eq!(
+        error(&with_sink(
+            "    destination: {type: redis_string, host: localhost, port: 0}\n"
+        )),
+        "sinks[0].destination.port: must be between 1 and 65535, got 0 (line 14, column 62)"
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: redis_string, host: localhost, stream_key: x}\n"
+        ))
+        .contains("sinks[0].destination.stream_key: unknown field `stream_key`"),
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: redis_stream, host: localhost}\n"
+        ))
+        .contains("missing field `stream_key`"),
+    );
+}
