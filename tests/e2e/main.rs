@@ -9,6 +9,7 @@ mod databases;
 mod first_slice;
 mod functions;
 mod idle;
+mod redis;
 mod schema_changes;
 mod setup_errors;
 mod source;
