@@ -128,3 +128,64 @@ sinks:
     }
     assert_eq!(weft.terminate(), Some(0));
 }
+
+#[test]
+fn redis_sinks_deliver_a_transforms_bytes_byte_exact() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE raw_items (id int PRIMARY KEY, \"do\" text)");
+    let stream_key = format!("weft-test-bytes-{}", std::process::id());
+    let config = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_redis_bytes, create_if_not_exists: true }}
+    publication: {{ name: weft_redis_bytes, create_if_not_exists: true }}
+functions:
+  - name: bytes
+    type: transform
+    file: {transform}
+sinks:
+  - name: strings
+    database: shop
+    transform: bytes
+    destination: {{ type: redis_string, host: 127.0.0.1, database: 12 }}
+  - name: stream
+    database: shop
+    transform: bytes
+    destination: {{ type: redis_stream, host: 127.0.0.1, database: 12, stream_key: {stream_key} }}
+"#,
+        port = pg.port(),
+        transform = crate::harness::guests::wasm("weft_hostile_transform").display(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_redis_bytes");
+    pg.psql("INSERT INTO raw_items VALUES (1, 'bytes')");
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379/12")
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let value: Option<Vec<u8>> = redis.get("sequin:raw_items:1").unwrap();
+        let reply: redis::streams::StreamRangeReply = redis.xrange_all(&stream_key).unwrap();
+        if let (Some(value), Some(entry)) = (value, reply.ids.first()) {
+            assert_eq!(value, vec![0, 1, 2, 255]);
+            let data: Vec<u8> = entry.get("data").unwrap();
+            assert_eq!(data, vec![0, 1, 2, 255]);
+            let content_type: String = entry.get("content_type").unwrap();
+            assert_eq!(content_type, "application/octet-stream");
+            assert!(entry.get::<String>("idempotency_key").is_some());
+            break;
+        }
+        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _: () = redis.del(&stream_key).unwrap();
+    let _: () = redis.del("sequin:raw_items:1").unwrap();
+    assert_eq!(weft.terminate(), Some(0));
+}
