@@ -189,3 +189,70 @@ sinks:
     let _: () = redis.del("sequin:raw_items:1").unwrap();
     assert_eq!(weft.terminate(), Some(0));
 }
+
+#[test]
+fn a_routing_function_overrides_the_redis_key_expiry_and_stream_key() {
+    let pg = PgCluster::start();
+    let table = format!("routed_{}", std::process::id());
+    pg.psql(&format!("CREATE TABLE {table} (id int PRIMARY KEY, v int)"));
+    let config = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_redis_routed, create_if_not_exists: true }}
+    publication: {{ name: weft_redis_routed, create_if_not_exists: true }}
+functions:
+  - name: keys
+    type: routing
+    file: {routing}
+    config: {{ keys: "key,expire_ms" }}
+  - name: streams
+    type: routing
+    file: {routing}
+    config: {{ keys: "stream_key" }}
+sinks:
+  - name: strings
+    database: shop
+    routing: keys
+    destination: {{ type: redis_string, host: 127.0.0.1, database: 13 }}
+  - name: stream
+    database: shop
+    routing: streams
+    destination: {{ type: redis_stream, host: 127.0.0.1, database: 13, stream_key: unused }}
+"#,
+        port = pg.port(),
+        routing = crate::harness::guests::wasm("weft_table_routing").display(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_redis_routed");
+    pg.psql(&format!("INSERT INTO {table} VALUES (1, 5)"));
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379/13")
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let key = format!("public.{table}:1");
+    let stream = format!("public.{table}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let value: Option<String> = redis.get(&key).unwrap();
+        let len: usize = redis.xlen(&stream).unwrap();
+        if value.is_some() && len == 1 {
+            let ttl: i64 = redis.pttl(&key).unwrap();
+            assert!(ttl > 0 && ttl <= 60_000, "routed expire_ms: pttl {ttl}");
+            let unused: usize = redis.xlen("unused").unwrap();
+            assert_eq!(unused, 0);
+            let default: bool = redis.exists(format!("sequin:{table}:1")).unwrap();
+            assert!(!default, "the default key was written too");
+            break;
+        }
+        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _: () = redis.del(&[key, stream]).unwrap();
+    assert_eq!(weft.terminate(), Some(0));
+}
