@@ -31,7 +31,10 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-pub use destination::{DestinationConfig, SequinStreamConfig, WebhookConfig};
+pub use destination::{
+    DestinationConfig, RedisConnectionConfig, RedisStreamConfig, RedisStringConfig,
+    SequinStreamConfig, WebhookConfig,
+};
 pub use error::{ConfigError, ConfigIssue, Location};
 pub use http_endpoint::HttpEndpointConfig;
 pub use model::{

@@ -315,7 +315,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -339,14 +339,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
             "    destination:\n      type: kafka\n      topic: t\n"
         )),
         "sinks[0].destination.type: destination type `kafka` is not supported yet; supported types: \
-         sequin_stream, webhook, nats (line 15, column 13)"
+         sequin_stream, webhook, nats, redis_string, redis_stream (line 15, column 13)"
     );
 }
 
@@ -1008,5 +1008,38 @@ fn nats_mistakes_are_reported_with_their_fix() {
             "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too"
         ),
         "{all}"
+    );
+}
+
+#[test]
+fn redis_sinks_read_shared_and_own_fields_and_report_mistakes() {
+    let config = load(&with_sink(
+        "    destination: {type: redis_stream, host: localhost, stream_key: events, password: pw9}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::RedisStream(stream) = &config.sinks[0].destination else {
+        panic!("{:?}", config.sinks[0].destination);
+    };
+    assert_eq!(stream.stream_key, "events");
+    assert_eq!(stream.connection.port, 6379);
+    assert_eq!(stream.connection.database, 0);
+    assert!(!format!("{stream:?}").contains("pw9"));
+    assert_eq!(
+        error(&with_sink(
+            "    destination: {type: redis_string, host: localhost, port: 0}\n"
+        )),
+        "sinks[0].destination.port: must be between 1 and 65535, got 0 (line 14, column 62)"
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: redis_string, host: localhost, stream_key: x}\n"
+        ))
+        .contains("sinks[0].destination.stream_key: unknown field `stream_key`"),
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: redis_stream, host: localhost}\n"
+        ))
+        .contains("missing field `stream_key`"),
     );
 }

@@ -496,6 +496,24 @@ fn check_push_settings(
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
+            DestinationConfig::RedisString(super::destination::RedisStringConfig {
+                connection,
+                ..
+            })
+            | DestinationConfig::RedisStream(super::destination::RedisStreamConfig {
+                connection,
+                ..
+            }) => {
+                if connection.retry_backoff_max_ms < connection.retry_backoff_base_ms {
+                    problems.add(
+                        path.key("destination").key("retry_backoff_max_ms"),
+                        format!(
+                            "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
+                            connection.retry_backoff_max_ms, connection.retry_backoff_base_ms
+                        ),
+                    );
+                }
+            }
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {
                     problems.add(

@@ -276,12 +276,15 @@ impl DeliveryWorker {
                     (batch, outcomes)
                 });
             }
-            if shutdown.is_cancelled() && running.is_empty() {
+            // One reading of the token for the checks below: a cancel arriving
+            // between two readings must not disable every branch of the select.
+            let stopping = shutdown.is_cancelled();
+            if stopping && running.is_empty() {
                 break;
             }
             // With every slot busy, a due retry must wait for a delivery to
             // finish; waking for it would only spin.
-            let next_retry = if shutdown.is_cancelled() || running.len() >= max_in_flight {
+            let next_retry = if stopping || running.len() >= max_in_flight {
                 None
             } else if store_failed {
                 Some(Duration::from_secs(1))
@@ -309,9 +312,9 @@ impl DeliveryWorker {
                         None => {}
                     }
                 }
-                _ = &mut woken, if !shutdown.is_cancelled() => {}
-                _ = sleep_opt(retry_at), if retry_at.is_some() && !shutdown.is_cancelled() => {}
-                _ = shutdown.cancelled(), if !shutdown.is_cancelled() => {
+                _ = &mut woken, if !stopping => {}
+                _ = sleep_opt(retry_at), if retry_at.is_some() && !stopping => {}
+                _ = shutdown.cancelled(), if !stopping => {
                     info!(sink = %self.sink, in_flight = running.len(), "delivery stopping after running deliveries finish");
                 }
             }

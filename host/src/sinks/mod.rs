@@ -6,6 +6,7 @@
 
 pub mod delivery;
 pub mod nats;
+pub mod redis;
 pub mod sequin_stream;
 pub mod webhook;
 
@@ -42,6 +43,21 @@ pub fn push_destination(
                 Arc::new(nats::NatsDestination::new(&sink.name, settings)),
                 retry,
             ))
+        }
+        DestinationConfig::RedisString(string) => {
+            let settings = redis::RedisSettings::resolve(sink, &string.connection);
+            let retry = settings.retry;
+            let connection = redis::RedisConnection::new(settings)?;
+            let destination = redis::RedisStringDestination::new(connection, string.expire_ms);
+            Ok((Arc::new(destination), retry))
+        }
+        DestinationConfig::RedisStream(stream) => {
+            let settings = redis::RedisSettings::resolve(sink, &stream.connection);
+            let retry = settings.retry;
+            let connection = redis::RedisConnection::new(settings)?;
+            let destination =
+                redis::RedisStreamDestination::new(connection, stream.stream_key.clone());
+            Ok((Arc::new(destination), retry))
         }
     }
 }

@@ -8,10 +8,12 @@
 //! `SUPPORTED`.
 
 mod nats;
+mod redis;
 mod sequin_stream;
 mod webhook;
 
 pub use nats::NatsConfig;
+pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
 pub use webhook::WebhookConfig;
 
@@ -32,14 +34,24 @@ pub enum DestinationConfig {
     /// `type: nats`: messages are published to NATS (JetStream by default)
     /// by the sink's delivery worker, with retries and dead letters.
     Nats(NatsConfig),
+    /// `type: redis_string`: each message `SET`s (or `DEL`s) one Redis key.
+    RedisString(RedisStringConfig),
+    /// `type: redis_stream`: each message is `XADD`ed to a Redis stream.
+    RedisStream(RedisStreamConfig),
 }
 
 /// `type` values accepted today.
-const SUPPORTED: &[&str] = &["sequin_stream", "webhook", "nats"];
+const SUPPORTED: &[&str] = &[
+    "sequin_stream",
+    "webhook",
+    "nats",
+    "redis_string",
+    "redis_stream",
+];
 
 /// `type` values Sequin has that weft will accept later; named in the error
 /// so that users know it is not a typo.
-const PLANNED: &[&str] = &["kafka", "redis_string", "redis_stream", "rabbitmq"];
+const PLANNED: &[&str] = &["kafka", "rabbitmq"];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -54,6 +66,8 @@ impl DestinationConfig {
             DestinationConfig::SequinStream(_) => "sequin_stream",
             DestinationConfig::Webhook(_) => "webhook",
             DestinationConfig::Nats(_) => "nats",
+            DestinationConfig::RedisString(_) => "redis_string",
+            DestinationConfig::RedisStream(_) => "redis_stream",
         }
     }
 
@@ -93,6 +107,12 @@ impl DestinationConfig {
             "sequin_stream" => settings_of(settings).map(DestinationConfig::SequinStream),
             "webhook" => settings_of(settings).map(DestinationConfig::Webhook),
             "nats" => settings_of(settings).map(DestinationConfig::Nats),
+            "redis_string" => {
+                RedisStringConfig::from_settings(settings).map(DestinationConfig::RedisString)
+            }
+            "redis_stream" => {
+                RedisStreamConfig::from_settings(settings).map(DestinationConfig::RedisStream)
+            }
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(

@@ -1,0 +1,100 @@
+//! `redis_string`: each message `SET`s its route's key to the payload, or
+//! `DEL`s it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Cmd;
+use serde_json::Value;
+
+use super::RedisConnection;
+use crate::plugins::{KeyAction, Payload};
+use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::store::StoredMessage;
+
+/// Delivers a `redis_string` sink's messages.
+pub struct RedisStringDestination {
+    connection: RedisConnection,
+    expire_ms: Option<u64>,
+}
+
+impl RedisStringDestination {
+    /// The destination writing over `connection`; keys set without a
+    /// routed `expire_ms` expire after `expire_ms` (config), if set.
+    pub fn new(connection: RedisConnection, expire_ms: Option<u64>) -> RedisStringDestination {
+        RedisStringDestination {
+            connection,
+            expire_ms,
+        }
+    }
+
+    fn command(&self, message: &StoredMessage) -> Result<Cmd, DeliveryOutcome> {
+        let route = &message.route;
+        let Some(key) = &route.key else {
+            return Err(DeliveryOutcome::permanent(
+                "the message has no Redis key; a routing function must not clear `key`",
+            ));
+        };
+        if route.action == Some(KeyAction::Del) {
+            let mut command = redis::cmd("DEL");
+            command.arg(key);
+            return Ok(command);
+        }
+        let mut command = redis::cmd("SET");
+        command.arg(key).arg(value(&message.payload));
+        if let Some(ms) = route.expire_ms.or(self.expire_ms) {
+            command.arg("PX").arg(ms);
+        }
+        Ok(command)
+    }
+}
+
+/// The bytes a key is set to: a bytes payload as is, a JSON string as its
+/// text (as Sequin does), any other JSON value as JSON text.
+fn value(payload: &Payload) -> Vec<u8> {
+    match payload {
+        Payload::Json(Value::String(text)) => text.as_bytes().to_vec(),
+        Payload::Json(value) => serde_json::to_vec(value).expect("JSON values serialize"),
+        Payload::Bytes { data, .. } => data.clone(),
+    }
+}
+
+#[async_trait]
+impl Destination for RedisStringDestination {
+    fn batch_size(&self) -> u32 {
+        self.connection.settings().batch_size
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.connection.settings().max_in_flight as usize
+    }
+
+    fn max_delivery_time(&self) -> Duration {
+        self.connection.settings().request_timeout
+    }
+
+    async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
+        self.connection
+            .deliver(batch, |message| self.command(message))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn values_follow_sequins_encoding() {
+        assert_eq!(value(&Payload::Json(json!("plain"))), b"plain");
+        assert_eq!(value(&Payload::Json(json!({"a": 1}))), br#"{"a":1}"#);
+        assert_eq!(value(&Payload::Json(json!(7))), b"7");
+        let bytes = Payload::Bytes {
+            content_type: "application/octet-stream".into(),
+            data: vec![0, 255],
+        };
+        assert_eq!(value(&bytes), vec![0, 255]);
+    }
+}
