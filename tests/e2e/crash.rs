@@ -67,7 +67,10 @@ sinks:
 fn drain_for(weft: &WeftProcess, drained: &mut Drained, for_how_long: Duration) {
     let until = Instant::now() + for_how_long;
     while Instant::now() < until {
-        let got = weft.receive("all", 500, 200);
+        let Some(got) = weft.try_receive("all", 500, 200) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
         let ack_ids: Vec<&str> = got.iter().map(|m| m["ack_id"].as_str().unwrap()).collect();
         for message in &got {
             drained.take(&message["data"]);
@@ -90,7 +93,6 @@ fn webhook_drained(receiver: &Receiver) -> Drained {
 }
 
 #[test]
-#[ignore = "unfinished: the pull receive during restarts panics in the harness; see the closing note"]
 fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     let started = Instant::now();
     let seed: u64 = std::env::var("WEFT_CRASH_SEED")

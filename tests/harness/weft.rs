@@ -153,6 +153,27 @@ impl WeftProcess {
             .clone()
     }
 
+    /// Like [`WeftProcess::receive`], but `None` when weft does not answer
+    /// (down, or restarting) instead of panicking.
+    pub fn try_receive(
+        &self,
+        sink: &str,
+        batch_size: usize,
+        wait_for_ms: u64,
+    ) -> Option<Vec<Value>> {
+        let response = http()
+            .get(self.url(&format!(
+                "/api/http_pull_consumers/{sink}/receive?batch_size={batch_size}&wait_for={wait_for_ms}"
+            )))
+            .send()
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let body: Value = response.json().ok()?;
+        body["data"].as_array().cloned()
+    }
+
     /// Receives until `count` messages arrived or `timeout` passed, acking
     /// nothing. Messages stay in flight until acked or nacked.
     pub fn receive_at_least(&self, sink: &str, count: usize, timeout: Duration) -> Vec<Value> {
