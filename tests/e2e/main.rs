@@ -4,6 +4,7 @@
 #[path = "../harness/mod.rs"]
 mod harness;
 
+mod backlog;
 mod config_errors;
 mod crash;
 mod databases;

@@ -283,7 +283,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
-         `destination` (line 14, column 17)"
+         `max_backlog_messages`, `load_shedding_policy`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -1114,5 +1114,36 @@ fn push_sinks_share_delivery_fields_with_their_own_defaults_and_rules() {
         typo.contains("unknown field `batch_sise`")
             && typo.contains("or a delivery field: `batch_size`, `max_in_flight`"),
         "{typo}"
+    );
+}
+
+#[test]
+fn load_shedding_defaults_to_pause_and_discarding_needs_a_bound() {
+    let config = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(config.sinks[0].max_backlog_messages, None);
+    assert_eq!(
+        config.sinks[0].load_shedding_policy,
+        LoadSheddingPolicy::PauseOnFull
+    );
+    let bounded = load(&with_sink(
+        "    max_backlog_messages: 500\n    load_shedding_policy: discard_on_full\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(bounded.sinks[0].max_backlog_messages, Some(500));
+    assert_eq!(
+        bounded.sinks[0].load_shedding_policy,
+        LoadSheddingPolicy::DiscardOnFull
+    );
+    assert!(
+        error(&with_sink(
+            "    load_shedding_policy: discard_on_full\n    destination: {type: sequin_stream}\n"
+        ))
+        .starts_with("sinks[0].load_shedding_policy: discard_on_full needs `max_backlog_messages`"),
+    );
+    assert!(
+        error(&with_sink(
+            "    load_shedding_policy: drop\n    destination: {type: sequin_stream}\n"
+        ))
+        .contains("unknown variant `drop`"),
     );
 }
