@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod guests;
+pub mod kafka;
 pub mod nats;
 pub mod oracle;
 pub mod postgres;

@@ -496,6 +496,11 @@ fn check_push_settings(
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
+            DestinationConfig::Kafka(kafka) => {
+                for (key, problem) in kafka.problems(sink.routing.is_some()) {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
             DestinationConfig::RedisString(super::destination::RedisStringConfig {
                 connection,
                 ..

@@ -1,0 +1,299 @@
+//! A throwaway tansu broker (a Kafka-protocol broker) owned by one test, so
+//! that the test can kill it and start it again on the same port, and an
+//! independent reader built on the rdkafka crate's own consumer.
+//!
+//! tansu stores in memory here (`memory://`): a restart loses every topic
+//! and record. Outage tests read what arrived before the kill, then recreate
+//! the topic after the restart.
+//!
+//! The binary is `$WEFT_TANSU`, else `~/.cargo/bin/tansu`, else `tansu` on
+//! `PATH` (`scripts/test.sh` installs it).
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::harness::certs::CertFiles;
+use crate::harness::weft::free_port;
+
+/// The tansu binary the tests run, or a panic saying how to get one.
+pub fn tansu_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("WEFT_TANSU") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "WEFT_TANSU={} is not a file; point it at a tansu binary or unset it",
+            path.display()
+        );
+        return path;
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let cargo = Path::new(&home).join(".cargo/bin/tansu");
+        if cargo.is_file() {
+            return cargo;
+        }
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("tansu"))
+            .find(|p| p.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "the Kafka tests need the tansu broker and found none: run scripts/test.sh (it installs it), \
+             or `cargo install tansu --features dynostore`, or set WEFT_TANSU to a tansu binary"
+        )
+    })
+}
+
+/// One record read back from the broker.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Its topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Its value.
+    pub payload: Vec<u8>,
+}
+
+impl Record {
+    /// The first header called `name`, as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// The key as text.
+    pub fn key_text(&self) -> Option<String> {
+        self.key
+            .as_ref()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+    }
+}
+
+/// How a [`TansuBroker`] is started.
+#[derive(Debug, Clone, Default)]
+pub struct TansuOptions {
+    /// Serve TLS with this certificate and key.
+    pub tls: Option<CertFiles>,
+    /// The CA the readers verify the TLS broker with.
+    pub ca: Option<PathBuf>,
+    /// Require SASL authentication from clients (the readers use PLAIN).
+    pub authentication: bool,
+}
+
+/// A `tansu broker` child process on a loopback port.
+pub struct TansuBroker {
+    child: Option<Child>,
+    port: u16,
+    options: TansuOptions,
+    dir: tempfile::TempDir,
+}
+
+impl TansuBroker {
+    /// Starts a plaintext broker without authentication.
+    pub fn start() -> TansuBroker {
+        TansuBroker::start_with(TansuOptions::default())
+    }
+
+    /// Starts a broker with `options`.
+    pub fn start_with(options: TansuOptions) -> TansuBroker {
+        let mut broker = TansuBroker {
+            child: None,
+            port: free_port(),
+            options,
+            dir: tempfile::tempdir().expect("tansu log dir"),
+        };
+        broker.start_again();
+        broker
+    }
+
+    /// The broker's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:<port>`, for `hosts:` and the readers.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The broker's own log.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+    }
+
+    /// Kills the broker with SIGKILL (no clean shutdown). Its memory
+    /// storage, and with it every topic, is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL tansu");
+            child.wait().expect("reap tansu");
+        }
+    }
+
+    /// Starts the broker (again) on the same port, waiting until it accepts
+    /// connections.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "tansu already runs");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("tansu.log"))
+            .expect("tansu log");
+        let scheme = if self.options.tls.is_some() { "tls" } else { "tcp" };
+        let url = format!("{scheme}://127.0.0.1:{}", self.port);
+        let mut command = Command::new(tansu_binary());
+        command
+            .arg("broker")
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"]);
+        if let Some(tls) = &self.options.tls {
+            command.arg("--cert").arg(&tls.cert).arg("--key").arg(&tls.key);
+        }
+        if self.options.authentication {
+            command.arg("--authentication");
+        }
+        let child = command
+            .env("RUST_LOG", "warn")
+            .stdout(log.try_clone().expect("tansu log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn tansu");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("tansu exited with {status}; its log:\n{}", self.log_text());
+            }
+            assert!(Instant::now() < deadline, "tansu did not start; its log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Client settings of a reader or admin of this broker.
+    fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", self.address())
+            .set("log_level", "3");
+        let protocol = match (self.options.tls.is_some(), self.options.authentication) {
+            (false, false) => "plaintext",
+            (true, false) => "ssl",
+            (false, true) => "sasl_plaintext",
+            (true, true) => "sasl_ssl",
+        };
+        config.set("security.protocol", protocol);
+        if let Some(ca) = &self.options.ca {
+            config.set("ssl.ca.location", ca.display().to_string());
+        }
+        if self.options.authentication {
+            config
+                .set("sasl.mechanism", "PLAIN")
+                .set("sasl.username", "reader")
+                .set("sasl.password", "reader");
+        }
+        config
+    }
+
+    /// Creates `topic` with `partitions` partitions.
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> =
+            self.client_config().create().expect("kafka admin client");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let results = runtime
+            .block_on(admin.create_topics(
+                &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            ))
+            .expect("create_topics");
+        for result in results {
+            result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code}"));
+        }
+    }
+
+    /// Every record of `topic`, waiting up to `timeout` until there are at
+    /// least `count`; per partition in offset order. A fresh consumer reads
+    /// and is dropped before returning, so that no reader is connected
+    /// when the test kills the broker.
+    pub fn read(&self, topic: &str, count: usize, timeout: Duration) -> Vec<Record> {
+        let consumer: BaseConsumer = self
+            .client_config()
+            .set("group.id", format!("weft-test-reader-{}", std::process::id()))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .create()
+            .expect("kafka consumer");
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("topic metadata");
+        let mut assignment = TopicPartitionList::new();
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                assignment
+                    .add_partition_offset(topic, p.id(), Offset::Beginning)
+                    .unwrap();
+            }
+        }
+        assert!(
+            assignment.count() > 0,
+            "topic {topic} has no partitions; broker log:\n{}",
+            self.log_text()
+        );
+        consumer.assign(&assignment).expect("assign partitions");
+        let deadline = Instant::now() + timeout;
+        let mut records = Vec::new();
+        while records.len() < count && Instant::now() < deadline {
+            let Some(next) = consumer.poll(Duration::from_millis(200)) else {
+                continue;
+            };
+            let m = next.unwrap_or_else(|e| panic!("reading {topic}: {e}"));
+            let mut headers = Vec::new();
+            if let Some(h) = m.headers() {
+                for header in h.iter() {
+                    headers.push((
+                        header.key.to_string(),
+                        header.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                    ));
+                }
+            }
+            records.push(Record {
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                headers,
+                payload: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+            });
+        }
+        records.sort_by_key(|r| (r.partition, r.offset));
+        records
+    }
+}
+
+impl Drop for TansuBroker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
