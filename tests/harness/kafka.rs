@@ -11,7 +11,7 @@
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -58,8 +58,6 @@ pub fn tansu_binary() -> PathBuf {
 /// One record read back from the broker.
 #[derive(Debug, Clone)]
 pub struct Record {
-    /// Its topic.
-    pub topic: String,
     /// Its partition.
     pub partition: i32,
     /// Its offset in the partition.
@@ -124,11 +122,6 @@ impl TansuBroker {
         };
         broker.start_again();
         broker
-    }
-
-    /// The broker's port.
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     /// `127.0.0.1:<port>`, for `hosts:` and the readers.
@@ -279,7 +272,6 @@ impl TansuBroker {
                 }
             }
             records.push(Record {
-                topic: m.topic().to_string(),
                 partition: m.partition(),
                 offset: m.offset(),
                 key: m.key().map(<[u8]>::to_vec),

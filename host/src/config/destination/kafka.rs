@@ -85,8 +85,10 @@ pub enum SaslMechanism {
     /// SASL/PLAIN: the password is sent as is (use it with `tls: true`).
     Plain,
     /// SASL/SCRAM-SHA-256.
+    #[serde(rename = "scram_sha_256")]
     ScramSha256,
     /// SASL/SCRAM-SHA-512.
+    #[serde(rename = "scram_sha_512")]
     ScramSha512,
 }
 

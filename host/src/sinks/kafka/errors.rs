@@ -19,7 +19,7 @@ pub fn classify(error: &KafkaError, topic: &str, hosts: &str, timeout_ms: u128) 
     };
     use RDKafkaErrorCode as C;
     match code {
-        C::MessageSizeTooLarge | C::InvalidMessageSize | C::RecordListTooLarge => {
+        C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => {
             DeliveryOutcome::permanent(format!(
                 "the message to Kafka topic {topic:?} is larger than the broker or topic allows ({code}); raise `message.max.bytes` on the broker (or `max.message.bytes` on the topic) or shrink the message with a transform, then replay this dead letter"
             ))
