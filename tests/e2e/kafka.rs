@@ -107,7 +107,10 @@ fn rows(records: &[Record]) -> BTreeMap<i64, Vec<i64>> {
     let mut rows: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
     for r in records {
         let body = body(r);
-        let key = body["metadata"]["idempotency_key"].as_str().unwrap().to_string();
+        let key = body["metadata"]["idempotency_key"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert_eq!(
             r.header("idempotency-key").as_deref(),
             Some(key.as_str()),
@@ -138,7 +141,12 @@ fn assert_in_order(rows: &BTreeMap<i64, Vec<i64>>, count: i64, updates: i64) {
 }
 
 /// Reads at least `count` records of `topic`, failing with weft's log.
-fn read_at_least(broker: &TansuBroker, topic: &str, count: usize, weft: &WeftProcess) -> Vec<Record> {
+fn read_at_least(
+    broker: &TansuBroker,
+    topic: &str,
+    count: usize,
+    weft: &WeftProcess,
+) -> Vec<Record> {
     let records = broker.read(topic, count, Duration::from_secs(90));
     assert!(
         records.len() >= count,
@@ -203,9 +211,16 @@ fn kafka_routes_orders_and_marks_every_message() {
     let items = read_at_least(&broker, "cdc", total, &weft);
     assert_in_order(&rows(&items), ROWS, UPDATES);
     let again = broker.read("cdc", total + 1, Duration::from_secs(2));
-    assert_eq!(again.len(), total, "a healthy run produces each change once");
+    assert_eq!(
+        again.len(),
+        total,
+        "a healthy run produces each change once"
+    );
     let partitions: HashSet<i32> = items.iter().map(|r| r.partition).collect();
-    assert!(partitions.len() > 1, "keys spread over partitions: {partitions:?}");
+    assert!(
+        partitions.len() > 1,
+        "keys spread over partitions: {partitions:?}"
+    );
 
     // The routing function's topic and key; the transform's bytes,
     // byte-exact, with their content type.
@@ -218,7 +233,9 @@ fn kafka_routes_orders_and_marks_every_message() {
         Some("application/octet-stream")
     );
     assert!(
-        blobs[0].header("idempotency-key").is_some_and(|k| !k.is_empty()),
+        blobs[0]
+            .header("idempotency-key")
+            .is_some_and(|k| !k.is_empty()),
         "{:?}",
         blobs[0]
     );
@@ -419,7 +436,12 @@ fn kafka_tls_verifies_the_broker_certificate() {
     let records = broker.read("cdc", records.len() + 1, Duration::from_secs(1));
     let consumers: HashSet<String> = records
         .iter()
-        .map(|r| body(r)["metadata"]["consumer"]["name"].as_str().unwrap().to_string())
+        .map(|r| {
+            body(r)["metadata"]["consumer"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(
         consumers,
@@ -465,7 +487,12 @@ fn kafka_sasl_plain_authenticates() {
     let records = broker.read("cdc", records.len() + 1, Duration::from_secs(1));
     let consumers: HashSet<String> = records
         .iter()
-        .map(|r| body(r)["metadata"]["consumer"]["name"].as_str().unwrap().to_string())
+        .map(|r| {
+            body(r)["metadata"]["consumer"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(
         consumers,

@@ -152,7 +152,11 @@ impl TansuBroker {
             .append(true)
             .open(self.dir.path().join("tansu.log"))
             .expect("tansu log");
-        let scheme = if self.options.tls.is_some() { "tls" } else { "tcp" };
+        let scheme = if self.options.tls.is_some() {
+            "tls"
+        } else {
+            "tcp"
+        };
         let url = format!("{scheme}://127.0.0.1:{}", self.port);
         let mut command = Command::new(tansu_binary());
         command
@@ -160,7 +164,11 @@ impl TansuBroker {
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"]);
         if let Some(tls) = &self.options.tls {
-            command.arg("--cert").arg(&tls.cert).arg("--key").arg(&tls.key);
+            command
+                .arg("--cert")
+                .arg(&tls.cert)
+                .arg("--key")
+                .arg(&tls.key);
         }
         if self.options.authentication {
             command.arg("--authentication");
@@ -177,7 +185,11 @@ impl TansuBroker {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("tansu exited with {status}; its log:\n{}", self.log_text());
             }
-            assert!(Instant::now() < deadline, "tansu did not start; its log:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not start; its log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -233,7 +245,10 @@ impl TansuBroker {
     pub fn read(&self, topic: &str, count: usize, timeout: Duration) -> Vec<Record> {
         let consumer: BaseConsumer = self
             .client_config()
-            .set("group.id", format!("weft-test-reader-{}", std::process::id()))
+            .set(
+                "group.id",
+                format!("weft-test-reader-{}", std::process::id()),
+            )
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
             .create()

@@ -1022,11 +1022,18 @@ fn kafka_sink_defaults_and_hidden_secrets() {
     };
     assert_eq!(kafka.host_list(), vec!["k1:9092", "k2:9093"]);
     assert_eq!(kafka.topic.as_deref(), Some("cdc.orders"));
-    assert_eq!(kafka.sasl_mechanism, Some(destination::SaslMechanism::ScramSha512));
+    assert_eq!(
+        kafka.sasl_mechanism,
+        Some(destination::SaslMechanism::ScramSha512)
+    );
     assert_eq!(kafka.compression, destination::Compression::Lz4);
     assert!(!kafka.tls);
     assert_eq!(
-        (kafka.batch_size, kafka.max_in_flight, kafka.request_timeout_ms),
+        (
+            kafka.batch_size,
+            kafka.max_in_flight,
+            kafka.request_timeout_ms
+        ),
         (200, 10, 30_000)
     );
     assert!(!format!("{kafka:?}").contains("hunter2"));

@@ -15,7 +15,9 @@ use crate::sinks::delivery::DeliveryOutcome;
 /// `timeout_ms` is the sink's `request_timeout_ms`, `hosts` its brokers.
 pub fn classify(error: &KafkaError, topic: &str, hosts: &str, timeout_ms: u128) -> DeliveryOutcome {
     let Some(code) = error.rdkafka_error_code() else {
-        return DeliveryOutcome::retry(format!("producing to Kafka topic {topic:?} failed: {error}"));
+        return DeliveryOutcome::retry(format!(
+            "producing to Kafka topic {topic:?} failed: {error}"
+        ));
     };
     use RDKafkaErrorCode as C;
     match code {
@@ -57,9 +59,9 @@ pub fn classify(error: &KafkaError, topic: &str, hosts: &str, timeout_ms: u128) 
         C::AllBrokersDown | C::BrokerTransportFailure => DeliveryOutcome::retry(format!(
             "cannot reach the Kafka brokers at {hosts} ({code}); is Kafka running?"
         )),
-        C::QueueFull => DeliveryOutcome::retry(format!(
-            "the Kafka producer's queue is full (the sink's max_memory_mb bounds it); retrying once earlier messages are acknowledged"
-        )),
+        C::QueueFull => DeliveryOutcome::retry(
+            "the Kafka producer's queue is full (the sink's max_memory_mb bounds it); retrying once earlier messages are acknowledged",
+        ),
         _ => DeliveryOutcome::retry(format!("producing to Kafka topic {topic:?} failed: {code}")),
     }
 }
@@ -69,7 +71,12 @@ mod tests {
     use super::*;
 
     fn outcome(code: RDKafkaErrorCode) -> (bool, String) {
-        match classify(&KafkaError::MessageProduction(code), "orders", "k:9092", 5000) {
+        match classify(
+            &KafkaError::MessageProduction(code),
+            "orders",
+            "k:9092",
+            5000,
+        ) {
             DeliveryOutcome::Failed { error, retriable } => (retriable, error),
             DeliveryOutcome::Delivered => panic!("a failure is not a delivery"),
         }
@@ -91,15 +98,24 @@ mod tests {
     fn missing_topics_and_refused_access_are_retried_with_advice() {
         let (retriable, error) = outcome(RDKafkaErrorCode::UnknownTopicOrPartition);
         assert!(retriable);
-        assert!(error.contains("Kafka topic \"orders\" does not exist; create it"), "{error}");
+        assert!(
+            error.contains("Kafka topic \"orders\" does not exist; create it"),
+            "{error}"
+        );
         let (retriable, error) = outcome(RDKafkaErrorCode::TopicAuthorizationFailed);
         assert!(retriable);
-        assert!(error.contains("not authorized to produce to Kafka topic \"orders\""), "{error}");
+        assert!(
+            error.contains("not authorized to produce to Kafka topic \"orders\""),
+            "{error}"
+        );
         let (retriable, error) = outcome(RDKafkaErrorCode::SaslAuthenticationFailed);
         assert!(retriable);
         assert!(error.contains("refused the sink's credentials"), "{error}");
         let (retriable, error) = outcome(RDKafkaErrorCode::MessageTimedOut);
         assert!(retriable);
-        assert!(error.contains("within request_timeout_ms = 5000"), "{error}");
+        assert!(
+            error.contains("within request_timeout_ms = 5000"),
+            "{error}"
+        );
     }
 }

@@ -75,7 +75,9 @@ impl KafkaProducer {
                     warn!(sink = %self.settings.sink, %code, %reason, "Kafka producer hit a fatal error; replaced it");
                     *current = Arc::new(fresh);
                 }
-                Err(error) => warn!(sink = %self.settings.sink, %error, "cannot rebuild the Kafka producer"),
+                Err(error) => {
+                    warn!(sink = %self.settings.sink, %error, "cannot rebuild the Kafka producer")
+                }
             }
         }
         Some(format!("{reason} ({code})"))

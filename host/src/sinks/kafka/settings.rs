@@ -245,7 +245,10 @@ mod tests {
             property(&s, "queue.buffering.max.kbytes").as_deref(),
             Some("131072")
         );
-        assert_eq!(property(&s, "security.protocol").as_deref(), Some("plaintext"));
+        assert_eq!(
+            property(&s, "security.protocol").as_deref(),
+            Some("plaintext")
+        );
         assert_eq!(property(&s, "client.id").as_deref(), Some("weft-orders"));
     }
 
@@ -263,15 +266,29 @@ mod tests {
             property(&s, "ssl.endpoint.identification.algorithm").as_deref(),
             Some("https")
         );
-        assert!(property(&s, "ssl.ca.pem").unwrap().contains("BEGIN CERTIFICATE"));
+        assert!(
+            property(&s, "ssl.ca.pem")
+                .unwrap()
+                .contains("BEGIN CERTIFICATE")
+        );
     }
 
     #[test]
     fn sasl_mechanisms_map_to_librdkafka_names() {
         for (mechanism, name, tls, protocol) in [
             (SaslMechanism::Plain, "PLAIN", false, "sasl_plaintext"),
-            (SaslMechanism::ScramSha256, "SCRAM-SHA-256", true, "sasl_ssl"),
-            (SaslMechanism::ScramSha512, "SCRAM-SHA-512", false, "sasl_plaintext"),
+            (
+                SaslMechanism::ScramSha256,
+                "SCRAM-SHA-256",
+                true,
+                "sasl_ssl",
+            ),
+            (
+                SaslMechanism::ScramSha512,
+                "SCRAM-SHA-512",
+                false,
+                "sasl_plaintext",
+            ),
         ] {
             let mut s = settings();
             s.tls = tls;
@@ -295,6 +312,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("ca.pem");
         std::fs::write(&file, "not a certificate").unwrap();
-        assert!(read_ca_file(&file).unwrap_err().contains("holds no PEM certificate"));
+        assert!(
+            read_ca_file(&file)
+                .unwrap_err()
+                .contains("holds no PEM certificate")
+        );
     }
 }

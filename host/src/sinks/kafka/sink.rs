@@ -8,9 +8,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 
+use super::KafkaSettings;
 use super::errors::classify;
 use super::producer::{KafkaProducer, SinkProducer};
-use super::KafkaSettings;
 use crate::config::destination::topic_name_problem;
 use crate::plugins::Payload;
 use crate::sinks::delivery::{DeliveryOutcome, Destination};
@@ -129,7 +129,12 @@ impl KafkaDestination {
 
     /// The outcome of `error` from `producer`, replacing the producer when
     /// librdkafka declared it unusable.
-    fn failed(&self, producer: &Arc<SinkProducer>, error: &KafkaError, topic: &str) -> DeliveryOutcome {
+    fn failed(
+        &self,
+        producer: &Arc<SinkProducer>,
+        error: &KafkaError,
+        topic: &str,
+    ) -> DeliveryOutcome {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal)
             && let Some(fatal) = self.producer.replace_if_fatal(producer)
         {
