@@ -366,7 +366,8 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     }
     assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
 
-    // The restarted broker lost its memory storage: recreate the topic.
+    // The restarted broker lost its memory storage (topics, records and
+    // producer ids): recreate the topic.
     broker.start_again();
     broker.create_topic("cdc", 2);
     let after_count = (ROWS * (UPDATES - 1)) as usize;
@@ -390,6 +391,13 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
             );
         }
     }
+    // tansu kept no producer state across the restart: weft's producer
+    // was wedged on an unknown producer id and had to be replaced.
+    let log = weft.log_text();
+    assert!(
+        log.contains("replaced the Kafka producer: its messages keep timing out although the brokers answer"),
+        "log:\n{log}"
+    );
     println!(
         "kafka outage: peak weft RSS {peak_rss} KiB, {} messages in the outbox",
         outbox.len()

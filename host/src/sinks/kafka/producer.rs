@@ -1,7 +1,13 @@
 //! One librdkafka producer per sink, replaced when librdkafka declares it
-//! unusable (a fatal error of the idempotent producer).
+//! unusable (a fatal error of the idempotent producer) or when it is wedged:
+//! its messages keep timing out although the brokers answer. That happens
+//! when a broker lost the producer's state (its producer id) and refuses to
+//! bump its epoch: librdkafka then retries the produce requests forever.
+//! A new producer gets a new producer id.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
@@ -41,10 +47,17 @@ impl ClientContext for SinkContext {
 /// The producer of one sink.
 pub type SinkProducer = FutureProducer<SinkContext>;
 
+/// Deliveries in a row whose every message timed out before weft asks
+/// whether the brokers answer (and replaces the producer if they do).
+const WEDGED_AFTER: u32 = 3;
+
 /// The producer of one Kafka sink, built at startup.
 pub struct KafkaProducer {
     settings: KafkaSettings,
     current: Mutex<Arc<SinkProducer>>,
+    /// Deliveries in a row, on the current producer, whose every message
+    /// timed out.
+    timed_out_in_a_row: AtomicU32,
 }
 
 impl KafkaProducer {
@@ -55,6 +68,7 @@ impl KafkaProducer {
         Ok(KafkaProducer {
             settings,
             current: Mutex::new(Arc::new(producer)),
+            timed_out_in_a_row: AtomicU32::new(0),
         })
     }
 
@@ -63,24 +77,62 @@ impl KafkaProducer {
         Arc::clone(&self.current.lock().expect("producer lock"))
     }
 
+    /// Whether `producer` is still the one to send with.
+    pub fn is_current(&self, producer: &Arc<SinkProducer>) -> bool {
+        Arc::ptr_eq(&self.current.lock().expect("producer lock"), producer)
+    }
+
+    /// Records how a delivery on `used` went: whether any message was
+    /// `delivered`, and whether `all_timed_out`. After [`WEDGED_AFTER`]
+    /// deliveries in a row timed out entirely, if the brokers answer a
+    /// metadata request, `used` is wedged and is replaced.
+    pub async fn observe(&self, used: &Arc<SinkProducer>, delivered: bool, all_timed_out: bool) {
+        if delivered || !all_timed_out {
+            self.timed_out_in_a_row.store(0, Ordering::Relaxed);
+            return;
+        }
+        if self.timed_out_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 < WEDGED_AFTER {
+            return;
+        }
+        self.timed_out_in_a_row.store(0, Ordering::Relaxed);
+        let probe = Arc::clone(used);
+        let wait = self.settings.request_timeout.min(Duration::from_secs(5));
+        let answered = tokio::task::spawn_blocking(move || {
+            probe.client().fetch_metadata(None, wait).is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if answered {
+            self.replace(used, "its messages keep timing out although the brokers answer");
+        }
+    }
+
+    /// Replaces `used` with a new producer unless that happened already.
+    fn replace(&self, used: &Arc<SinkProducer>, why: &str) {
+        let mut current = self.current.lock().expect("producer lock");
+        if !Arc::ptr_eq(&current, used) {
+            return;
+        }
+        match build(&self.settings) {
+            Ok(fresh) => {
+                warn!(sink = %self.settings.sink, "replaced the Kafka producer: {why}");
+                *current = Arc::new(fresh);
+                self.timed_out_in_a_row.store(0, Ordering::Relaxed);
+            }
+            Err(error) => {
+                warn!(sink = %self.settings.sink, %error, "cannot rebuild the Kafka producer")
+            }
+        }
+    }
+
     /// If `used` hit a fatal error, replaces it with a new producer (a
     /// fresh producer id) so that later deliveries can proceed; returns the
     /// fatal error's description.
     pub fn replace_if_fatal(&self, used: &Arc<SinkProducer>) -> Option<String> {
         let (code, reason) = used.client().fatal_error()?;
-        let mut current = self.current.lock().expect("producer lock");
-        if Arc::ptr_eq(&current, used) {
-            match build(&self.settings) {
-                Ok(fresh) => {
-                    warn!(sink = %self.settings.sink, %code, %reason, "Kafka producer hit a fatal error; replaced it");
-                    *current = Arc::new(fresh);
-                }
-                Err(error) => {
-                    warn!(sink = %self.settings.sink, %error, "cannot rebuild the Kafka producer")
-                }
-            }
-        }
-        Some(format!("{reason} ({code})"))
+        let fatal = format!("{reason} ({code})");
+        self.replace(used, &format!("it failed fatally: {fatal}"));
+        Some(fatal)
     }
 }
 

@@ -110,20 +110,42 @@ impl KafkaDestination {
         let reports = pending.into_iter().map(|sent| {
             let producer = Arc::clone(&producer);
             async move {
-                let (topic, report) = sent?;
+                let (topic, report) = sent.map_err(|outcome| (outcome, None))?;
                 match report.await {
                     Ok(Ok(_delivery)) => Ok(()),
-                    Ok(Err((error, _message))) => Err(self.failed(&producer, &error, topic)),
-                    Err(_canceled) => Err(DeliveryOutcome::retry(
-                        "the Kafka producer was shut down before reporting the delivery",
+                    Ok(Err((error, _message))) => Err((
+                        self.failed(&producer, &error, topic),
+                        error.rdkafka_error_code(),
+                    )),
+                    Err(_canceled) => Err((
+                        DeliveryOutcome::retry(
+                            "the Kafka producer was shut down before reporting the delivery",
+                        ),
+                        None,
                     )),
                 }
             }
         });
-        futures::future::join_all(reports)
-            .await
+        let results = futures::future::join_all(reports).await;
+        let delivered = results.iter().any(Result::is_ok);
+        let all_timed_out = !results.is_empty()
+            && results.iter().all(|r| {
+                matches!(r, Err((_, Some(RDKafkaErrorCode::MessageTimedOut))))
+            });
+        self.producer
+            .observe(&producer, delivered, all_timed_out)
+            .await;
+        if !self.producer.is_current(&producer) {
+            // Dropping the last handle of a replaced producer purges and
+            // flushes it, which blocks for up to half a second.
+            tokio::task::spawn_blocking(move || drop(producer));
+        }
+        results
             .into_iter()
-            .map(|result| result.err().unwrap_or(DeliveryOutcome::Delivered))
+            .map(|result| match result {
+                Ok(()) => DeliveryOutcome::Delivered,
+                Err((outcome, _)) => outcome,
+            })
             .collect()
     }
 
