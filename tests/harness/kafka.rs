@@ -23,6 +23,7 @@ use rdkafka::message::Headers;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::harness::certs::CertFiles;
+use crate::harness::tls_proxy::TlsProxy;
 use crate::harness::weft::free_port;
 
 /// The tansu binary the tests run, or a panic saying how to get one.
@@ -90,7 +91,9 @@ impl Record {
 /// How a [`TansuBroker`] is started.
 #[derive(Debug, Clone, Default)]
 pub struct TansuOptions {
-    /// Serve TLS with this certificate and key.
+    /// Serve TLS with this certificate and key. tansu 0.6 accepts `--cert`
+    /// and `--key` but serves plaintext anyway, so a [`TlsProxy`] with this
+    /// certificate listens on the advertised port in front of it.
     pub tls: Option<CertFiles>,
     /// The CA the readers verify the TLS broker with.
     pub ca: Option<PathBuf>,
@@ -101,8 +104,12 @@ pub struct TansuOptions {
 /// A `tansu broker` child process on a loopback port.
 pub struct TansuBroker {
     child: Option<Child>,
+    /// The port clients use (and tansu advertises).
     port: u16,
+    /// The port tansu listens on: `port`, or the TLS proxy's upstream.
+    listen_port: u16,
     options: TansuOptions,
+    _proxy: Option<TlsProxy>,
     dir: tempfile::TempDir,
 }
 
@@ -114,10 +121,20 @@ impl TansuBroker {
 
     /// Starts a broker with `options`.
     pub fn start_with(options: TansuOptions) -> TansuBroker {
+        let port = free_port();
+        let (listen_port, proxy) = match &options.tls {
+            None => (port, None),
+            Some(cert) => {
+                let upstream = free_port();
+                (upstream, Some(TlsProxy::start(port, upstream, cert)))
+            }
+        };
         let mut broker = TansuBroker {
             child: None,
-            port: free_port(),
+            port,
+            listen_port,
             options,
+            _proxy: proxy,
             dir: tempfile::tempdir().expect("tansu log dir"),
         };
         broker.start_again();
@@ -152,24 +169,14 @@ impl TansuBroker {
             .append(true)
             .open(self.dir.path().join("tansu.log"))
             .expect("tansu log");
-        let scheme = if self.options.tls.is_some() {
-            "tls"
-        } else {
-            "tcp"
-        };
-        let url = format!("{scheme}://127.0.0.1:{}", self.port);
+        let listen = format!("tcp://127.0.0.1:{}", self.listen_port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.port);
         let mut command = Command::new(tansu_binary());
         command
             .arg("broker")
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--listener-url", &listen])
+            .args(["--advertised-listener-url", &advertised])
             .args(["--storage-engine", "memory://tansu/"]);
-        if let Some(tls) = &self.options.tls {
-            command
-                .arg("--cert")
-                .arg(&tls.cert)
-                .arg("--key")
-                .arg(&tls.key);
-        }
         if self.options.authentication {
             command.arg("--authentication");
         }
@@ -181,7 +188,7 @@ impl TansuBroker {
             .expect("spawn tansu");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", self.listen_port)).is_err() {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("tansu exited with {status}; its log:\n{}", self.log_text());
             }

@@ -11,5 +11,6 @@ pub mod nats;
 pub mod oracle;
 pub mod postgres;
 pub mod source;
+pub mod tls_proxy;
 pub mod webhook_receiver;
 pub mod weft;
