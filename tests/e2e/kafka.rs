@@ -395,7 +395,9 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     // was wedged on an unknown producer id and had to be replaced.
     let log = weft.log_text();
     assert!(
-        log.contains("replaced the Kafka producer: its messages keep timing out although the brokers answer"),
+        log.contains(
+            "replaced the Kafka producer: its messages keep timing out although the brokers answer"
+        ),
         "log:\n{log}"
     );
     println!(
@@ -460,56 +462,42 @@ fn kafka_tls_verifies_the_broker_certificate() {
     wait_log(&weft, "certificate verify failed");
 }
 
+/// tansu supports SCRAM but cannot register a user on a memory-only broker
+/// that requires authentication (registering needs an authenticated
+/// client), so this shows the SCRAM exchange from the refusing side: the
+/// sink authenticates with SCRAM-SHA-512, is refused, delivers nothing,
+/// says why in its delivery errors and never logs the password.
 #[test]
-fn kafka_sasl_plain_authenticates() {
+fn kafka_scram_credentials_are_presented_and_a_refusal_is_explained() {
     let pg = PgCluster::start();
     setup_tables(&pg);
     let broker = TansuBroker::start_with(TansuOptions {
         authentication: true,
         ..TansuOptions::default()
     });
-    broker.create_topic("cdc", 1);
-    let anonymous = format!(
-        r#"
-  - name: anonymous
-    database: shop
-    source: {{ include_tables: [public.items] }}
-    destination: {{ type: kafka, hosts: "{hosts}", topic: cdc, request_timeout_ms: 2000, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
-"#,
-        hosts = broker.address()
-    );
-    let credentials =
-        "      username: weft\n      password: secret-pass-77\n      sasl_mechanism: plain\n";
+    let credentials = "      username: weft\n      password: secret-pass-77\n      sasl_mechanism: scram_sha_512\n";
     let config = format!(
-        "{}sinks:{}{anonymous}",
+        "{}sinks:{}",
         database(&pg),
         items_sink(&broker, credentials)
     );
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(dir.path(), &config);
     pg.wait_for_active_slot(SLOT);
-    write_rows(&pg, 10, 1);
+    write_rows(&pg, 3, 0);
 
-    let records = read_at_least(&broker, "cdc", 20, &weft);
-    std::thread::sleep(Duration::from_secs(3));
-    let records = broker.read("cdc", records.len() + 1, Duration::from_secs(1));
-    let consumers: HashSet<String> = records
-        .iter()
-        .map(|r| {
-            body(r)["metadata"]["consumer"]["name"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    assert_eq!(
-        consumers,
-        HashSet::from(["items".to_string()]),
-        "only the sink with credentials delivered"
+    wait_log(
+        &weft,
+        "SASL SCRAM authentication failed: broker responded with unknown-user",
     );
-    assert_in_order(&rows(&records), 10, 1);
+    wait_log(
+        &weft,
+        "last client error: Authentication (Local: Authentication failure)",
+    );
+    let log = weft.log_text();
     assert!(
-        !weft.log_text().contains("secret-pass-77"),
+        !log.contains("secret-pass-77"),
         "the password reached the log"
     );
+    assert_eq!(stored_keys(dir.path()).len(), 3, "nothing was delivered");
 }

@@ -97,7 +97,11 @@ pub struct TansuOptions {
     pub tls: Option<CertFiles>,
     /// The CA the readers verify the TLS broker with.
     pub ca: Option<PathBuf>,
-    /// Require SASL authentication from clients (the readers use PLAIN).
+    /// Require SASL authentication from clients. tansu offers only SCRAM
+    /// (and OAUTHBEARER) and registers users only from authenticated
+    /// clients, so with memory storage no client can ever authenticate:
+    /// such a broker can show only that a client attempts SCRAM. The
+    /// readers cannot read from it.
     pub authentication: bool,
 }
 
@@ -181,7 +185,10 @@ impl TansuBroker {
             command.arg("--authentication");
         }
         let child = command
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("WEFT_TANSU_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(log.try_clone().expect("tansu log"))
             .stderr(log)
             .spawn()
@@ -207,21 +214,14 @@ impl TansuBroker {
         config
             .set("bootstrap.servers", self.address())
             .set("log_level", "3");
-        let protocol = match (self.options.tls.is_some(), self.options.authentication) {
-            (false, false) => "plaintext",
-            (true, false) => "ssl",
-            (false, true) => "sasl_plaintext",
-            (true, true) => "sasl_ssl",
-        };
-        config.set("security.protocol", protocol);
+        if let Ok(debug) = std::env::var("WEFT_KAFKA_DEBUG") {
+            config.set("debug", debug).set("log_level", "7");
+        }
+        if self.options.tls.is_some() {
+            config.set("security.protocol", "ssl");
+        }
         if let Some(ca) = &self.options.ca {
             config.set("ssl.ca.location", ca.display().to_string());
-        }
-        if self.options.authentication {
-            config
-                .set("sasl.mechanism", "PLAIN")
-                .set("sasl.username", "reader")
-                .set("sasl.password", "reader");
         }
         config
     }
@@ -239,7 +239,7 @@ impl TansuBroker {
                 &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
                 &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
             ))
-            .expect("create_topics");
+            .unwrap_or_else(|e| panic!("create_topics: {e}; broker log:\n{}", self.log_text()));
         for result in results {
             result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code}"));
         }

@@ -12,15 +12,22 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, Producer};
 use tracing::{debug, info, warn};
 
 use super::KafkaSettings;
 
-/// Routes librdkafka's logs and errors to weft's log, tagged with the sink.
+/// The last connection-level error of a sink's client (refused
+/// credentials, TLS, unreachable brokers), for delivery errors to quote:
+/// librdkafka reports those only as timeouts of the messages.
+pub type LastClientError = Arc<Mutex<Option<String>>>;
+
+/// Routes librdkafka's logs and errors to weft's log, tagged with the sink,
+/// and keeps the last connection-level error.
 pub struct SinkContext {
     sink: String,
+    last_error: LastClientError,
 }
 
 impl ClientContext for SinkContext {
@@ -40,6 +47,23 @@ impl ClientContext for SinkContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        use RDKafkaErrorCode as C;
+        if let Some(
+            code @ (C::Authentication
+            | C::SaslAuthenticationFailed
+            | C::SSL
+            | C::AllBrokersDown
+            | C::BrokerTransportFailure),
+        ) = error.rdkafka_error_code()
+        {
+            // "All brokers down" follows every refused handshake: keep the
+            // refusal, which says what to fix.
+            let specific = !matches!(code, C::AllBrokersDown | C::BrokerTransportFailure);
+            let mut last = self.last_error.lock().expect("last error lock");
+            if specific || last.is_none() {
+                *last = Some(format!("{code}: {reason}"));
+            }
+        }
         warn!(sink = %self.sink, %error, "Kafka client error: {reason}");
     }
 }
@@ -55,6 +79,7 @@ const WEDGED_AFTER: u32 = 3;
 pub struct KafkaProducer {
     settings: KafkaSettings,
     current: Mutex<Arc<SinkProducer>>,
+    last_error: LastClientError,
     /// Deliveries in a row, on the current producer, whose every message
     /// timed out.
     timed_out_in_a_row: AtomicU32,
@@ -64,10 +89,12 @@ impl KafkaProducer {
     /// Builds the producer (it connects in the background). Fails on
     /// settings librdkafka rejects, e.g. a CA file it cannot parse.
     pub fn new(settings: KafkaSettings) -> Result<KafkaProducer, String> {
-        let producer = build(&settings)?;
+        let last_error = LastClientError::default();
+        let producer = build(&settings, &last_error)?;
         Ok(KafkaProducer {
             settings,
             current: Mutex::new(Arc::new(producer)),
+            last_error,
             timed_out_in_a_row: AtomicU32::new(0),
         })
     }
@@ -75,6 +102,11 @@ impl KafkaProducer {
     /// The producer to send with.
     pub fn get(&self) -> Arc<SinkProducer> {
         Arc::clone(&self.current.lock().expect("producer lock"))
+    }
+
+    /// The last connection-level error since the last delivered message.
+    pub fn last_client_error(&self) -> Option<String> {
+        self.last_error.lock().expect("last error lock").clone()
     }
 
     /// Whether `producer` is still the one to send with.
@@ -87,6 +119,9 @@ impl KafkaProducer {
     /// deliveries in a row timed out entirely, if the brokers answer a
     /// metadata request, `used` is wedged and is replaced.
     pub async fn observe(&self, used: &Arc<SinkProducer>, delivered: bool, all_timed_out: bool) {
+        if delivered {
+            *self.last_error.lock().expect("last error lock") = None;
+        }
         if delivered || !all_timed_out {
             self.timed_out_in_a_row.store(0, Ordering::Relaxed);
             return;
@@ -97,13 +132,15 @@ impl KafkaProducer {
         self.timed_out_in_a_row.store(0, Ordering::Relaxed);
         let probe = Arc::clone(used);
         let wait = self.settings.request_timeout.min(Duration::from_secs(5));
-        let answered = tokio::task::spawn_blocking(move || {
-            probe.client().fetch_metadata(None, wait).is_ok()
-        })
-        .await
-        .unwrap_or(false);
+        let answered =
+            tokio::task::spawn_blocking(move || probe.client().fetch_metadata(None, wait).is_ok())
+                .await
+                .unwrap_or(false);
         if answered {
-            self.replace(used, "its messages keep timing out although the brokers answer");
+            self.replace(
+                used,
+                "its messages keep timing out although the brokers answer",
+            );
         }
     }
 
@@ -113,7 +150,7 @@ impl KafkaProducer {
         if !Arc::ptr_eq(&current, used) {
             return;
         }
-        match build(&self.settings) {
+        match build(&self.settings, &self.last_error) {
             Ok(fresh) => {
                 warn!(sink = %self.settings.sink, "replaced the Kafka producer: {why}");
                 *current = Arc::new(fresh);
@@ -137,7 +174,7 @@ impl KafkaProducer {
 }
 
 /// A producer for `settings`.
-fn build(settings: &KafkaSettings) -> Result<SinkProducer, String> {
+fn build(settings: &KafkaSettings, last_error: &LastClientError) -> Result<SinkProducer, String> {
     let mut config = ClientConfig::new();
     for (name, value) in settings.producer_properties() {
         config.set(name, value);
@@ -145,6 +182,7 @@ fn build(settings: &KafkaSettings) -> Result<SinkProducer, String> {
     config
         .create_with_context(SinkContext {
             sink: settings.sink.clone(),
+            last_error: Arc::clone(last_error),
         })
         .map_err(|error| match error {
             // Its message quotes the value, which may be a secret.

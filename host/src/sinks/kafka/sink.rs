@@ -129,9 +129,9 @@ impl KafkaDestination {
         let results = futures::future::join_all(reports).await;
         let delivered = results.iter().any(Result::is_ok);
         let all_timed_out = !results.is_empty()
-            && results.iter().all(|r| {
-                matches!(r, Err((_, Some(RDKafkaErrorCode::MessageTimedOut))))
-            });
+            && results
+                .iter()
+                .all(|r| matches!(r, Err((_, Some(RDKafkaErrorCode::MessageTimedOut)))));
         self.producer
             .observe(&producer, delivered, all_timed_out)
             .await;
@@ -164,12 +164,27 @@ impl KafkaDestination {
                 "the Kafka producer failed fatally ({fatal}); a new producer retries the message"
             ));
         }
-        classify(
+        let outcome = classify(
             error,
             topic,
             &self.settings.bootstrap_servers,
             self.settings.request_timeout.as_millis(),
-        )
+        );
+        match (outcome, self.producer.last_client_error()) {
+            (
+                DeliveryOutcome::Failed {
+                    error: what,
+                    retriable,
+                },
+                Some(client),
+            ) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) => {
+                DeliveryOutcome::Failed {
+                    error: format!("{what}; last client error: {client}"),
+                    retriable,
+                }
+            }
+            (outcome, _) => outcome,
+        }
     }
 }
 
