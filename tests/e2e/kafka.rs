@@ -501,3 +501,23 @@ fn kafka_scram_credentials_are_presented_and_a_refusal_is_explained() {
     );
     assert_eq!(stored_keys(dir.path()).len(), 3, "nothing was delivered");
 }
+
+#[test]
+fn kafka_missing_topic_is_named_and_delivery_resumes_once_created() {
+    let pg = PgCluster::start();
+    setup_tables(&pg);
+    let broker = TansuBroker::start();
+    let config = format!("{}sinks:{}", database(&pg), items_sink(&broker, ""));
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot(SLOT);
+    write_rows(&pg, 5, 1);
+
+    wait_log(
+        &weft,
+        "Kafka topic \"cdc\" does not exist; create it (e.g. `kafka-topics.sh --create --topic cdc`)",
+    );
+    broker.create_topic("cdc", 1);
+    let records = read_at_least(&broker, "cdc", 10, &weft);
+    assert_in_order(&rows(&records), 5, 1);
+}
