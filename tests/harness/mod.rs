@@ -3,6 +3,7 @@
 //! * [`postgres::PgCluster`]: a throwaway Postgres cluster with logical
 //!   replication enabled.
 //! * [`certs::TestCa`]: throwaway certificates for TLS tests.
+//! * [`kafka::TansuBroker`]: a tansu (Kafka-protocol) broker per test.
 
 pub mod certs;
 pub mod guests;
