@@ -48,13 +48,14 @@ impl ClientContext for SinkContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         use RDKafkaErrorCode as C;
+        let code = error.rdkafka_error_code();
         if let Some(
             code @ (C::Authentication
             | C::SaslAuthenticationFailed
             | C::SSL
             | C::AllBrokersDown
             | C::BrokerTransportFailure),
-        ) = error.rdkafka_error_code()
+        ) = code
         {
             // "All brokers down" follows every refused handshake: keep the
             // refusal, which says what to fix.
@@ -64,7 +65,15 @@ impl ClientContext for SinkContext {
                 *last = Some(format!("{code}: {reason}"));
             }
         }
-        warn!(sink = %self.sink, %error, "Kafka client error: {reason}");
+        // librdkafka logged these connection failures already (see `log`).
+        if matches!(
+            code,
+            Some(C::BrokerTransportFailure | C::Authentication | C::SSL)
+        ) {
+            debug!(sink = %self.sink, %error, "Kafka client error: {reason}");
+        } else {
+            warn!(sink = %self.sink, %error, "Kafka client error: {reason}");
+        }
     }
 }
 
