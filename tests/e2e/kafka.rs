@@ -431,8 +431,26 @@ fn kafka_tls_verifies_the_broker_certificate() {
         "      tls: true\n      tls_ca_file: {}\n",
         ca.cert().display()
     );
+    // A broker whose certificate (from the trusted CA) names another host:
+    // the host name check must refuse it.
+    let misnamed_broker = TansuBroker::start_with(TansuOptions {
+        tls: Some(ca.issue_server("elsewhere", &["DNS:elsewhere.example"])),
+        ca: Some(ca.cert()),
+        authentication: false,
+    });
+    misnamed_broker.create_topic("cdc", 1);
+    let misnamed = format!(
+        r#"
+  - name: misnamed
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    destination: {{ type: kafka, hosts: "{hosts}", topic: cdc, tls: true, tls_ca_file: "{ca}", request_timeout_ms: 2000, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
+"#,
+        hosts = misnamed_broker.address(),
+        ca = ca.cert().display()
+    );
     let config = format!(
-        "{}sinks:{}{untrusted}",
+        "{}sinks:{}{untrusted}{misnamed}",
         database(&pg),
         items_sink(&broker, &trusted)
     );
@@ -460,6 +478,19 @@ fn kafka_tls_verifies_the_broker_certificate() {
     );
     assert_in_order(&rows(&records), 10, 1);
     wait_log(&weft, "certificate verify failed");
+    assert!(
+        misnamed_broker
+            .read("cdc", 1, Duration::from_secs(1))
+            .is_empty(),
+        "the sink accepted a certificate for another host name"
+    );
+    wait_log(
+        &weft,
+        &format!(
+            "{}/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed",
+            misnamed_broker.address()
+        ),
+    );
 }
 
 /// tansu supports SCRAM but cannot register a user on a memory-only broker
