@@ -268,42 +268,6 @@ fn kafka_routes_orders_and_marks_every_message() {
     );
 }
 
-fn rss_kib(weft: &WeftProcess) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", weft.pid().unwrap())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
-fn confirmed_flush_lsn(pg: &PgCluster) -> u64 {
-    pg.psql(&format!(
-        "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
-    ))
-    .trim()
-    .parse()
-    .unwrap()
-}
-
-/// Idempotency keys of the sink's messages in weft's store (its outbox).
-fn stored_keys(dir: &std::path::Path) -> HashSet<String> {
-    let db = rusqlite::Connection::open_with_flags(
-        dir.join("weft-data/weft.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    db.busy_timeout(Duration::from_secs(5)).unwrap();
-    let mut query = db
-        .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = 'items'")
-        .unwrap();
-    query
-        .query_map([], |row| row.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-}
-
 #[test]
 fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     let pg = PgCluster::start();
@@ -321,7 +285,7 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     // Everything written so far is delivered and settled: the broker's
     // memory storage dies with it, so nothing may be in flight at the kill.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !stored_keys(dir.path()).is_empty() {
+    while !weft.stored_keys("items").is_empty() {
         assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -332,28 +296,12 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     let mut peak_rss = 0;
     for v in 2..=UPDATES {
         pg.psql(&format!("UPDATE items SET v = {v}"));
-        peak_rss = peak_rss.max(rss_kib(&weft));
+        peak_rss = peak_rss.max(weft.rss_kib());
     }
     // The slot advances past the writes only because the outbox holds
     // every change the broker has not acknowledged.
-    let written = pg
-        .psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        .trim()
-        .parse::<u64>()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let confirmed = loop {
-        let confirmed = confirmed_flush_lsn(&pg);
-        if confirmed >= written {
-            break confirmed;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "slot stuck at {confirmed} < {written}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let outbox = stored_keys(dir.path());
+    let confirmed = pg.wait_for_slot_to_confirm_all(SLOT);
+    let outbox = weft.stored_keys("items");
     assert_eq!(
         outbox.len() as i64,
         ROWS * (UPDATES - 1),
@@ -361,7 +309,7 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     );
     wait_log(&weft, "within request_timeout_ms");
     for _ in 0..10 {
-        peak_rss = peak_rss.max(rss_kib(&weft));
+        peak_rss = peak_rss.max(weft.rss_kib());
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
@@ -530,7 +478,7 @@ fn kafka_scram_credentials_are_presented_and_a_refusal_is_explained() {
         !log.contains("secret-pass-77"),
         "the password reached the log"
     );
-    assert_eq!(stored_keys(dir.path()).len(), 3, "nothing was delivered");
+    assert_eq!(weft.stored_keys("items").len(), 3, "nothing was delivered");
 }
 
 #[test]

@@ -9,9 +9,8 @@
 //! The binary is `$WEFT_TANSU`, else `~/.cargo/bin/tansu`, else `tansu` on
 //! `PATH` (`scripts/test.sh` installs it).
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -23,6 +22,7 @@ use rdkafka::message::Headers;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::harness::certs::CertFiles;
+use crate::harness::server_process::ServerProcess;
 use crate::harness::tls_proxy::TlsProxy;
 use crate::harness::weft::free_port;
 
@@ -107,14 +107,12 @@ pub struct TansuOptions {
 
 /// A `tansu broker` child process on a loopback port.
 pub struct TansuBroker {
-    child: Option<Child>,
-    /// The port clients use (and tansu advertises).
+    server: ServerProcess,
+    /// The port clients use (and tansu advertises): tansu's own, or the TLS
+    /// proxy's in front of it.
     port: u16,
-    /// The port tansu listens on: `port`, or the TLS proxy's upstream.
-    listen_port: u16,
     options: TansuOptions,
     _proxy: Option<TlsProxy>,
-    dir: tempfile::TempDir,
 }
 
 impl TansuBroker {
@@ -125,24 +123,39 @@ impl TansuBroker {
 
     /// Starts a broker with `options`.
     pub fn start_with(options: TansuOptions) -> TansuBroker {
-        let port = free_port();
-        let (listen_port, proxy) = match &options.tls {
-            None => (port, None),
-            Some(cert) => {
-                let upstream = free_port();
-                (upstream, Some(TlsProxy::start(port, upstream, cert)))
+        let binary = tansu_binary();
+        let proxy_port = options.tls.as_ref().map(|_| free_port());
+        let authentication = options.authentication;
+        let server = ServerProcess::start("tansu", move |_dir, port| {
+            let advertised = proxy_port.unwrap_or(port);
+            let mut command = Command::new(&binary);
+            command
+                .arg("broker")
+                .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
+                .args([
+                    "--advertised-listener-url",
+                    &format!("tcp://127.0.0.1:{advertised}"),
+                ])
+                .args(["--storage-engine", "memory://tansu/"])
+                .env(
+                    "RUST_LOG",
+                    std::env::var("WEFT_TANSU_LOG").unwrap_or_else(|_| "warn".into()),
+                );
+            if authentication {
+                command.arg("--authentication");
             }
-        };
-        let mut broker = TansuBroker {
-            child: None,
-            port,
-            listen_port,
+            command
+        });
+        let proxy = options
+            .tls
+            .as_ref()
+            .map(|cert| TlsProxy::start(proxy_port.unwrap(), server.port(), cert));
+        TansuBroker {
+            port: proxy_port.unwrap_or(server.port()),
+            server,
             options,
             _proxy: proxy,
-            dir: tempfile::tempdir().expect("tansu log dir"),
-        };
-        broker.start_again();
-        broker
+        }
     }
 
     /// `127.0.0.1:<port>`, for `hosts:` and the readers.
@@ -152,60 +165,18 @@ impl TansuBroker {
 
     /// The broker's own log.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+        self.server.log_text()
     }
 
     /// Kills the broker with SIGKILL (no clean shutdown). Its memory
-    /// storage, and with it every topic, is gone.
+    /// storage, and with it every topic, record and producer id, is gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL tansu");
-            child.wait().expect("reap tansu");
-        }
+        self.server.kill();
     }
 
-    /// Starts the broker (again) on the same port, waiting until it accepts
-    /// connections.
+    /// Starts the broker again on the same port.
     pub fn start_again(&mut self) {
-        assert!(self.child.is_none(), "tansu already runs");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("tansu.log"))
-            .expect("tansu log");
-        let listen = format!("tcp://127.0.0.1:{}", self.listen_port);
-        let advertised = format!("tcp://127.0.0.1:{}", self.port);
-        let mut command = Command::new(tansu_binary());
-        command
-            .arg("broker")
-            .args(["--listener-url", &listen])
-            .args(["--advertised-listener-url", &advertised])
-            .args(["--storage-engine", "memory://tansu/"]);
-        if self.options.authentication {
-            command.arg("--authentication");
-        }
-        let child = command
-            .env(
-                "RUST_LOG",
-                std::env::var("WEFT_TANSU_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(log.try_clone().expect("tansu log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn tansu");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", self.listen_port)).is_err() {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("tansu exited with {status}; its log:\n{}", self.log_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tansu did not start; its log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.server.start_again();
     }
 
     /// Client settings of a reader or admin of this broker.
@@ -307,11 +278,5 @@ impl TansuBroker {
         }
         records.sort_by_key(|r| (r.partition, r.offset));
         records
-    }
-}
-
-impl Drop for TansuBroker {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

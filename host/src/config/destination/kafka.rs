@@ -2,11 +2,10 @@
 //! idempotent producer (`acks=all`).
 
 use std::fmt;
-use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::bounds;
+use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
 
 /// How a Kafka sink connects and delivers. Names follow Sequin's where it
 /// has one. `Debug` hides `password`.
@@ -41,41 +40,11 @@ pub struct KafkaConfig {
     /// Compression of produced batches. Default `none`.
     #[serde(default)]
     pub compression: Compression,
-    /// Most messages handed to one delivery (1 to 10000). Default 200
-    /// (Sequin's Kafka batch).
-    #[serde(
-        default = "KafkaConfig::default_batch_size",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 10_000>"
-    )]
-    pub batch_size: u32,
-    /// Most deliveries in flight at once for this sink (1 to 1000). Default 10.
-    #[serde(
-        default = "KafkaConfig::default_max_in_flight",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 1000>"
-    )]
-    pub max_in_flight: u32,
-    /// How long one delivery may wait for its messages' delivery reports
-    /// before they count as failed and are retried, in milliseconds (1000
-    /// to 600000). Default 30000.
-    #[serde(
-        default = "KafkaConfig::default_request_timeout_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1000, 600_000>"
-    )]
-    pub request_timeout_ms: u64,
-    /// Delay before the first retry of a failed message, in milliseconds
-    /// (1 to 3600000); it doubles with each failure, with jitter. Default 1000.
-    #[serde(
-        default = "KafkaConfig::default_retry_backoff_base_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 3_600_000>"
-    )]
-    pub retry_backoff_base_ms: u64,
-    /// The longest delay between two attempts, in milliseconds (1 to
-    /// 86400000). Default 600000 (10 minutes).
-    #[serde(
-        default = "KafkaConfig::default_retry_backoff_max_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 86_400_000>"
-    )]
-    pub retry_backoff_max_ms: u64,
+    /// The shared delivery fields; Kafka defaults: `batch_size` 200
+    /// (Sequin's), `max_in_flight` 10, `request_timeout_ms` 30000 (how long
+    /// a message may wait for its delivery report).
+    #[serde(skip)]
+    pub delivery: DeliveryConfig,
 }
 
 /// `sasl_mechanism`: how `username`/`password` are presented.
@@ -164,22 +133,6 @@ pub fn topic_name_problem(topic: &str) -> Option<String> {
 }
 
 impl KafkaConfig {
-    /// Default `batch_size` (Sequin's).
-    pub const DEFAULT_BATCH_SIZE: u32 = 200;
-    /// Default `max_in_flight`.
-    pub const DEFAULT_MAX_IN_FLIGHT: u32 = 10;
-    /// Default `request_timeout_ms`.
-    pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
-    /// Default `retry_backoff_base_ms` (Sequin's 1 s).
-    pub const DEFAULT_RETRY_BACKOFF_BASE_MS: u64 = 1_000;
-    /// Default `retry_backoff_max_ms` (Sequin's 10 min).
-    pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 600_000;
-
-    /// The request timeout as a duration.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
-    }
-
     /// The bootstrap brokers, trimmed, in the order given.
     pub fn host_list(&self) -> Vec<&str> {
         self.hosts
@@ -256,36 +209,19 @@ impl KafkaConfig {
                 "is only used over TLS; set `tls: true` too".into(),
             ));
         }
-        if self.retry_backoff_max_ms < self.retry_backoff_base_ms {
-            problems.push((
-                "retry_backoff_max_ms",
-                format!(
-                    "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
-                    self.retry_backoff_max_ms, self.retry_backoff_base_ms
-                ),
-            ));
-        }
         problems
     }
+}
 
-    fn default_batch_size() -> u32 {
-        Self::DEFAULT_BATCH_SIZE
-    }
+impl PushSettings for KafkaConfig {
+    const DELIVERY_DEFAULTS: DeliveryDefaults = DeliveryDefaults {
+        batch_size: 200,
+        max_in_flight: 10,
+        request_timeout_ms: 30_000,
+    };
 
-    fn default_max_in_flight() -> u32 {
-        Self::DEFAULT_MAX_IN_FLIGHT
-    }
-
-    fn default_request_timeout_ms() -> u64 {
-        Self::DEFAULT_REQUEST_TIMEOUT_MS
-    }
-
-    fn default_retry_backoff_base_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_BASE_MS
-    }
-
-    fn default_retry_backoff_max_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_MAX_MS
+    fn delivery_mut(&mut self) -> &mut DeliveryConfig {
+        &mut self.delivery
     }
 }
 
@@ -300,11 +236,7 @@ impl fmt::Debug for KafkaConfig {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("sasl_mechanism", &self.sasl_mechanism)
             .field("compression", &self.compression)
-            .field("batch_size", &self.batch_size)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .field("retry_backoff_base_ms", &self.retry_backoff_base_ms)
-            .field("retry_backoff_max_ms", &self.retry_backoff_max_ms)
+            .field("delivery", &self.delivery)
             .finish()
     }
 }

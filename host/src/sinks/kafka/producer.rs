@@ -140,7 +140,11 @@ impl KafkaProducer {
         }
         self.timed_out_in_a_row.store(0, Ordering::Relaxed);
         let probe = Arc::clone(used);
-        let wait = self.settings.request_timeout.min(Duration::from_secs(5));
+        let wait = self
+            .settings
+            .limits
+            .request_timeout
+            .min(Duration::from_secs(5));
         let answered =
             tokio::task::spawn_blocking(move || probe.client().fetch_metadata(None, wait).is_ok())
                 .await
@@ -208,7 +212,7 @@ mod tests {
 
     use super::*;
     use crate::config::destination::Compression;
-    use crate::sinks::delivery::RetryPolicy;
+    use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
 
     fn settings(compression: Compression) -> KafkaSettings {
         KafkaSettings {
@@ -219,11 +223,13 @@ mod tests {
             tls_ca_pem: None,
             sasl: None,
             compression,
-            batch_size: 10,
-            max_in_flight: 1,
-            request_timeout: Duration::from_secs(5),
+            limits: DeliveryLimits {
+                batch_size: 10,
+                max_in_flight: 1,
+                request_timeout: Duration::from_secs(5),
+                retry: RetryPolicy::default(),
+            },
             max_queue_kbytes: 1024,
-            retry: RetryPolicy::default(),
         }
     }
 

@@ -3,11 +3,10 @@
 
 use std::fmt;
 use std::path::Path;
-use std::time::Duration;
 
 use crate::config::SinkConfig;
 use crate::config::destination::{Compression, KafkaConfig, SaslMechanism};
-use crate::sinks::delivery::RetryPolicy;
+use crate::sinks::delivery::DeliveryLimits;
 
 /// Where OpenSSL keeps the system's CA bundle on common distributions
 /// (Debian/Ubuntu/Alpine, RHEL/Fedora, SUSE, others).
@@ -57,16 +56,11 @@ pub struct KafkaSettings {
     pub sasl: Option<SaslCredentials>,
     /// Batch compression.
     pub compression: Compression,
-    /// Most messages per delivery.
-    pub batch_size: u32,
-    /// Most deliveries in flight.
-    pub max_in_flight: u32,
-    /// How long a message may wait for its delivery report.
-    pub request_timeout: Duration,
+    /// Batch size, deliveries in flight, retries; `request_timeout` is how
+    /// long a message may wait for its delivery report.
+    pub limits: DeliveryLimits,
     /// Bound on the producer's queue, in KiB (the sink's `max_memory_mb`).
     pub max_queue_kbytes: u64,
-    /// Backoff and retry limit.
-    pub retry: RetryPolicy,
 }
 
 impl KafkaSettings {
@@ -94,15 +88,8 @@ impl KafkaSettings {
             tls_ca_pem,
             sasl,
             compression: kafka.compression,
-            batch_size: kafka.batch_size,
-            max_in_flight: kafka.max_in_flight,
-            request_timeout: kafka.request_timeout(),
+            limits: DeliveryLimits::resolve(sink, &kafka.delivery),
             max_queue_kbytes: u64::from(sink.max_memory_mb) * 1024,
-            retry: RetryPolicy {
-                backoff_base: Duration::from_millis(kafka.retry_backoff_base_ms),
-                backoff_max: Duration::from_millis(kafka.retry_backoff_max_ms),
-                max_retry_count: sink.max_retry_count,
-            },
         })
     }
 
@@ -119,12 +106,13 @@ impl KafkaSettings {
     /// The librdkafka properties of the sink's producer, in the order set.
     /// Secrets are included: never log the result.
     pub fn producer_properties(&self) -> Vec<(&'static str, String)> {
-        let timeout_ms = self.request_timeout.as_millis() as u64;
+        let timeout_ms = self.limits.request_timeout.as_millis() as u64;
         // Enough room for every delivery in flight, twice over (messages
         // of a delivery that timed out may still sit in the queue while
         // their retry is queued).
         let max_messages =
-            (u64::from(self.batch_size) * u64::from(self.max_in_flight) * 2).max(1_000);
+            (u64::from(self.limits.batch_size) * u64::from(self.limits.max_in_flight) * 2)
+                .max(1_000);
         let mut properties = vec![
             ("bootstrap.servers", self.bootstrap_servers.clone()),
             ("client.id", format!("weft-{}", self.sink)),
@@ -204,7 +192,10 @@ fn read_ca_file(path: &Path) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::sinks::delivery::RetryPolicy;
 
     fn settings() -> KafkaSettings {
         KafkaSettings {
@@ -215,11 +206,13 @@ mod tests {
             tls_ca_pem: None,
             sasl: None,
             compression: Compression::None,
-            batch_size: 200,
-            max_in_flight: 10,
-            request_timeout: Duration::from_secs(30),
+            limits: DeliveryLimits {
+                batch_size: 200,
+                max_in_flight: 10,
+                request_timeout: Duration::from_secs(30),
+                retry: RetryPolicy::default(),
+            },
             max_queue_kbytes: 128 * 1024,
-            retry: RetryPolicy::default(),
         }
     }
 

@@ -168,7 +168,7 @@ impl KafkaDestination {
             error,
             topic,
             &self.settings.bootstrap_servers,
-            self.settings.request_timeout.as_millis(),
+            self.settings.limits.request_timeout.as_millis(),
         );
         match (outcome, self.producer.last_client_error()) {
             (
@@ -191,15 +191,15 @@ impl KafkaDestination {
 #[async_trait]
 impl Destination for KafkaDestination {
     fn batch_size(&self) -> u32 {
-        self.settings.batch_size
+        self.settings.limits.batch_size
     }
 
     fn max_in_flight(&self) -> usize {
-        self.settings.max_in_flight as usize
+        self.settings.limits.max_in_flight as usize
     }
 
     fn max_delivery_time(&self) -> Duration {
-        self.settings.request_timeout + REPORT_SLACK
+        self.settings.limits.request_timeout + REPORT_SLACK
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
@@ -210,7 +210,7 @@ impl Destination for KafkaDestination {
                 let error = format!(
                     "Kafka delivery reports from {} did not arrive within request_timeout_ms = {}",
                     self.settings.bootstrap_servers,
-                    self.settings.request_timeout.as_millis()
+                    self.settings.limits.request_timeout.as_millis()
                 );
                 vec![DeliveryOutcome::retry(error); batch.len()]
             }
