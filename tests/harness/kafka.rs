@@ -2,12 +2,15 @@
 //! that the test can kill it and start it again on the same port, and an
 //! independent reader built on the rdkafka crate's own consumer.
 //!
-//! tansu stores in memory here (`memory://`): a restart loses every topic
-//! and record. Outage tests read what arrived before the kill, then recreate
-//! the topic after the restart.
+//! tansu stores in memory here (`memory://`; the build `scripts/test.sh`
+//! installs has no disk-backed engine): a restart loses every topic, record
+//! and producer id. Outage tests read what arrived before the kill, then
+//! recreate the topic after the restart.
 //!
 //! The binary is `$WEFT_TANSU`, else `~/.cargo/bin/tansu`, else `tansu` on
-//! `PATH` (`scripts/test.sh` installs it).
+//! `PATH` (`scripts/test.sh` installs it). For debugging, `WEFT_TANSU_LOG`
+//! sets the broker's `RUST_LOG` (default `warn`) and `WEFT_KAFKA_DEBUG` the
+//! readers' librdkafka `debug` contexts.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
