@@ -63,3 +63,26 @@ run_as_pg_owner() {
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
+
+# The tansu release the Kafka tests run against.
+TANSU_VERSION=0.6.0
+# ensure_tansu makes the tansu Kafka-protocol broker available to the Kafka
+# tests and exports WEFT_TANSU, the binary they run: $WEFT_TANSU if set, else
+# tansu on PATH or in cargo's bin dir, else it installs tansu with cargo.
+ensure_tansu() {
+    if [ -n "${WEFT_TANSU:-}" ]; then
+        [ -x "$WEFT_TANSU" ] || die "WEFT_TANSU=$WEFT_TANSU is not an executable file; point it at a tansu binary or unset it"
+        return 0
+    fi
+    local cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu" found
+    found="$(command -v tansu 2>/dev/null || true)"
+    if [ -z "$found" ] && [ -x "$cargo_bin" ]; then found="$cargo_bin"; fi
+    if [ -z "$found" ]; then
+        say "installing the tansu Kafka broker $TANSU_VERSION (cargo install; takes several minutes once)"
+        # Its own temporary target dir, not weft's build cache.
+        env -u CARGO_TARGET_DIR cargo install tansu --version "$TANSU_VERSION" --features dynostore --locked
+        found="$cargo_bin"
+        [ -x "$found" ] || die "cargo install tansu did not produce $found"
+    fi
+    export WEFT_TANSU="$found"
+}

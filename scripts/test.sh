@@ -10,6 +10,7 @@ say "checking system packages"
 ensure_packages gcc:build-essential make:build-essential pkg-config:pkg-config python3:python3 curl:curl openssl:openssl
 ensure_postgres
 ensure_rust
+ensure_tansu
 
 say "building the WebAssembly guests"
 scripts/build-guests.sh

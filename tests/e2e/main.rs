@@ -11,6 +11,7 @@ mod databases;
 mod first_slice;
 mod functions;
 mod idle;
+mod kafka;
 mod nats;
 mod redis;
 mod schema_changes;

@@ -6,14 +6,17 @@
 //! * [`server_process::ServerProcess`]: a broker or cache the test owns, to
 //!   kill and restart (wrapped by [`nats::NatsServer`] and
 //!   [`redis::RedisServer`]).
+//! * [`kafka::TansuBroker`]: a tansu (Kafka-protocol) broker per test.
 
 pub mod certs;
 pub mod guests;
+pub mod kafka;
 pub mod nats;
 pub mod oracle;
 pub mod postgres;
 pub mod redis;
 pub mod server_process;
 pub mod source;
+pub mod tls_proxy;
 pub mod webhook_receiver;
 pub mod weft;

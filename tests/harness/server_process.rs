@@ -44,6 +44,12 @@ impl ServerProcess {
         self.port
     }
 
+    /// What it wrote to stderr so far, for failure messages.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.name)))
+            .unwrap_or_default()
+    }
+
     /// Kills it with SIGKILL: no clean shutdown.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

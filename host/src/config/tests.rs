@@ -315,7 +315,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -339,14 +339,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
-            "    destination:\n      type: kafka\n      topic: t\n"
+            "    destination:\n      type: rabbitmq\n      exchange: t\n"
         )),
-        "sinks[0].destination.type: destination type `kafka` is not supported yet; supported types: \
-         sequin_stream, webhook, nats, redis_string, redis_stream (line 15, column 13)"
+        "sinks[0].destination.type: destination type `rabbitmq` is not supported yet; supported types: \
+         sequin_stream, webhook, nats, redis_string, redis_stream, kafka (line 15, column 13)"
     );
 }
 
@@ -1014,6 +1014,83 @@ fn nats_mistakes_are_reported_with_their_fix() {
             "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too"
         ),
         "{all}"
+    );
+}
+
+#[test]
+fn kafka_sink_defaults_and_hidden_secrets() {
+    let config = load(&with_sink(
+        "    destination: {type: kafka, hosts: 'k1:9092, k2:9093', topic: cdc.orders, username: u, password: hunter2, sasl_mechanism: scram_sha_512, compression: lz4}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::Kafka(kafka) = &config.sink("s").unwrap().destination else {
+        panic!("expected a kafka destination");
+    };
+    assert_eq!(kafka.host_list(), vec!["k1:9092", "k2:9093"]);
+    assert_eq!(kafka.topic.as_deref(), Some("cdc.orders"));
+    assert_eq!(
+        kafka.sasl_mechanism,
+        Some(destination::SaslMechanism::ScramSha512)
+    );
+    assert_eq!(kafka.compression, destination::Compression::Lz4);
+    assert!(!kafka.tls);
+    assert_eq!(
+        (
+            kafka.delivery.batch_size,
+            kafka.delivery.max_in_flight,
+            kafka.delivery.request_timeout_ms
+        ),
+        (200, 10, 30_000)
+    );
+    assert!(!format!("{kafka:?}").contains("hunter2"));
+}
+
+#[test]
+fn kafka_mistakes_are_reported_with_their_path_and_fix() {
+    let all = errors(&with_sink(
+        "    destination: {type: kafka, hosts: 'k1:9092,k2', password: hunter2, tls_ca_file: ca.pem}\n",
+    ))
+    .join("\n");
+    assert!(!all.contains("hunter2"), "{all}");
+    for expected in [
+        "sinks[0].destination.hosts: \"k2\" is not `host:port`",
+        "sinks[0].destination.topic: is required: set `topic`, or give the sink a `routing` function",
+        "sinks[0].destination.password: is set without `username`",
+        "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too",
+    ] {
+        assert!(all.contains(expected), "{expected:?} missing in:\n{all}");
+    }
+    let all = errors(&with_sink(
+        "    destination: {type: kafka, hosts: 'k:9092', topic: 'orders/eu', sasl_mechanism: plain}\n",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("sinks[0].destination.topic: topic \"orders/eu\" contains '/'"),
+        "{all}"
+    );
+    assert!(
+        all.contains("sinks[0].destination.sasl_mechanism: is set without credentials"),
+        "{all}"
+    );
+    let all = errors(&with_sink(
+        "    destination: {type: kafka, hosts: 'k:9092', topic: t, username: u, password: p}\n",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("sinks[0].destination.sasl_mechanism: is required with `username`/`password`"),
+        "{all}"
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: kafka, hosts: 'k:9092', topic: t, compression: brotli}\n"
+        ))
+        .starts_with("sinks[0].destination.compression: unknown variant `brotli`, expected one of `none`, `gzip`, `snappy`, `lz4`, `zstd`"),
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: kafka, hosts: 'k:9092', topic: t, sasl_mechanism: scram}\n"
+        ))
+        .starts_with("sinks[0].destination.sasl_mechanism: unknown variant `scram`"),
     );
 }
 

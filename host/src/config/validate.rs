@@ -505,6 +505,11 @@ fn check_push_settings(
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
+            DestinationConfig::Kafka(kafka) => {
+                for (key, problem) in kafka.problems(sink.routing.is_some()) {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
             DestinationConfig::RedisString(_) | DestinationConfig::RedisStream(_) => {}
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {

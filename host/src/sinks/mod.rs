@@ -5,6 +5,7 @@
 //! [`delivery::Destination`], and an arm in [`push_destination`].
 
 pub mod delivery;
+pub mod kafka;
 pub mod nats;
 pub mod redis;
 pub mod sequin_stream;
@@ -58,6 +59,11 @@ pub fn push_destination(
             let destination =
                 redis::RedisStreamDestination::new(connection, stream.stream_key.clone());
             Ok((Arc::new(destination), retry))
+        }
+        DestinationConfig::Kafka(kafka) => {
+            let settings = kafka::KafkaSettings::resolve(sink, kafka)?;
+            let retry = settings.limits.retry;
+            Ok((Arc::new(kafka::KafkaDestination::new(settings)?), retry))
         }
     }
 }

@@ -9,12 +9,14 @@
 //! moved from `PLANNED` to `SUPPORTED`.
 
 mod delivery;
+mod kafka;
 mod nats;
 mod redis;
 mod sequin_stream;
 mod webhook;
 
 pub use delivery::{DeliveryConfig, DeliveryDefaults};
+pub use kafka::{Compression, KafkaConfig, SaslMechanism, topic_name_problem};
 pub use nats::NatsConfig;
 pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
@@ -42,6 +44,9 @@ pub enum DestinationConfig {
     RedisString(RedisStringConfig),
     /// `type: redis_stream`: each message is `XADD`ed to a Redis stream.
     RedisStream(RedisStreamConfig),
+    /// `type: kafka`: messages are produced to a Kafka topic by the
+    /// idempotent producer (`acks=all`).
+    Kafka(KafkaConfig),
 }
 
 /// `type` values accepted today.
@@ -51,11 +56,12 @@ const SUPPORTED: &[&str] = &[
     "nats",
     "redis_string",
     "redis_stream",
+    "kafka",
 ];
 
 /// `type` values Sequin has that weft will accept later; named in the error
 /// so that users know it is not a typo.
-const PLANNED: &[&str] = &["kafka", "rabbitmq"];
+const PLANNED: &[&str] = &["rabbitmq"];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -72,6 +78,7 @@ impl DestinationConfig {
             DestinationConfig::Nats(_) => "nats",
             DestinationConfig::RedisString(_) => "redis_string",
             DestinationConfig::RedisStream(_) => "redis_stream",
+            DestinationConfig::Kafka(_) => "kafka",
         }
     }
 
@@ -84,6 +91,7 @@ impl DestinationConfig {
             DestinationConfig::Nats(nats) => Some(&nats.delivery),
             DestinationConfig::RedisString(string) => Some(&string.connection.delivery),
             DestinationConfig::RedisStream(stream) => Some(&stream.connection.delivery),
+            DestinationConfig::Kafka(kafka) => Some(&kafka.delivery),
         }
     }
 
@@ -129,6 +137,7 @@ impl DestinationConfig {
             "redis_stream" => {
                 RedisStreamConfig::from_settings(settings).map(DestinationConfig::RedisStream)
             }
+            "kafka" => push_settings_of(settings).map(DestinationConfig::Kafka),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(
