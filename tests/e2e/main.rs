@@ -11,6 +11,7 @@ mod first_slice;
 mod functions;
 mod idle;
 mod nats;
+mod rabbitmq;
 mod redis;
 mod schema_changes;
 mod setup_errors;

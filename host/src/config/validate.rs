@@ -496,6 +496,11 @@ fn check_push_settings(
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
+            DestinationConfig::RabbitMq(rabbitmq) => {
+                for (key, problem) in rabbitmq.problems() {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
             DestinationConfig::RedisString(super::destination::RedisStringConfig {
                 connection,
                 ..

@@ -6,6 +6,7 @@
 
 pub mod delivery;
 pub mod nats;
+pub mod rabbitmq;
 pub mod redis;
 pub mod sequin_stream;
 pub mod webhook;
@@ -43,6 +44,12 @@ pub fn push_destination(
                 Arc::new(nats::NatsDestination::new(&sink.name, settings)),
                 retry,
             ))
+        }
+        DestinationConfig::RabbitMq(rabbitmq) => {
+            let settings = rabbitmq::RabbitMqSettings::resolve(sink, rabbitmq);
+            let retry = settings.retry;
+            let destination = rabbitmq::RabbitMqDestination::new(&sink.name, settings)?;
+            Ok((Arc::new(destination), retry))
         }
         DestinationConfig::RedisString(string) => {
             let settings = redis::RedisSettings::resolve(sink, &string.connection);

@@ -8,11 +8,13 @@
 //! `SUPPORTED`.
 
 mod nats;
+mod rabbitmq;
 mod redis;
 mod sequin_stream;
 mod webhook;
 
 pub use nats::NatsConfig;
+pub use rabbitmq::RabbitMqConfig;
 pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
 pub use webhook::WebhookConfig;
@@ -38,6 +40,9 @@ pub enum DestinationConfig {
     RedisString(RedisStringConfig),
     /// `type: redis_stream`: each message is `XADD`ed to a Redis stream.
     RedisStream(RedisStreamConfig),
+    /// `type: rabbitmq`: messages are published to a RabbitMQ exchange with
+    /// publisher confirms by the sink's delivery worker.
+    RabbitMq(RabbitMqConfig),
 }
 
 /// `type` values accepted today.
@@ -47,11 +52,12 @@ const SUPPORTED: &[&str] = &[
     "nats",
     "redis_string",
     "redis_stream",
+    "rabbitmq",
 ];
 
 /// `type` values Sequin has that weft will accept later; named in the error
 /// so that users know it is not a typo.
-const PLANNED: &[&str] = &["kafka", "rabbitmq"];
+const PLANNED: &[&str] = &["kafka"];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -68,6 +74,7 @@ impl DestinationConfig {
             DestinationConfig::Nats(_) => "nats",
             DestinationConfig::RedisString(_) => "redis_string",
             DestinationConfig::RedisStream(_) => "redis_stream",
+            DestinationConfig::RabbitMq(_) => "rabbitmq",
         }
     }
 
@@ -113,6 +120,7 @@ impl DestinationConfig {
             "redis_stream" => {
                 RedisStreamConfig::from_settings(settings).map(DestinationConfig::RedisStream)
             }
+            "rabbitmq" => settings_of(settings).map(DestinationConfig::RabbitMq),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(

@@ -1,0 +1,340 @@
+//! The RabbitMQ sink through the real binary, read back with lapin as an
+//! independent client: default routing keys and properties, a routing
+//! function's exchange/routing key/headers/message id, a transform's bytes,
+//! per-row order, unroutable messages and a missing exchange retried (not
+//! lost), and a broker outage on a private node.
+//!
+//! Tests on the machine's RabbitMQ (127.0.0.1:5672, guest/guest) use
+//! exchanges and queues with unique names, deleted when the test ends.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::guests;
+use crate::harness::outage::{rss_kib, stored_keys, wait_for_slot_to_catch_up};
+use crate::harness::postgres::PgCluster;
+use crate::harness::rabbitmq::{Amqp, RabbitMqNode, Received, SHARED_PORT, unique_name};
+use crate::harness::weft::WeftProcess;
+
+const SLOT: &str = "weft_rabbit";
+
+/// A config whose sink `items` (table `items`) publishes to `exchange` on
+/// the broker at `port`, followed by `more_sinks`.
+fn config(pg: &PgCluster, port: u16, exchange: &str, more_sinks: &str) -> String {
+    format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {pg_port}
+    database: postgres
+    username: postgres
+    slot: {{ name: {SLOT}, create_if_not_exists: true }}
+    publication: {{ name: {SLOT}, create_if_not_exists: true }}
+functions:
+  - name: bytes
+    type: transform
+    file: {transform}
+  - name: rabbit_routes
+    type: routing
+    file: {routing}
+    config: {{ keys: "exchange,routing_key,headers,message_id", exchange: "{exchange}-routed" }}
+sinks:
+  - name: items
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    max_memory_mb: 1
+    destination:
+      type: rabbitmq
+      host: 127.0.0.1
+      port: {port}
+      username: guest
+      password: guest
+      exchange: {exchange}
+      batch_size: 20
+      max_in_flight: 4
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 500
+{more_sinks}"#,
+        pg_port = pg.port(),
+        transform = guests::wasm("weft_hostile_transform").display(),
+        routing = guests::wasm("weft_table_routing").display(),
+    )
+}
+
+fn start_pg() -> PgCluster {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
+    pg
+}
+
+fn write_rows(pg: &PgCluster, rows: i64, updates: std::ops::RangeInclusive<i64>) {
+    if *updates.start() == 0 {
+        pg.psql(&format!(
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, {rows}) g"
+        ));
+    }
+    for v in updates.filter(|v| *v > 0) {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+    }
+}
+
+fn body(m: &Received) -> Value {
+    serde_json::from_slice(&m.body).unwrap()
+}
+
+/// Per row id, the `v` of each message, dropping repeated message ids (a
+/// publish whose confirm was lost is sent again). Asserts each message id
+/// is its idempotency key.
+fn rows(messages: &[Received]) -> BTreeMap<i64, Vec<i64>> {
+    let mut seen = HashSet::new();
+    let mut rows: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for m in messages {
+        let body = body(m);
+        let id = m.message_id.clone().unwrap_or_default();
+        assert_eq!(
+            body["metadata"]["idempotency_key"].as_str(),
+            Some(id.as_str()),
+            "message_id is the idempotency key: {body}"
+        );
+        if seen.insert(id) {
+            rows.entry(body["record"]["id"].as_i64().unwrap())
+                .or_default()
+                .push(body["record"]["v"].as_i64().unwrap());
+        }
+    }
+    rows
+}
+
+fn assert_in_order(rows: &BTreeMap<i64, Vec<i64>>, count: i64, updates: i64) {
+    assert_eq!(rows.len() as i64, count, "{rows:?}");
+    for (id, vs) in rows {
+        assert_eq!(vs, &(0..=updates).collect::<Vec<_>>(), "row {id}");
+    }
+}
+
+fn wait_for_log(weft: &WeftProcess, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !weft.log_text().contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "no {text:?} in log:\n{}",
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rabbitmq_routes_orders_and_sets_persistent_properties() {
+    let pg = start_pg();
+    let amqp = Amqp::new(SHARED_PORT);
+    let exchange = unique_name("x");
+    let routed_exchange = format!("{exchange}-routed");
+    let (items_q, blobs_q) = (unique_name("items"), unique_name("blobs"));
+    amqp.declare_exchange(&exchange);
+    amqp.declare_exchange(&routed_exchange);
+    amqp.bind_queue(&items_q, &exchange, "sequin.shop.public.items.*");
+    // The routing function's routing key is the table name.
+    amqp.bind_queue(&blobs_q, &routed_exchange, "public.blobs");
+    let routed = format!(
+        r#"
+  - name: blobs
+    database: shop
+    source: {{ include_tables: [public.blobs] }}
+    transform: bytes
+    routing: rabbit_routes
+    destination:
+      type: rabbitmq
+      host: 127.0.0.1
+      exchange: {exchange}
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 50
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, SHARED_PORT, &exchange, &routed));
+    pg.wait_for_active_slot(SLOT);
+
+    const ROWS: i64 = 20;
+    const UPDATES: i64 = 4;
+    write_rows(&pg, ROWS, 0..=UPDATES);
+    pg.psql("INSERT INTO blobs VALUES (7, 'bytes')");
+
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    let mut items = Vec::new();
+    amqp.wait_for(&items_q, &mut items, total, Duration::from_secs(90), || {
+        weft.log_text()
+    });
+    let keys: HashSet<&str> = items.iter().map(|m| m.routing_key.as_str()).collect();
+    assert_eq!(
+        keys,
+        HashSet::from([
+            "sequin.shop.public.items.insert",
+            "sequin.shop.public.items.update"
+        ])
+    );
+    for m in &items {
+        assert_eq!(m.exchange, exchange);
+        assert_eq!(m.delivery_mode, Some(2), "persistent delivery");
+        assert_eq!(m.content_type.as_deref(), Some("application/json"));
+        assert!(m.headers.is_empty(), "no route headers by default");
+    }
+    assert_in_order(&rows(&items), ROWS, UPDATES);
+    std::thread::sleep(Duration::from_millis(500));
+    items.extend(amqp.drain(&items_q));
+    assert_eq!(items.len(), total, "a healthy run publishes each change once");
+
+    // The routing function's exchange, routing key, header and message id;
+    // the transform's bytes, byte-exact, with their content type.
+    let mut blobs = Vec::new();
+    amqp.wait_for(&blobs_q, &mut blobs, 1, Duration::from_secs(60), || {
+        weft.log_text()
+    });
+    let blob = &blobs[0];
+    assert_eq!(blob.exchange, routed_exchange);
+    assert_eq!(blob.routing_key, "public.blobs");
+    assert_eq!(blob.body, vec![0u8, 1, 2, 255]);
+    assert_eq!(
+        blob.content_type.as_deref(),
+        Some("application/octet-stream")
+    );
+    assert_eq!(blob.delivery_mode, Some(2));
+    assert_eq!(
+        blob.headers,
+        vec![("X-Table".to_string(), "public.blobs".to_string())]
+    );
+    let id = blob.message_id.as_deref().unwrap_or_default();
+    assert!(
+        id.starts_with("routed-") && id.len() > "routed-".len(),
+        "the routing function's message id, not the default: {id:?}"
+    );
+}
+
+#[test]
+fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
+    let pg = start_pg();
+    let amqp = Amqp::new(SHARED_PORT);
+    let exchange = unique_name("late");
+    let queue = unique_name("late");
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, SHARED_PORT, &exchange, ""));
+    pg.wait_for_active_slot(SLOT);
+
+    const ROWS: i64 = 5;
+    write_rows(&pg, ROWS, 0..=0);
+    // No exchange yet: retried with advice, nothing dropped.
+    wait_for_log(&weft, &format!("exchange {exchange:?} does not exist"));
+    amqp.declare_exchange(&exchange);
+    // An exchange without a bound queue: the broker returns each message
+    // (mandatory) and weft retries it instead of counting it delivered.
+    wait_for_log(&weft, "no queue is bound");
+    let log = weft.log_text();
+    assert!(log.contains("bind a queue"), "the error says what to do");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        stored_keys(dir.path(), "items").len(),
+        ROWS as usize,
+        "returned messages stay in the store"
+    );
+
+    amqp.bind_queue(&queue, &exchange, "sequin.#");
+    write_rows(&pg, ROWS, 1..=1);
+    let mut all = Vec::new();
+    amqp.wait_for(&queue, &mut all, (ROWS * 2) as usize, Duration::from_secs(60), || {
+        weft.log_text()
+    });
+    assert_in_order(&rows(&all), ROWS, 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stored_keys(dir.path(), "items").is_empty() {
+        assert!(Instant::now() < deadline, "delivered messages left the store");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rabbitmq_broker_outage_loses_nothing_and_keeps_order() {
+    let pg = start_pg();
+    let mut node = RabbitMqNode::start();
+    let amqp = Amqp::new(node.port());
+    amqp.declare_exchange("cdc");
+    amqp.bind_queue("cdc-all", "cdc", "sequin.#");
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, node.port(), "cdc", ""));
+    pg.wait_for_active_slot(SLOT);
+
+    const ROWS: i64 = 50;
+    write_rows(&pg, ROWS, 0..=1);
+    // Confirmed messages are persistent in a durable queue: leave them
+    // there, unread, across the broker's crash.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while amqp.count("cdc-all") < (ROWS * 2) as u32 {
+        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Outage: SIGKILL the node, keep writing.
+    node.stop();
+    const UPDATES: i64 = 12;
+    let mut peak_rss = 0;
+    for v in 2..=UPDATES {
+        write_rows(&pg, ROWS, v..=v);
+        peak_rss = peak_rss.max(rss_kib(&weft));
+    }
+    // The slot may pass the outage's changes only because they are stored.
+    let confirmed = wait_for_slot_to_catch_up(&pg, SLOT);
+    let outbox = stored_keys(dir.path(), "items");
+    for _ in 0..10 {
+        peak_rss = peak_rss.max(rss_kib(&weft));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
+    let log = weft.log_text();
+    assert!(
+        log.contains("cannot connect to RabbitMQ"),
+        "deliveries failed retriably during the outage; log:\n{log}"
+    );
+
+    node.start_again();
+    let total = (ROWS * (UPDATES + 1)) as usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut all = Vec::new();
+    loop {
+        all.extend(amqp.drain("cdc-all"));
+        let unique: HashSet<&str> = all.iter().filter_map(|m| m.message_id.as_deref()).collect();
+        if unique.len() >= total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} after the outage; log:\n{}",
+            unique.len(),
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_in_order(&rows(&all), ROWS, UPDATES);
+    let mut outage_changes = 0;
+    for m in &all {
+        let body = body(m);
+        if body["record"]["v"].as_i64().unwrap() >= 2 {
+            outage_changes += 1;
+            let lsn = body["metadata"]["commit_lsn"].as_u64().unwrap();
+            assert!(lsn <= confirmed, "the slot confirmed every outage write");
+            assert!(
+                outbox.contains(m.message_id.as_deref().unwrap()),
+                "change {:?} was confirmed to Postgres while the broker was down but was not in the store",
+                m.message_id
+            );
+        }
+    }
+    assert!(outage_changes >= (ROWS * (UPDATES - 1)) as usize);
+    println!(
+        "rabbitmq outage: peak weft RSS {peak_rss} KiB, {} messages in the outbox",
+        outbox.len()
+    );
+}

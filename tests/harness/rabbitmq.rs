@@ -1,0 +1,350 @@
+//! RabbitMQ for tests: a private node a test owns (so that it can stop it
+//! and start it again on the same ports and data), and an independent
+//! lapin client that declares a test's exchanges and queues, reads them
+//! back, and deletes them when dropped.
+
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+
+use crate::harness::weft::free_port;
+
+/// The machine's RabbitMQ, shared by tests (each uses its own names).
+pub const SHARED_PORT: u16 = 5672;
+
+/// A `rabbitmq-server` node of its own on loopback ports, with its data
+/// in a temporary directory. Run as the current user (root in CI), in its
+/// own process group so that stopping kills the whole node at once.
+pub struct RabbitMqNode {
+    child: Option<Child>,
+    port: u16,
+    dist_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RabbitMqNode {
+    /// Starts a fresh node and waits until it accepts AMQP connections.
+    pub fn start() -> RabbitMqNode {
+        let dir = tempfile::tempdir().expect("rabbitmq node dir");
+        for sub in ["home", "mnesia", "log"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("enabled_plugins"), "[].\n").unwrap();
+        let mut node = RabbitMqNode {
+            child: None,
+            port: free_port(),
+            dist_port: free_port(),
+            dir,
+        };
+        std::fs::write(
+            node.dir.path().join("rabbitmq.conf"),
+            format!("listeners.tcp.default = 127.0.0.1:{}\n", node.port),
+        )
+        .unwrap();
+        node.start_again();
+        node
+    }
+
+    /// The node's AMQP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Starts the node (again) on the same ports and data directory, so
+    /// that durable queues and persistent messages survive a stop.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the rabbitmq node already runs");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("server.log"))
+            .expect("rabbitmq log");
+        // The packaged /usr/sbin wrapper re-runs itself as user rabbitmq
+        // (which cannot write our temporary directory); run the real script.
+        let script = ["/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server"]
+            .into_iter()
+            .find(|p| !p.starts_with('/') || Path::new(p).exists())
+            .unwrap();
+        let child = Command::new(script)
+            .current_dir(self.dir.path())
+            .env("HOME", self.path("home"))
+            .env(
+                "RABBITMQ_NODENAME",
+                format!("weft-test-{}@localhost", self.port),
+            )
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", self.path("mnesia"))
+            .env("RABBITMQ_LOG_BASE", self.path("log"))
+            .env("RABBITMQ_PID_FILE", self.path("rabbitmq.pid"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", self.path("enabled_plugins"))
+            .env("RABBITMQ_CONFIG_FILE", self.path("rabbitmq.conf"))
+            .env(
+                "RABBITMQ_SERVER_START_ARGS",
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            )
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn rabbitmq-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "rabbitmq-server exited ({status}) before listening; log:\n{}",
+                    std::fs::read_to_string(self.path("server.log")).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "rabbitmq-server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills the whole node (SIGKILL to its process group: no clean
+    /// shutdown) and waits until its AMQP port is closed.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let group = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        child.wait().expect("reap rabbitmq-server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "rabbitmq-server did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for RabbitMqNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One message read back from a queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    /// The exchange it was published to.
+    pub exchange: String,
+    /// Its routing key.
+    pub routing_key: String,
+    /// Its `message_id` property.
+    pub message_id: Option<String>,
+    /// Its `content_type` property.
+    pub content_type: Option<String>,
+    /// Its `delivery_mode` property (2 = persistent).
+    pub delivery_mode: Option<u8>,
+    /// Its headers whose values are strings.
+    pub headers: Vec<(String, String)>,
+    /// The body, as published.
+    pub body: Vec<u8>,
+}
+
+/// An independent AMQP client on a broker, as user guest on vhost `/`.
+/// Deletes the exchanges and queues it declared when dropped.
+pub struct Amqp {
+    runtime: tokio::runtime::Runtime,
+    port: u16,
+    client: Mutex<Option<(Connection, Channel)>>,
+    declared: Mutex<(Vec<String>, Vec<String>)>,
+}
+
+impl Amqp {
+    /// A client of the broker on `port` (connecting on first use, and again
+    /// after the broker restarted).
+    pub fn new(port: u16) -> Amqp {
+        Amqp {
+            runtime: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap(),
+            port,
+            client: Mutex::new(None),
+            declared: Mutex::new((Vec::new(), Vec::new())),
+        }
+    }
+
+    /// Runs `f` with an open channel, reconnecting if the last one died.
+    fn with<T>(&self, f: impl AsyncFnOnce(&Channel) -> lapin::Result<T>) -> lapin::Result<T> {
+        let mut client = self.client.lock().unwrap();
+        self.runtime.block_on(async {
+            let alive = client
+                .as_ref()
+                .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected());
+            if !alive {
+                let uri = format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port);
+                let connection = Connection::connect(&uri, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                *client = Some((connection, channel));
+            }
+            f(&client.as_ref().unwrap().1).await
+        })
+    }
+
+    /// Declares a durable topic exchange `name`.
+    pub fn declare_exchange(&self, name: &str) {
+        self.with(async |ch| {
+            ch.exchange_declare(
+                name.into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+        })
+        .expect("declare exchange");
+        self.declared.lock().unwrap().0.push(name.to_string());
+    }
+
+    /// Declares durable queue `queue` bound to `exchange` with `pattern`.
+    pub fn bind_queue(&self, queue: &str, exchange: &str, pattern: &str) {
+        self.with(async |ch| {
+            ch.queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+            ch.queue_bind(
+                queue.into(),
+                exchange.into(),
+                pattern.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+        })
+        .expect("declare and bind queue");
+        self.declared.lock().unwrap().1.push(queue.to_string());
+    }
+
+    /// How many messages `queue` holds, without taking any.
+    pub fn count(&self, queue: &str) -> u32 {
+        self.with(async |ch| {
+            ch.queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+        })
+        .expect("passive queue declare")
+        .message_count()
+    }
+
+    /// Takes every message now in `queue` (auto-acked), in queue order.
+    pub fn drain(&self, queue: &str) -> Vec<Received> {
+        self.with(async |ch| {
+            let mut all = Vec::new();
+            while let Some(m) = ch
+                .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                .await?
+            {
+                let p = &m.delivery.properties;
+                let headers = p
+                    .headers()
+                    .as_ref()
+                    .map(|h| {
+                        h.inner()
+                            .iter()
+                            .filter_map(|(k, v)| match v {
+                                AMQPValue::LongString(s) => Some((k.to_string(), s.to_string())),
+                                _ => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                all.push(Received {
+                    exchange: m.delivery.exchange.to_string(),
+                    routing_key: m.delivery.routing_key.to_string(),
+                    message_id: p.message_id().as_ref().map(|s| s.to_string()),
+                    content_type: p.content_type().as_ref().map(|s| s.to_string()),
+                    delivery_mode: *p.delivery_mode(),
+                    headers,
+                    body: m.delivery.data.clone(),
+                });
+            }
+            Ok(all)
+        })
+        .expect("read queue")
+    }
+
+    /// Drains `queue` into `into` until it holds `count` messages, failing
+    /// after `timeout` with `context()` (e.g. weft's log).
+    pub fn wait_for(
+        &self,
+        queue: &str,
+        into: &mut Vec<Received>,
+        count: usize,
+        timeout: Duration,
+        context: impl Fn() -> String,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            into.extend(self.drain(queue));
+            if into.len() >= count {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {count} messages in {queue}; {}",
+                into.len(),
+                context()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Amqp {
+    fn drop(&mut self) {
+        let (exchanges, queues) = std::mem::take(&mut *self.declared.lock().unwrap());
+        // Best effort: the broker may be gone (a stopped private node).
+        let _ = self.with(async |ch| {
+            for queue in &queues {
+                ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                    .await?;
+            }
+            for exchange in &exchanges {
+                ch.exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
+                    .await?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A name no other test run uses, for exchanges and queues on the shared broker.
+pub fn unique_name(prefix: &str) -> String {
+    format!("weft-test-{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
