@@ -997,7 +997,7 @@ fn rabbitmq_mistakes_are_reported_with_their_fix() {
         error(&with_sink(
             "    destination: {type: rabbitmq, host: h, exchange: x, port: 0}\n"
         )),
-        "sinks[0].destination.port: must be between 1 and 65535, got 0 (line 14, column 62)"
+        "sinks[0].destination.port: invalid port \"0\": a port is a number from 1 to 65535 (line 14, column 63)"
     );
     let lines = errors(&with_sink(
         "    destination: {type: rabbitmq, host: h, exchange: '', password: hunter2, tls_ca_file: ca.pem}\n",

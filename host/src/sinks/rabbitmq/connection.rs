@@ -69,9 +69,12 @@ impl Drop for ChannelLease<'_> {
     }
 }
 
+/// Closes `channel` in the background, if it is open and a runtime runs.
 fn close_later(channel: Channel) {
-    if channel.status().connected() {
-        tokio::spawn(async move {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current()
+        && channel.status().connected()
+    {
+        runtime.spawn(async move {
             let _ = channel.close(200, "weft: channel released".into()).await;
         });
     }
