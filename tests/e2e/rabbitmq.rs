@@ -187,7 +187,11 @@ fn rabbitmq_routes_orders_and_sets_persistent_properties() {
     assert_in_order(&rows(&items), ROWS, UPDATES);
     std::thread::sleep(Duration::from_millis(500));
     items.extend(amqp.drain(&items_q));
-    assert_eq!(items.len(), total, "a healthy run publishes each change once");
+    assert_eq!(
+        items.len(),
+        total,
+        "a healthy run publishes each change once"
+    );
 
     // The routing function's exchange, routing key, header and message id;
     // the transform's bytes, byte-exact, with their content type.
@@ -245,13 +249,20 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     amqp.bind_queue(&queue, &exchange, "sequin.#");
     write_rows(&pg, ROWS, 1..=1);
     let mut all = Vec::new();
-    amqp.wait_for(&queue, &mut all, (ROWS * 2) as usize, Duration::from_secs(60), || {
-        weft.log_text()
-    });
+    amqp.wait_for(
+        &queue,
+        &mut all,
+        (ROWS * 2) as usize,
+        Duration::from_secs(60),
+        || weft.log_text(),
+    );
     assert_in_order(&rows(&all), ROWS, 1);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !stored_keys(dir.path(), "items").is_empty() {
-        assert!(Instant::now() < deadline, "delivered messages left the store");
+        assert!(
+            Instant::now() < deadline,
+            "delivered messages left the store"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

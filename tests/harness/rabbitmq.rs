@@ -92,7 +92,10 @@ impl RabbitMqNode {
             .env("RABBITMQ_MNESIA_BASE", self.path("mnesia"))
             .env("RABBITMQ_LOG_BASE", self.path("log"))
             .env("RABBITMQ_PID_FILE", self.path("rabbitmq.pid"))
-            .env("RABBITMQ_ENABLED_PLUGINS_FILE", self.path("enabled_plugins"))
+            .env(
+                "RABBITMQ_ENABLED_PLUGINS_FILE",
+                self.path("enabled_plugins"),
+            )
             .env("RABBITMQ_CONFIG_FILE", self.path("rabbitmq.conf"))
             .env(
                 "RABBITMQ_SERVER_START_ARGS",

@@ -348,7 +348,10 @@ mod tests {
         };
         assert!(matches!(
             validate(&empty_exchange, "rabbitmq"),
-            Err(RouteError::InvalidValue { key: "exchange", .. })
+            Err(RouteError::InvalidValue {
+                key: "exchange",
+                ..
+            })
         ));
     }
 }

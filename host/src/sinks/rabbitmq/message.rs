@@ -31,7 +31,10 @@ impl Outgoing {
     /// The publish of `message`, whose route sets no exchange if the sink's
     /// `default_exchange` applies. A value AMQP cannot carry (over 255
     /// bytes) is a permanent failure: no retry can shorten it.
-    pub fn of(message: &StoredMessage, default_exchange: &str) -> Result<Outgoing, DeliveryOutcome> {
+    pub fn of(
+        message: &StoredMessage,
+        default_exchange: &str,
+    ) -> Result<Outgoing, DeliveryOutcome> {
         let route = &message.route;
         let exchange = route
             .exchange
@@ -166,7 +169,10 @@ mod tests {
         match Outgoing::of(&stored(route, Payload::Json(serde_json::json!({}))), "cdc") {
             Err(DeliveryOutcome::Failed { error, retriable }) => {
                 assert!(!retriable);
-                assert!(error.starts_with("routing_key is 256 bytes long"), "{error}");
+                assert!(
+                    error.starts_with("routing_key is 256 bytes long"),
+                    "{error}"
+                );
             }
             other => panic!("expected a permanent failure, got {other:?}"),
         }
