@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::harness::certs::TestCa;
 use crate::harness::guests;
 use crate::harness::outage::{rss_kib, stored_keys, wait_for_slot_to_catch_up};
 use crate::harness::postgres::PgCluster;
@@ -348,4 +349,96 @@ fn rabbitmq_broker_outage_loses_nothing_and_keeps_order() {
         "rabbitmq outage: peak weft RSS {peak_rss} KiB, {} messages in the outbox",
         outbox.len()
     );
+}
+
+#[test]
+fn rabbitmq_tls_verifies_the_broker_and_connection_errors_say_what_to_fix() {
+    let pg = start_pg();
+    let ca = TestCa::new("weft rabbitmq test CA");
+    let server = ca.issue_server("rabbit", &["DNS:localhost", "IP:127.0.0.1"]);
+    let node = RabbitMqNode::start_with_tls(Some(&server));
+    let amqp = Amqp::new(node.port());
+    amqp.declare_exchange("cdc");
+    amqp.bind_queue("cdc-all", "cdc", "sequin.#");
+    let sink = |name: &str, destination: String| {
+        format!(
+            "  - name: {name}\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    \
+             destination: {{ type: rabbitmq, host: localhost, exchange: cdc, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300, {destination} }}\n"
+        )
+    };
+    let tls_port = node.tls_port().unwrap();
+    let sinks = [
+        sink(
+            "trusted",
+            format!(
+                "port: {tls_port}, tls: true, tls_ca_file: {}",
+                ca.cert().display()
+            ),
+        ),
+        sink("untrusted", format!("port: {tls_port}, tls: true")),
+        sink(
+            "bad_password",
+            format!(
+                "port: {}, username: guest, password: wrong-pass-41",
+                node.port()
+            ),
+        ),
+        sink(
+            "no_vhost",
+            format!("port: {}, virtual_host: weft-no-such-vhost", node.port()),
+        ),
+    ]
+    .concat();
+    let yaml = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {pg_port}
+    database: postgres
+    username: postgres
+    slot: {{ name: {SLOT}, create_if_not_exists: true }}
+    publication: {{ name: {SLOT}, create_if_not_exists: true }}
+sinks:
+{sinks}"#,
+        pg_port = pg.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &yaml);
+    pg.wait_for_active_slot(SLOT);
+    write_rows(&pg, 3, 0..=1);
+
+    let mut all = Vec::new();
+    amqp.wait_for("cdc-all", &mut all, 6, Duration::from_secs(60), || {
+        weft.log_text()
+    });
+    assert_in_order(&rows(&all), 3, 1);
+    wait_for_log(&weft, "refused the credentials");
+    wait_for_log(&weft, "did not allow virtual host \"weft-no-such-vhost\"");
+    let log = weft.log_text();
+    let untrusted_failed = log.lines().any(|l| {
+        l.contains("untrusted") && l.contains("cannot connect to RabbitMQ") && l.contains("TLS")
+    });
+    assert!(
+        untrusted_failed,
+        "the untrusted sink failed to connect; log:\n{log}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    all.extend(amqp.drain("cdc-all"));
+    let consumers: HashSet<String> = all
+        .iter()
+        .map(|m| {
+            body(m)["metadata"]["consumer"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        consumers,
+        HashSet::from(["trusted".to_string()]),
+        "only the sink that verified the broker's certificate delivered"
+    );
+    assert_eq!(all.len(), 6);
+    assert!(!log.contains("wrong-pass-41"), "a password reached the log");
 }

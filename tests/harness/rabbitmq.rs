@@ -17,6 +17,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
+use crate::harness::certs::CertFiles;
 use crate::harness::weft::free_port;
 
 /// The machine's RabbitMQ, shared by tests (each uses its own names).
@@ -29,12 +30,20 @@ pub struct RabbitMqNode {
     child: Option<Child>,
     port: u16,
     dist_port: u16,
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
 }
 
 impl RabbitMqNode {
     /// Starts a fresh node and waits until it accepts AMQP connections.
     pub fn start() -> RabbitMqNode {
+        RabbitMqNode::start_with_tls(None)
+    }
+
+    /// Like [`RabbitMqNode::start`], also listening for AMQPS on
+    /// [`RabbitMqNode::tls_port`] with certificate `server` (no client
+    /// certificates asked for) if given.
+    pub fn start_with_tls(server: Option<&CertFiles>) -> RabbitMqNode {
         let dir = tempfile::tempdir().expect("rabbitmq node dir");
         for sub in ["home", "mnesia", "log"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
@@ -44,15 +53,29 @@ impl RabbitMqNode {
             child: None,
             port: free_port(),
             dist_port: free_port(),
+            tls_port: server.map(|_| free_port()),
             dir,
         };
-        std::fs::write(
-            node.dir.path().join("rabbitmq.conf"),
-            format!("listeners.tcp.default = 127.0.0.1:{}\n", node.port),
-        )
-        .unwrap();
+        let mut conf = format!("listeners.tcp.default = 127.0.0.1:{}\n", node.port);
+        if let (Some(server), Some(port)) = (server, node.tls_port) {
+            conf.push_str(&format!(
+                "listeners.ssl.default = 127.0.0.1:{port}\n\
+                 ssl_options.certfile = {}\n\
+                 ssl_options.keyfile = {}\n\
+                 ssl_options.verify = verify_none\n\
+                 ssl_options.fail_if_no_peer_cert = false\n",
+                server.cert.display(),
+                server.key.display()
+            ));
+        }
+        std::fs::write(node.dir.path().join("rabbitmq.conf"), conf).unwrap();
         node.start_again();
         node
+    }
+
+    /// The node's AMQPS port, if it was started with TLS.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The node's AMQP port.
