@@ -4,8 +4,9 @@
 //! per-row order, unroutable messages and a missing exchange retried (not
 //! lost), and a broker outage on a private node.
 //!
-//! Tests on the machine's RabbitMQ (127.0.0.1:5672, guest/guest) use
-//! exchanges and queues with unique names, deleted when the test ends.
+//! Tests on the machine's RabbitMQ (127.0.0.1:5672, guest/guest; started
+//! by the harness when absent) use exchanges and queues with unique names,
+//! deleted when the test ends.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use crate::harness::certs::TestCa;
 use crate::harness::guests;
 use crate::harness::outage::{rss_kib, stored_keys, wait_for_slot_to_catch_up};
 use crate::harness::postgres::PgCluster;
-use crate::harness::rabbitmq::{Amqp, RabbitMqNode, Received, SHARED_PORT, unique_name};
+use crate::harness::rabbitmq::{Amqp, RabbitMqNode, Received, shared_port, unique_name};
 use crate::harness::weft::WeftProcess;
 
 const SLOT: &str = "weft_rabbit";
@@ -133,7 +134,7 @@ fn wait_for_log(weft: &WeftProcess, text: &str) {
 #[test]
 fn rabbitmq_routes_orders_and_sets_persistent_properties() {
     let pg = start_pg();
-    let amqp = Amqp::new(SHARED_PORT);
+    let amqp = Amqp::new(shared_port());
     let exchange = unique_name("x");
     let routed_exchange = format!("{exchange}-routed");
     let (items_q, blobs_q) = (unique_name("items"), unique_name("blobs"));
@@ -152,13 +153,15 @@ fn rabbitmq_routes_orders_and_sets_persistent_properties() {
     destination:
       type: rabbitmq
       host: 127.0.0.1
+      port: {port}
       exchange: {exchange}
       request_timeout_ms: 2000
       retry_backoff_base_ms: 50
-"#
+"#,
+        port = shared_port()
     );
     let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, SHARED_PORT, &exchange, &routed));
+    let weft = WeftProcess::start(dir.path(), &config(&pg, shared_port(), &exchange, &routed));
     pg.wait_for_active_slot(SLOT);
 
     const ROWS: i64 = 20;
@@ -223,11 +226,11 @@ fn rabbitmq_routes_orders_and_sets_persistent_properties() {
 #[test]
 fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     let pg = start_pg();
-    let amqp = Amqp::new(SHARED_PORT);
+    let amqp = Amqp::new(shared_port());
     let exchange = unique_name("late");
     let queue = unique_name("late");
     let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, SHARED_PORT, &exchange, ""));
+    let weft = WeftProcess::start(dir.path(), &config(&pg, shared_port(), &exchange, ""));
     pg.wait_for_active_slot(SLOT);
 
     const ROWS: i64 = 5;

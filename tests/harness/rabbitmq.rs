@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lapin::options::{
@@ -20,8 +20,32 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use crate::harness::certs::CertFiles;
 use crate::harness::weft::free_port;
 
-/// The machine's RabbitMQ, shared by tests (each uses its own names).
-pub const SHARED_PORT: u16 = 5672;
+/// Where the machine's RabbitMQ listens.
+const MACHINE_PORT: u16 = 5672;
+
+/// The port of a RabbitMQ that tests share (each with its own names): the
+/// machine's on 5672 if it answers, else one node started for this test
+/// process and stopped when it exits.
+pub fn shared_port() -> u16 {
+    static SHARED: OnceLock<u16> = OnceLock::new();
+    static NODE: Mutex<Option<RabbitMqNode>> = Mutex::new(None);
+    extern "C" fn stop_node() {
+        if let Ok(mut node) = NODE.lock() {
+            node.take();
+        }
+    }
+    *SHARED.get_or_init(|| {
+        if TcpStream::connect(("127.0.0.1", MACHINE_PORT)).is_ok() {
+            return MACHINE_PORT;
+        }
+        let node = RabbitMqNode::start();
+        let port = node.port();
+        *NODE.lock().unwrap() = Some(node);
+        // SAFETY: registers a plain function; it runs once at process exit.
+        unsafe { libc::atexit(stop_node) };
+        port
+    })
+}
 
 /// A `rabbitmq-server` node of its own on loopback ports, with its data
 /// in a temporary directory. Run as the current user (root in CI), in its
