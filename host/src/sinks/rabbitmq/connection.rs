@@ -169,7 +169,10 @@ impl RabbitMqConnection {
                 Ok(true)
             }
             Err(e) if is_not_found(&e) => Ok(false),
-            Err(e) => Err(self.describe(&format!("checking exchange {exchange:?}"), &e)),
+            Err(e) => {
+                close_later(channel);
+                Err(self.describe(&format!("checking exchange {exchange:?}"), &e))
+            }
         }
     }
 
