@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
+use lapin::types::{AMQPValue, FieldTable};
 use serde_json::Value;
 
 use crate::harness::certs::TestCa;
@@ -467,4 +468,39 @@ sinks:
     );
     assert_eq!(all.len(), 6);
     assert!(!log.contains("wrong-pass-41"), "a password reached the log");
+}
+
+#[test]
+fn rabbitmq_nacked_publishes_are_retried_until_the_queue_has_room() {
+    let pg = start_pg();
+    let amqp = Amqp::new(shared_port());
+    let exchange = unique_name("full");
+    let queue = unique_name("full");
+    amqp.declare_exchange(&exchange);
+    // A queue that holds two messages and nacks further publishes.
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-max-length".into(), AMQPValue::LongInt(2));
+    arguments.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    amqp.bind_queue_with(&queue, &exchange, "sequin.#", arguments);
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, shared_port(), &exchange, ""));
+    pg.wait_for_active_slot(SLOT);
+
+    const ROWS: i64 = 6;
+    write_rows(&pg, ROWS, 0..=1);
+    wait_for_log(&weft, "RabbitMQ nacked the message");
+    assert_eq!(amqp.count(&queue), 2, "the queue is full");
+    // Consuming makes room; the nacked messages are published again.
+    let mut all = Vec::new();
+    amqp.wait_for(
+        &queue,
+        &mut all,
+        (ROWS * 2) as usize,
+        Duration::from_secs(60),
+        || weft.log_text(),
+    );
+    assert_in_order(&rows(&all), ROWS, 1);
 }

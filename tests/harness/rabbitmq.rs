@@ -272,6 +272,18 @@ impl Amqp {
 
     /// Declares durable queue `queue` bound to `exchange` with `pattern`.
     pub fn bind_queue(&self, queue: &str, exchange: &str, pattern: &str) {
+        self.bind_queue_with(queue, exchange, pattern, FieldTable::default());
+    }
+
+    /// Like [`Amqp::bind_queue`], declaring the queue with `arguments`
+    /// (e.g. `x-max-length`).
+    pub fn bind_queue_with(
+        &self,
+        queue: &str,
+        exchange: &str,
+        pattern: &str,
+        arguments: FieldTable,
+    ) {
         self.with(async |ch| {
             ch.queue_declare(
                 queue.into(),
@@ -279,7 +291,7 @@ impl Amqp {
                     durable: true,
                     ..Default::default()
                 },
-                FieldTable::default(),
+                arguments,
             )
             .await?;
             ch.queue_bind(
