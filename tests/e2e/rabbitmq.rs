@@ -504,3 +504,53 @@ fn rabbitmq_nacked_publishes_are_retried_until_the_queue_has_room() {
     );
     assert_in_order(&rows(&all), ROWS, 1);
 }
+
+#[test]
+fn rabbitmq_blocked_broker_times_out_and_delivers_after_the_alarm_clears() {
+    let pg = start_pg();
+    let node = RabbitMqNode::start();
+    let amqp = Amqp::new(node.port());
+    amqp.declare_exchange("cdc");
+    amqp.bind_queue("cdc-all", "cdc", "sequin.#");
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, node.port(), "cdc", ""));
+    pg.wait_for_active_slot(SLOT);
+
+    const ROWS: i64 = 5;
+    write_rows(&pg, ROWS, 0..=0);
+    let mut all = Vec::new();
+    amqp.wait_for(
+        "cdc-all",
+        &mut all,
+        ROWS as usize,
+        Duration::from_secs(60),
+        || weft.log_text(),
+    );
+    // A memory alarm blocks publishers: confirms stop coming.
+    node.rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", "1"]);
+    write_rows(&pg, ROWS, 1..=2);
+    wait_for_log(&weft, "did not finish within request_timeout_ms");
+    wait_for_log(&weft, "blocked publishing");
+    assert!(
+        !stored_keys(dir.path(), "items").is_empty(),
+        "unconfirmed messages stay in the store"
+    );
+    node.rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let total = (ROWS * 3) as usize;
+    loop {
+        all.extend(amqp.drain("cdc-all"));
+        let unique: HashSet<&str> = all.iter().filter_map(|m| m.message_id.as_deref()).collect();
+        if unique.len() >= total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} after the alarm cleared; log:\n{}",
+            unique.len(),
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_in_order(&rows(&all), ROWS, 2);
+}

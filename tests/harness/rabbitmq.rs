@@ -168,6 +168,27 @@ impl RabbitMqNode {
         }
     }
 
+    /// Runs `rabbitmqctl` against this node and returns its output.
+    pub fn rabbitmqctl(&self, args: &[&str]) -> String {
+        let script = ["/usr/lib/rabbitmq/bin/rabbitmqctl", "rabbitmqctl"]
+            .into_iter()
+            .find(|p| !p.starts_with('/') || Path::new(p).exists())
+            .unwrap();
+        let output = Command::new(script)
+            .env("HOME", self.path("home"))
+            .arg("-n")
+            .arg(format!("weft-test-{}@localhost", self.port))
+            .args(args)
+            .output()
+            .expect("run rabbitmqctl");
+        assert!(
+            output.status.success(),
+            "rabbitmqctl {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Kills the whole node (SIGKILL to its process group: no clean
     /// shutdown) and waits until its AMQP port is closed.
     pub fn stop(&mut self) {

@@ -176,6 +176,13 @@ impl RabbitMqConnection {
         }
     }
 
+    /// Whether the broker blocked this connection's publishes (a memory or
+    /// disk alarm): publishing now would only wait for the timeout.
+    pub async fn blocked(&self) -> bool {
+        let slot = self.connection.lock().await;
+        slot.as_ref().is_some_and(|c| c.status().blocked())
+    }
+
     /// Forgets that `exchange` exists, after the broker said it does not.
     pub fn forget_exchange(&self, exchange: &str) {
         self.exchanges.lock().expect("exchanges").remove(exchange);

@@ -66,10 +66,20 @@ impl RabbitMqDestination {
         if outgoing.iter().all(Result::is_err) {
             return outgoing.into_iter().map(|o| o.unwrap_err()).collect();
         }
+        // A blocked connection stops reading: a publish (or even a new
+        // channel) would only wait for the timeout.
+        if self.connection.blocked().await {
+            let error = format!(
+                "RabbitMQ at {} blocked publishing (a memory or disk alarm on the broker); free memory or disk on the broker",
+                settings.address()
+            );
+            return vec![DeliveryOutcome::retry(error); batch.len()];
+        }
         let lease = match self.connection.channel().await {
             Ok(lease) => lease,
             Err(error) => return vec![DeliveryOutcome::retry(error); batch.len()],
         };
+
         let channel = lease.channel();
         // Publish all, then await the confirms together: one round trip per
         // batch (each message is its group's only one, so order holds).
