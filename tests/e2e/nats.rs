@@ -11,7 +11,6 @@ use serde_json::Value;
 
 use crate::harness::guests;
 use crate::harness::nats::NatsServer;
-use crate::harness::outage::{rss_kib, stored_keys, wait_for_slot_to_catch_up};
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::WeftProcess;
 
@@ -299,6 +298,40 @@ fn unix_nanos() -> i128 {
         .as_nanos() as i128
 }
 
+fn rss_kib(weft: &WeftProcess) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", weft.pid().unwrap())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn confirmed_flush_lsn(pg: &PgCluster) -> u64 {
+    pg.psql("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weft_nats'")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Idempotency keys of the sink's messages in weft's store (its outbox).
+fn stored_keys(dir: &std::path::Path) -> HashSet<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("weft-data/weft.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let mut query = db
+        .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = 'items'")
+        .unwrap();
+    query
+        .query_map([], |row| row.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 #[test]
 fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
     let pg = PgCluster::start();
@@ -336,8 +369,24 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
     }
     // Let the slot advance past the writes, then check the outbox covers
     // everything the slot confirmed that the broker did not store.
-    let confirmed = wait_for_slot_to_catch_up(&pg, "weft_nats");
-    let outbox = stored_keys(dir.path(), "items");
+    let written = pg
+        .psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let confirmed = loop {
+        let confirmed = confirmed_flush_lsn(&pg);
+        if confirmed >= written {
+            break confirmed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot stuck at {confirmed} < {written}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let outbox = stored_keys(dir.path());
     assert!(!outbox.is_empty(), "the outage's changes wait in the store");
     for _ in 0..10 {
         peak_rss = peak_rss.max(rss_kib(&weft));
