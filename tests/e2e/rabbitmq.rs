@@ -16,7 +16,6 @@ use serde_json::Value;
 
 use crate::harness::certs::TestCa;
 use crate::harness::guests;
-use crate::harness::outage::{rss_kib, stored_keys, wait_for_slot_to_catch_up};
 use crate::harness::postgres::PgCluster;
 use crate::harness::rabbitmq::{Amqp, RabbitMqNode, Received, shared_port, unique_name};
 use crate::harness::weft::WeftProcess;
@@ -246,7 +245,7 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     assert!(log.contains("bind a queue"), "the error says what to do");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
-        stored_keys(dir.path(), "items").len(),
+        weft.stored_keys("items").len(),
         ROWS as usize,
         "returned messages stay in the store"
     );
@@ -263,20 +262,13 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     );
     assert_in_order(&rows(&all), ROWS, 1);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !stored_keys(dir.path(), "items").is_empty() {
+    while !weft.stored_keys("items").is_empty() {
         assert!(
             Instant::now() < deadline,
             "delivered messages left the store"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn current_wal_lsn(pg: &PgCluster) -> u64 {
-    pg.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -310,21 +302,21 @@ fn rabbitmq_broker_outage_loses_nothing_and_keeps_order() {
             std::thread::sleep(Duration::from_millis(50));
         }
         node.stop();
-        let stop_lsn = current_wal_lsn(&pg);
+        let stop_lsn = pg.current_wal_lsn();
         let mut peak_rss = 0;
         while !writer.is_finished() {
-            peak_rss = peak_rss.max(rss_kib(&weft));
+            peak_rss = peak_rss.max(weft.rss_kib());
             std::thread::sleep(Duration::from_millis(100));
         }
         writer.join().unwrap();
         (stop_lsn, peak_rss)
     });
     // The slot confirms the outage's changes only because they are stored.
-    let confirmed = wait_for_slot_to_catch_up(&pg, SLOT);
-    let outbox = stored_keys(dir.path(), "items");
+    let confirmed = pg.wait_for_slot_to_confirm_all(SLOT);
+    let outbox = weft.stored_keys("items");
     let mut peak_rss = peak_rss;
     for _ in 0..10 {
-        peak_rss = peak_rss.max(rss_kib(&weft));
+        peak_rss = peak_rss.max(weft.rss_kib());
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
@@ -532,7 +524,7 @@ fn rabbitmq_blocked_broker_times_out_and_delivers_after_the_alarm_clears() {
     wait_for_log(&weft, "did not finish within request_timeout_ms");
     wait_for_log(&weft, "blocked publishing");
     assert!(
-        !stored_keys(dir.path(), "items").is_empty(),
+        !weft.stored_keys("items").is_empty(),
         "unconfirmed messages stay in the store"
     );
     node.rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);

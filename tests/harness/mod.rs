@@ -3,16 +3,19 @@
 //! * [`postgres::PgCluster`]: a throwaway Postgres cluster with logical
 //!   replication enabled.
 //! * [`certs::TestCa`]: throwaway certificates for TLS tests.
-//! * [`rabbitmq::RabbitMqNode`]: a private RabbitMQ node a test can stop;
-//!   [`rabbitmq::Amqp`]: an independent client to read queues back.
+//! * [`server_process::ServerProcess`]: a broker or cache the test owns, to
+//!   kill and restart (wrapped by [`nats::NatsServer`],
+//!   [`redis::RedisServer`] and [`rabbitmq::RabbitMqNode`]).
+//! * [`rabbitmq::Amqp`]: an independent AMQP client to read queues back.
 
 pub mod certs;
 pub mod guests;
 pub mod nats;
 pub mod oracle;
-pub mod outage;
 pub mod postgres;
 pub mod rabbitmq;
+pub mod redis;
+pub mod server_process;
 pub mod source;
 pub mod webhook_receiver;
 pub mod weft;

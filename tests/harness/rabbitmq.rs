@@ -4,9 +4,8 @@
 //! back, and deletes them when dropped.
 
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use crate::harness::certs::CertFiles;
+use crate::harness::server_process::ServerProcess;
 use crate::harness::weft::free_port;
 
 /// Where the machine's RabbitMQ listens.
@@ -48,14 +48,25 @@ pub fn shared_port() -> u16 {
 }
 
 /// A `rabbitmq-server` node of its own on loopback ports, with its data
-/// in a temporary directory. Run as the current user (root in CI), in its
-/// own process group so that stopping kills the whole node at once.
+/// in a temporary directory, run as the current user (root in CI).
 pub struct RabbitMqNode {
-    child: Option<Child>,
-    port: u16,
-    dist_port: u16,
+    process: ServerProcess,
     tls_port: Option<u16>,
-    dir: tempfile::TempDir,
+}
+
+/// The real server script: the packaged `/usr/sbin` wrapper re-runs itself
+/// as user rabbitmq, which cannot write the test's temporary directory.
+fn rabbitmq_script(name: &str) -> String {
+    let real = format!("/usr/lib/rabbitmq/bin/{name}");
+    if Path::new(&real).exists() {
+        real
+    } else {
+        name.to_string()
+    }
+}
+
+fn node_name(port: u16) -> String {
+    format!("weft-test-{port}@localhost")
 }
 
 impl RabbitMqNode {
@@ -68,21 +79,10 @@ impl RabbitMqNode {
     /// [`RabbitMqNode::tls_port`] with certificate `server` (no client
     /// certificates asked for) if given.
     pub fn start_with_tls(server: Option<&CertFiles>) -> RabbitMqNode {
-        let dir = tempfile::tempdir().expect("rabbitmq node dir");
-        for sub in ["home", "mnesia", "log"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
-        std::fs::write(dir.path().join("enabled_plugins"), "[].\n").unwrap();
-        let mut node = RabbitMqNode {
-            child: None,
-            port: free_port(),
-            dist_port: free_port(),
-            tls_port: server.map(|_| free_port()),
-            dir,
-        };
-        let mut conf = format!("listeners.tcp.default = 127.0.0.1:{}\n", node.port);
-        if let (Some(server), Some(port)) = (server, node.tls_port) {
-            conf.push_str(&format!(
+        let dist_port = free_port();
+        let tls_port = server.map(|_| free_port());
+        let tls_conf = match (server, tls_port) {
+            (Some(server), Some(port)) => format!(
                 "listeners.ssl.default = 127.0.0.1:{port}\n\
                  ssl_options.certfile = {}\n\
                  ssl_options.keyfile = {}\n\
@@ -90,11 +90,44 @@ impl RabbitMqNode {
                  ssl_options.fail_if_no_peer_cert = false\n",
                 server.cert.display(),
                 server.key.display()
-            ));
-        }
-        std::fs::write(node.dir.path().join("rabbitmq.conf"), conf).unwrap();
-        node.start_again();
-        node
+            ),
+            _ => String::new(),
+        };
+        let process = ServerProcess::start("rabbitmq-server", move |dir, port| {
+            for sub in ["home", "mnesia", "log"] {
+                std::fs::create_dir_all(dir.join(sub)).unwrap();
+            }
+            std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+            std::fs::write(
+                dir.join("rabbitmq.conf"),
+                format!("listeners.tcp.default = 127.0.0.1:{port}\n{tls_conf}"),
+            )
+            .unwrap();
+            let mut command = Command::new(rabbitmq_script("rabbitmq-server"));
+            command
+                .current_dir(dir)
+                .env("HOME", dir.join("home"))
+                .env("RABBITMQ_NODENAME", node_name(port))
+                .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+                .env("RABBITMQ_NODE_PORT", port.to_string())
+                .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+                .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+                .env("RABBITMQ_LOG_BASE", dir.join("log"))
+                .env("RABBITMQ_PID_FILE", dir.join("rabbitmq.pid"))
+                .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+                .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+                .env(
+                    "RABBITMQ_SERVER_START_ARGS",
+                    "-kernel inet_dist_use_interface {127,0,0,1}",
+                );
+            command
+        });
+        RabbitMqNode { process, tls_port }
+    }
+
+    /// The node's AMQP port.
+    pub fn port(&self) -> u16 {
+        self.process.port()
     }
 
     /// The node's AMQPS port, if it was started with TLS.
@@ -102,82 +135,23 @@ impl RabbitMqNode {
         self.tls_port
     }
 
-    /// The node's AMQP port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// Starts the node (again) on the same ports and data directory, so
-    /// that durable queues and persistent messages survive a stop.
+    /// Starts the node again on the same ports and data directory, so that
+    /// durable queues and persistent messages survive a [`Self::stop`].
     pub fn start_again(&mut self) {
-        assert!(self.child.is_none(), "the rabbitmq node already runs");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path("server.log"))
-            .expect("rabbitmq log");
-        // The packaged /usr/sbin wrapper re-runs itself as user rabbitmq
-        // (which cannot write our temporary directory); run the real script.
-        let script = ["/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server"]
-            .into_iter()
-            .find(|p| !p.starts_with('/') || Path::new(p).exists())
-            .unwrap();
-        let child = Command::new(script)
-            .current_dir(self.dir.path())
-            .env("HOME", self.path("home"))
-            .env(
-                "RABBITMQ_NODENAME",
-                format!("weft-test-{}@localhost", self.port),
-            )
-            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
-            .env("RABBITMQ_NODE_PORT", self.port.to_string())
-            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
-            .env("RABBITMQ_MNESIA_BASE", self.path("mnesia"))
-            .env("RABBITMQ_LOG_BASE", self.path("log"))
-            .env("RABBITMQ_PID_FILE", self.path("rabbitmq.pid"))
-            .env(
-                "RABBITMQ_ENABLED_PLUGINS_FILE",
-                self.path("enabled_plugins"),
-            )
-            .env("RABBITMQ_CONFIG_FILE", self.path("rabbitmq.conf"))
-            .env(
-                "RABBITMQ_SERVER_START_ARGS",
-                "-kernel inet_dist_use_interface {127,0,0,1}",
-            )
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn rabbitmq-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "rabbitmq-server exited ({status}) before listening; log:\n{}",
-                    std::fs::read_to_string(self.path("server.log")).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "rabbitmq-server did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.process.start_again();
+    }
+
+    /// Kills the whole node with SIGKILL (no clean shutdown).
+    pub fn stop(&mut self) {
+        self.process.kill();
     }
 
     /// Runs `rabbitmqctl` against this node and returns its output.
     pub fn rabbitmqctl(&self, args: &[&str]) -> String {
-        let script = ["/usr/lib/rabbitmq/bin/rabbitmqctl", "rabbitmqctl"]
-            .into_iter()
-            .find(|p| !p.starts_with('/') || Path::new(p).exists())
-            .unwrap();
-        let output = Command::new(script)
-            .env("HOME", self.path("home"))
+        let output = Command::new(rabbitmq_script("rabbitmqctl"))
+            .env("HOME", self.process.dir().join("home"))
             .arg("-n")
-            .arg(format!("weft-test-{}@localhost", self.port))
+            .arg(node_name(self.port()))
             .args(args)
             .output()
             .expect("run rabbitmqctl");
@@ -187,28 +161,6 @@ impl RabbitMqNode {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    /// Kills the whole node (SIGKILL to its process group: no clean
-    /// shutdown) and waits until its AMQP port is closed.
-    pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let group = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        child.wait().expect("reap rabbitmq-server");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-            assert!(Instant::now() < deadline, "rabbitmq-server did not stop");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for RabbitMqNode {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -2,10 +2,10 @@
 //! with publisher confirms.
 
 use std::fmt;
-use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
 use crate::config::bounds;
 
 /// How a RabbitMQ sink connects and publishes. Names follow Sequin's.
@@ -39,41 +39,10 @@ pub struct RabbitMqConfig {
     /// The exchange messages are published to, unless a routing function
     /// sets `exchange`. Required; weft does not declare it.
     pub exchange: String,
-    /// Most messages handed to one delivery (1 to 10000). Default 100.
-    #[serde(
-        default = "RabbitMqConfig::default_batch_size",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 10_000>"
-    )]
-    pub batch_size: u32,
-    /// Most deliveries in flight at once for this sink, each on its own
-    /// channel (1 to 1000). Default 10.
-    #[serde(
-        default = "RabbitMqConfig::default_max_in_flight",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 1000>"
-    )]
-    pub max_in_flight: u32,
-    /// How long one delivery (connect, publish, confirms) may take before
-    /// its messages count as failed and are retried, in milliseconds (100
-    /// to 600000). Default 5000.
-    #[serde(
-        default = "RabbitMqConfig::default_request_timeout_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 100, 600_000>"
-    )]
-    pub request_timeout_ms: u64,
-    /// Delay before the first retry of a failed message, in milliseconds
-    /// (1 to 3600000); it doubles with each failure, with jitter. Default 1000.
-    #[serde(
-        default = "RabbitMqConfig::default_retry_backoff_base_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 3_600_000>"
-    )]
-    pub retry_backoff_base_ms: u64,
-    /// The longest delay between two attempts, in milliseconds (1 to
-    /// 86400000). Default 600000 (10 minutes).
-    #[serde(
-        default = "RabbitMqConfig::default_retry_backoff_max_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 86_400_000>"
-    )]
-    pub retry_backoff_max_ms: u64,
+    /// The shared delivery fields; RabbitMQ defaults: `batch_size` 100,
+    /// `max_in_flight` 10 (one channel each), `request_timeout_ms` 5000.
+    #[serde(skip)]
+    pub delivery: DeliveryConfig,
 }
 
 impl RabbitMqConfig {
@@ -81,27 +50,12 @@ impl RabbitMqConfig {
     pub const DEFAULT_PORT: u16 = 5672;
     /// Default `virtual_host`.
     pub const DEFAULT_VIRTUAL_HOST: &'static str = "/";
-    /// Default `batch_size`.
-    pub const DEFAULT_BATCH_SIZE: u32 = 100;
-    /// Default `max_in_flight`.
-    pub const DEFAULT_MAX_IN_FLIGHT: u32 = 10;
-    /// Default `request_timeout_ms`.
-    pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
-    /// Default `retry_backoff_base_ms` (Sequin's 1 s).
-    pub const DEFAULT_RETRY_BACKOFF_BASE_MS: u64 = 1_000;
-    /// Default `retry_backoff_max_ms` (Sequin's 10 min).
-    pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 600_000;
     /// AMQP's limit on exchange names, routing keys and message ids, in bytes.
     pub const MAX_SHORT_STRING: usize = 255;
 
     /// The port, or the default.
     pub fn port(&self) -> u16 {
         self.port.unwrap_or(Self::DEFAULT_PORT)
-    }
-
-    /// The request timeout as a duration.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
     }
 
     /// Rules between fields: (field, what is wrong and what to do).
@@ -150,40 +104,23 @@ impl RabbitMqConfig {
                 "is only used over TLS; set `tls: true` too".into(),
             ));
         }
-        if self.retry_backoff_max_ms < self.retry_backoff_base_ms {
-            problems.push((
-                "retry_backoff_max_ms",
-                format!(
-                    "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
-                    self.retry_backoff_max_ms, self.retry_backoff_base_ms
-                ),
-            ));
-        }
         problems
     }
 
     fn default_virtual_host() -> String {
         Self::DEFAULT_VIRTUAL_HOST.to_string()
     }
+}
 
-    fn default_batch_size() -> u32 {
-        Self::DEFAULT_BATCH_SIZE
-    }
+impl PushSettings for RabbitMqConfig {
+    const DELIVERY_DEFAULTS: DeliveryDefaults = DeliveryDefaults {
+        batch_size: 100,
+        max_in_flight: 10,
+        request_timeout_ms: 5_000,
+    };
 
-    fn default_max_in_flight() -> u32 {
-        Self::DEFAULT_MAX_IN_FLIGHT
-    }
-
-    fn default_request_timeout_ms() -> u64 {
-        Self::DEFAULT_REQUEST_TIMEOUT_MS
-    }
-
-    fn default_retry_backoff_base_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_BASE_MS
-    }
-
-    fn default_retry_backoff_max_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_MAX_MS
+    fn delivery_mut(&mut self) -> &mut DeliveryConfig {
+        &mut self.delivery
     }
 }
 
@@ -198,11 +135,7 @@ impl fmt::Debug for RabbitMqConfig {
             .field("tls", &self.tls)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("exchange", &self.exchange)
-            .field("batch_size", &self.batch_size)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .field("retry_backoff_base_ms", &self.retry_backoff_base_ms)
-            .field("retry_backoff_max_ms", &self.retry_backoff_max_ms)
+            .field("delivery", &self.delivery)
             .finish()
     }
 }

@@ -2,11 +2,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::config::SinkConfig;
 use crate::config::destination::RabbitMqConfig;
-use crate::sinks::delivery::RetryPolicy;
+use crate::sinks::delivery::DeliveryLimits;
 
 /// Everything a RabbitMQ sink needs to deliver. `Debug` hides the password.
 #[derive(Clone, PartialEq, Eq)]
@@ -27,14 +26,9 @@ pub struct RabbitMqSettings {
     pub tls_ca_file: Option<PathBuf>,
     /// The exchange of messages whose route sets none.
     pub exchange: String,
-    /// Most messages per delivery.
-    pub batch_size: u32,
-    /// Most deliveries in flight (and idle channels kept).
-    pub max_in_flight: u32,
-    /// Longest a delivery may take.
-    pub request_timeout: Duration,
-    /// Backoff and retry limit.
-    pub retry: RetryPolicy,
+    /// Batch size, parallelism (and idle channels kept), timeout and
+    /// retries.
+    pub limits: DeliveryLimits,
 }
 
 impl RabbitMqSettings {
@@ -59,14 +53,7 @@ impl RabbitMqSettings {
             tls: rabbitmq.tls,
             tls_ca_file: rabbitmq.tls_ca_file.as_ref().map(PathBuf::from),
             exchange: rabbitmq.exchange.clone(),
-            batch_size: rabbitmq.batch_size,
-            max_in_flight: rabbitmq.max_in_flight,
-            request_timeout: rabbitmq.request_timeout(),
-            retry: RetryPolicy {
-                backoff_base: Duration::from_millis(rabbitmq.retry_backoff_base_ms),
-                backoff_max: Duration::from_millis(rabbitmq.retry_backoff_max_ms),
-                max_retry_count: sink.max_retry_count,
-            },
+            limits: DeliveryLimits::resolve(sink, &rabbitmq.delivery),
         }
     }
 
@@ -90,10 +77,7 @@ impl fmt::Debug for RabbitMqSettings {
             .field("tls", &self.tls)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("exchange", &self.exchange)
-            .field("batch_size", &self.batch_size)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("request_timeout", &self.request_timeout)
-            .field("retry", &self.retry)
+            .field("limits", &self.limits)
             .finish()
     }
 }

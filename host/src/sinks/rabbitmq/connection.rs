@@ -51,7 +51,7 @@ impl ChannelLease<'_> {
             && channel.status().connected()
         {
             let mut idle = self.owner.idle.lock().expect("idle channels");
-            if idle.len() < self.owner.settings.max_in_flight as usize {
+            if idle.len() < self.owner.settings.limits.max_in_flight as usize {
                 idle.push(channel);
                 return;
             }
@@ -227,7 +227,7 @@ impl RabbitMqConnection {
             vhost: settings.virtual_host.clone(),
             query: AMQPQueryString {
                 heartbeat: Some(HEARTBEAT_SECS),
-                connection_timeout: Some(settings.request_timeout.as_millis() as u64),
+                connection_timeout: Some(settings.limits.request_timeout.as_millis() as u64),
                 ..AMQPQueryString::default()
             },
         };

@@ -147,19 +147,19 @@ impl RabbitMqDestination {
 #[async_trait]
 impl Destination for RabbitMqDestination {
     fn batch_size(&self) -> u32 {
-        self.settings().batch_size
+        self.settings().limits.batch_size
     }
 
     fn max_in_flight(&self) -> usize {
-        self.settings().max_in_flight as usize
+        self.settings().limits.max_in_flight as usize
     }
 
     fn max_delivery_time(&self) -> Duration {
-        self.settings().request_timeout
+        self.settings().limits.request_timeout
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        let timeout = self.settings().request_timeout;
+        let timeout = self.settings().limits.request_timeout;
         match tokio::time::timeout(timeout, self.deliver_within_timeout(batch)).await {
             Ok(outcomes) => outcomes,
             Err(_) => {
