@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
 use crate::config::bounds;
+use crate::pipeline::routing_keys::MAX_AMQP_SHORT_STRING;
 
 /// How a RabbitMQ sink connects and publishes. Names follow Sequin's.
 /// `Debug` hides `password`.
@@ -50,8 +51,6 @@ impl RabbitMqConfig {
     pub const DEFAULT_PORT: u16 = 5672;
     /// Default `virtual_host`.
     pub const DEFAULT_VIRTUAL_HOST: &'static str = "/";
-    /// AMQP's limit on exchange names, routing keys and message ids, in bytes.
-    pub const MAX_SHORT_STRING: usize = 255;
 
     /// The port, or the default.
     pub fn port(&self) -> u16 {
@@ -70,13 +69,13 @@ impl RabbitMqConfig {
                 "must not be empty; name the exchange to publish to (the default exchange \"\" is not supported)".into(),
             ));
         }
-        if self.exchange.len() > Self::MAX_SHORT_STRING {
+        if self.exchange.len() > MAX_AMQP_SHORT_STRING {
             problems.push((
                 "exchange",
                 format!(
                     "is {} bytes long; AMQP allows at most {} bytes",
                     self.exchange.len(),
-                    Self::MAX_SHORT_STRING
+                    MAX_AMQP_SHORT_STRING
                 ),
             ));
         }

@@ -4,6 +4,7 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
+use crate::pipeline::routing_keys::MAX_AMQP_SHORT_STRING;
 use crate::plugins::Payload;
 use crate::sinks::delivery::DeliveryOutcome;
 use crate::store::StoredMessage;
@@ -83,7 +84,7 @@ impl Outgoing {
 fn short(what: &str, value: &str) -> Result<ShortString, DeliveryOutcome> {
     ShortString::try_new(value).map_err(|_| {
         DeliveryOutcome::permanent(format!(
-            "{what} is {} bytes long; AMQP allows at most 255 bytes (shorten it in the routing function or transform, then replay this dead letter)",
+            "{what} is {} bytes long; AMQP allows at most {MAX_AMQP_SHORT_STRING} bytes (shorten it in the routing function or transform, then replay this dead letter)",
             value.len()
         ))
     })
