@@ -21,7 +21,8 @@ ensure_packages() {
     local missing=()
     for pair in "$@"; do
         local cmd="${pair%%:*}" pkg="${pair#*:}"
-        command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || missing+=("$pkg")
+        # CMD is a command name, or an absolute path to a file (a header).
+        command -v "$cmd" >/dev/null 2>&1 || [ -e "$cmd" ] || missing+=("$pkg")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
@@ -58,6 +59,20 @@ ensure_rust() {
 # root, since Postgres refuses to run as root.
 run_as_pg_owner() {
     if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# ensure_redis makes a Redis answer on 127.0.0.1:6379, where the Redis sink
+# tests keep their data (databases 11 to 13); it starts one without
+# persistence when none answers.
+ensure_redis() {
+    ensure_packages redis-server:redis-server redis-cli:redis-tools
+    if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+        say "starting redis-server on 127.0.0.1:6379"
+        redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+            --dir "${TMPDIR:-/tmp}" --logfile "${TMPDIR:-/tmp}/weft-redis.log"
+        for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+        die "redis-server did not answer on 127.0.0.1:6379; see ${TMPDIR:-/tmp}/weft-redis.log"
+    fi
 }
 
 free_port() {

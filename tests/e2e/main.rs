@@ -13,6 +13,7 @@ mod functions;
 mod idle;
 mod kafka;
 mod nats;
+mod rabbitmq;
 mod redis;
 mod schema_changes;
 mod setup_errors;

@@ -315,7 +315,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -339,14 +339,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
-            "    destination:\n      type: rabbitmq\n      exchange: t\n"
+            "    destination:\n      type: sqs\n      queue_url: t\n"
         )),
-        "sinks[0].destination.type: destination type `rabbitmq` is not supported yet; supported types: \
-         sequin_stream, webhook, nats, redis_string, redis_stream, kafka (line 15, column 13)"
+        "sinks[0].destination.type: destination type `sqs` is not supported yet; supported types: \
+         sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 15, column 13)"
     );
 }
 
@@ -964,6 +964,61 @@ fn max_memory_mb_defaults_to_128_and_is_bounded() {
         )),
         "sinks[0].max_memory_mb: must be between 1 and 65536, got 0 (line 14, column 20)"
     );
+}
+
+#[test]
+fn rabbitmq_sink_defaults_and_hidden_password() {
+    let config = load(&with_sink(
+        "    destination: {type: rabbitmq, host: mq.internal, exchange: cdc, username: u, password: hunter2}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::RabbitMq(rabbitmq) = &config.sink("s").unwrap().destination else {
+        panic!("expected a rabbitmq destination");
+    };
+    assert_eq!(rabbitmq.port(), 5672);
+    assert_eq!(rabbitmq.virtual_host, "/");
+    assert!(!rabbitmq.tls);
+    assert_eq!(
+        (
+            rabbitmq.delivery.batch_size,
+            rabbitmq.delivery.max_in_flight,
+            rabbitmq.delivery.request_timeout_ms
+        ),
+        (100, 10, 5_000)
+    );
+    assert!(!format!("{rabbitmq:?}").contains("hunter2"));
+}
+
+#[test]
+fn rabbitmq_mistakes_are_reported_with_their_fix() {
+    assert_eq!(
+        error(&with_sink("    destination: {type: rabbitmq, host: h}\n")),
+        "sinks[0].destination: missing field `exchange` (line 14, column 18)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    destination: {type: rabbitmq, host: h, exchange: x, port: 0}\n"
+        )),
+        "sinks[0].destination.port: invalid port \"0\": a port is a number from 1 to 65535 (line 14, column 63)"
+    );
+    let lines = errors(&with_sink(
+        "    destination: {type: rabbitmq, host: h, exchange: '', password: hunter2, tls_ca_file: ca.pem}\n",
+    ));
+    let all = lines.join("\n");
+    assert!(!all.contains("hunter2"), "{all}");
+    assert!(
+        error(&with_sink(
+            "    destination: {type: rabbitmq, host: h, exchange: x, retry_backoff_base_ms: 500, retry_backoff_max_ms: 100}\n"
+        ))
+        .starts_with("sinks[0].destination.retry_backoff_max_ms: 100 is below retry_backoff_base_ms (500)")
+    );
+    for expected in [
+        "sinks[0].destination.exchange: must not be empty",
+        "sinks[0].destination.password: is set without `username`",
+        "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too",
+    ] {
+        assert!(all.contains(expected), "{expected} in {all}");
+    }
 }
 
 #[test]

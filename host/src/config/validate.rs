@@ -510,6 +510,11 @@ fn check_push_settings(
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
+            DestinationConfig::RabbitMq(rabbitmq) => {
+                for (key, problem) in rabbitmq.problems() {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
             DestinationConfig::RedisString(_) | DestinationConfig::RedisStream(_) => {}
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {

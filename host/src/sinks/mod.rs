@@ -7,6 +7,7 @@
 pub mod delivery;
 pub mod kafka;
 pub mod nats;
+pub mod rabbitmq;
 pub mod redis;
 pub mod sequin_stream;
 pub mod webhook;
@@ -44,6 +45,12 @@ pub fn push_destination(
                 Arc::new(nats::NatsDestination::new(&sink.name, settings)),
                 retry,
             ))
+        }
+        DestinationConfig::RabbitMq(rabbitmq) => {
+            let settings = rabbitmq::RabbitMqSettings::resolve(sink, rabbitmq);
+            let retry = settings.limits.retry;
+            let destination = rabbitmq::RabbitMqDestination::new(&sink.name, settings)?;
+            Ok((Arc::new(destination), retry))
         }
         DestinationConfig::RedisString(string) => {
             let settings = redis::RedisSettings::resolve(sink, &string.connection);

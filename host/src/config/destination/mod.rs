@@ -11,6 +11,7 @@
 mod delivery;
 mod kafka;
 mod nats;
+mod rabbitmq;
 mod redis;
 mod sequin_stream;
 mod webhook;
@@ -18,6 +19,7 @@ mod webhook;
 pub use delivery::{DeliveryConfig, DeliveryDefaults};
 pub use kafka::{Compression, KafkaConfig, SaslMechanism, topic_name_problem};
 pub use nats::NatsConfig;
+pub use rabbitmq::RabbitMqConfig;
 pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
 pub use webhook::WebhookConfig;
@@ -47,6 +49,9 @@ pub enum DestinationConfig {
     /// `type: kafka`: messages are produced to a Kafka topic by the
     /// idempotent producer (`acks=all`).
     Kafka(KafkaConfig),
+    /// `type: rabbitmq`: messages are published to a RabbitMQ exchange with
+    /// publisher confirms by the sink's delivery worker.
+    RabbitMq(RabbitMqConfig),
 }
 
 /// `type` values accepted today.
@@ -57,11 +62,22 @@ const SUPPORTED: &[&str] = &[
     "redis_string",
     "redis_stream",
     "kafka",
+    "rabbitmq",
 ];
 
-/// `type` values Sequin has that weft will accept later; named in the error
-/// so that users know it is not a typo.
-const PLANNED: &[&str] = &["rabbitmq"];
+/// Sequin's other destination types, which weft does not have (yet); named
+/// in the error so that users know it is not a typo.
+const PLANNED: &[&str] = &[
+    "sqs",
+    "sns",
+    "kinesis",
+    "gcp_pubsub",
+    "azure_event_hub",
+    "elasticsearch",
+    "typesense",
+    "meilisearch",
+    "s2",
+];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -79,6 +95,7 @@ impl DestinationConfig {
             DestinationConfig::RedisString(_) => "redis_string",
             DestinationConfig::RedisStream(_) => "redis_stream",
             DestinationConfig::Kafka(_) => "kafka",
+            DestinationConfig::RabbitMq(_) => "rabbitmq",
         }
     }
 
@@ -89,6 +106,7 @@ impl DestinationConfig {
             DestinationConfig::SequinStream(_) => None,
             DestinationConfig::Webhook(webhook) => Some(&webhook.delivery),
             DestinationConfig::Nats(nats) => Some(&nats.delivery),
+            DestinationConfig::RabbitMq(rabbitmq) => Some(&rabbitmq.delivery),
             DestinationConfig::RedisString(string) => Some(&string.connection.delivery),
             DestinationConfig::RedisStream(stream) => Some(&stream.connection.delivery),
             DestinationConfig::Kafka(kafka) => Some(&kafka.delivery),
@@ -138,6 +156,7 @@ impl DestinationConfig {
                 RedisStreamConfig::from_settings(settings).map(DestinationConfig::RedisStream)
             }
             "kafka" => push_settings_of(settings).map(DestinationConfig::Kafka),
+            "rabbitmq" => push_settings_of(settings).map(DestinationConfig::RabbitMq),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(
