@@ -1,7 +1,7 @@
 //! `max_backlog_messages` and `load_shedding_policy`: at the bound, a
 //! `pause_on_full` sink holds replication until it drains and loses
 //! nothing; a `discard_on_full` sink sheds its new messages, says so, and
-//! lets the slot advance.
+//! lets the slot advance. `/metrics` shows the WAL a paused slot holds.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,34 @@ fn wait_for_log(weft: &WeftProcess, needle: &str) {
     }
 }
 
+/// The value of gauge `name` for slot `slot` at `/metrics`, if exported.
+fn slot_gauge(weft: &WeftProcess, name: &str, slot: &str) -> Option<f64> {
+    let text = crate::harness::weft::http()
+        .get(weft.url("/metrics"))
+        .send()
+        .ok()?
+        .text()
+        .ok()?;
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        rest.contains(&format!("slot=\"{slot}\""))
+            .then(|| rest.rsplit(' ').next()?.parse().ok())?
+    })
+}
+
+/// Waits until gauge `name` of `slot` satisfies `ok`, and returns it.
+fn wait_for_gauge(weft: &WeftProcess, name: &str, slot: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let value = slot_gauge(weft, name, slot);
+        if let Some(value) = value.filter(|v| ok(*v)) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{name} of {slot}: {value:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 fn wait_for_stored(weft: &WeftProcess, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while weft.stored_keys("pull").len() < count {
@@ -69,6 +97,17 @@ fn pause_on_full_holds_the_slot_until_the_sink_drains_and_loses_nothing() {
         confirmed < written,
         "the slot must not confirm changes that are neither stored nor delivered: {confirmed} >= {written}"
     );
+    // The metrics show the slot holding WAL back while the sink is full.
+    let held = (written - confirmed) as f64;
+    let lag = wait_for_gauge(
+        &weft,
+        "weft_replication_slot_confirmed_lag_bytes",
+        "weft_pause",
+        |v| v >= held,
+    );
+    wait_for_gauge(&weft, "sequin_replication_slot_size", "weft_pause", |v| {
+        v >= lag
+    });
 
     // Draining the sink resumes replication; every row arrives, in order.
     let mut ids = Vec::new();
