@@ -116,6 +116,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
                         ack_wait: settings.ack_wait(),
                         max_ack_pending: settings.max_ack_pending,
                         max_waiting: settings.max_waiting,
+                        max_deliver: settings.max_deliver,
                     },
                 );
             }

@@ -498,3 +498,28 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
     );
     server.shutdown.cancel();
 }
+
+#[tokio::test]
+async fn max_deliver_ends_redelivery_in_a_dead_letter_the_api_lists() {
+    let server = start(SequinStreamSettings {
+        max_deliver: Some(1),
+        ..Default::default()
+    })
+    .await;
+    server.append(10, "a");
+    server.append(11, "a");
+    let (_, body) = server.get("/api/sequin_streams/orders/receive").await;
+    let first = ack_ids_of(&body);
+    assert_eq!(body["data"][0]["data"]["record"]["id"], 10);
+    // A nack makes it visible again, but it has had its one delivery.
+    let (status, _) = server
+        .post("/api/sequin_streams/orders/nack", json!({"ack_ids": first}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, body) = server.get("/api/sequin_streams/orders/receive").await;
+    assert_eq!(body["data"][0]["data"]["record"]["id"], 11, "{body}");
+    let (status, dead) = server.get("/api/sinks/orders/dead_letters").await;
+    assert_eq!(status, StatusCode::OK);
+    let text = dead.to_string();
+    assert!(text.contains("max_deliver = 1"), "{text}");
+}

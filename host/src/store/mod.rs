@@ -26,7 +26,7 @@ use crate::lsn::Lsn;
 use crate::plugins::{Payload, Route};
 
 pub use delivery::{DeadLetter, StoredMessage};
-pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError};
+pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, ReceiveLimits};
 
 /// A failure of the durable store.
 #[derive(Debug, thiserror::Error)]

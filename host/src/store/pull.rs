@@ -16,6 +16,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::codec::{payload_from_columns, route_from_column};
+use super::delivery::{Held, move_to_dead_letters};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
 use crate::plugins::{Payload, Route};
@@ -96,23 +97,44 @@ pub struct MessageCounts {
     pub in_flight: u64,
 }
 
+/// The rules of a pull sink's [`Store::receive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveLimits {
+    /// How long a handed-out message stays invisible to other receivers.
+    pub ack_wait: Duration,
+    /// Nothing more is handed out while this many messages are in flight.
+    pub max_ack_pending: u32,
+    /// A message already handed out this many times is dead-lettered
+    /// instead of handed out again; `None`: unlimited.
+    pub max_deliver: Option<u32>,
+}
+
 impl Store {
     /// Leases up to `batch_size` messages of `sink`, in commit order, at most
-    /// one per group, each invisible to other receivers for `ack_wait`.
-    /// Hands out nothing more once `max_ack_pending` messages are in flight.
-    /// Atomic: concurrent receivers get disjoint messages.
+    /// one per group, each invisible to other receivers for
+    /// `limits.ack_wait`. Hands out nothing more once `max_ack_pending`
+    /// messages are in flight. Group heads delivered `max_deliver` times
+    /// whose lease ended become dead letters first, which lets their group's
+    /// next message go. Atomic: concurrent receivers get disjoint messages.
     pub fn receive(
         &self,
         sink: &str,
         batch_size: u32,
-        ack_wait: Duration,
-        max_ack_pending: u32,
+        limits: ReceiveLimits,
     ) -> Result<Vec<Delivered>, StoreError> {
+        let ReceiveLimits {
+            ack_wait,
+            max_ack_pending,
+            max_deliver,
+        } = limits;
         let now = now_ms();
         let until = now.saturating_add(i64::try_from(ack_wait.as_millis()).unwrap_or(i64::MAX));
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let mut delivered = Vec::new();
+        if let Some(max_deliver) = max_deliver {
+            dead_letter_exhausted(&tx, sink, now, max_deliver)?;
+        }
         {
             let in_flight: u32 = tx
                 .prepare_cached(
@@ -311,6 +333,34 @@ pub(super) fn lease_heads(
         });
     }
     Ok(leased)
+}
+
+/// Moves the group heads of `sink` that were handed out `max_deliver` times
+/// and are visible again (lease ended, or nacked) to the dead letters.
+fn dead_letter_exhausted(
+    tx: &Transaction<'_>,
+    sink: &str,
+    now: i64,
+    max_deliver: u32,
+) -> Result<(), StoreError> {
+    let exhausted: Vec<(i64, u32)> = tx
+        .prepare_cached(
+            "SELECT id, deliver_count FROM pull_messages INDEXED BY pull_messages_heads
+             WHERE sink = ?1 AND head = 1 AND deliver_count >= ?3
+               AND (not_visible_until IS NULL OR not_visible_until <= ?2)",
+        )?
+        .query_map(params![sink, now, max_deliver], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for (id, deliveries) in exhausted {
+        let error = format!(
+            "handed out {deliveries} times without an ack (max_deliver = {max_deliver}); \
+             replay it once the consumer can process it"
+        );
+        move_to_dead_letters(tx, sink, Held::Row(id), &error, now)?;
+    }
+    Ok(())
 }
 
 /// Makes the earliest stored message of `group_id` its head, after the

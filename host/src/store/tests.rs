@@ -8,6 +8,15 @@ use super::*;
 const WAIT: Duration = Duration::from_secs(30);
 const NO_LIMIT: u32 = u32::MAX;
 
+/// Receive rules with unlimited deliveries.
+fn limits(ack_wait: Duration, max_ack_pending: u32) -> ReceiveLimits {
+    ReceiveLimits {
+        ack_wait,
+        max_ack_pending,
+        max_deliver: None,
+    }
+}
+
 fn open_temp() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
@@ -116,11 +125,16 @@ fn receive_is_in_commit_order_with_one_message_per_group_in_flight() {
         .append(&batch("s", vec![msg(12, 0, "b")]), Lsn(12))
         .unwrap();
 
-    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let first = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(positions(&first), vec![(10, 0), (10, 1), (11, 0)]);
     assert!(first.iter().all(|d| d.deliver_count == 1));
     // Every group has a message in flight: nothing else is receivable.
-    assert!(store.receive("s", 10, WAIT, NO_LIMIT).unwrap().is_empty());
+    assert!(
+        store
+            .receive("s", 10, limits(WAIT, NO_LIMIT))
+            .unwrap()
+            .is_empty()
+    );
 
     // Acking a's head frees a's next message, and only that one.
     let outcome = store.ack("s", &[first[0].ack_id]).unwrap();
@@ -131,13 +145,13 @@ fn receive_is_in_commit_order_with_one_message_per_group_in_flight() {
             unknown: vec![]
         }
     );
-    let second = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let second = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(positions(&second), vec![(10, 2)]);
 
     store
         .ack("s", &[first[1].ack_id, first[2].ack_id, second[0].ack_id])
         .unwrap();
-    let third = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let third = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(positions(&third), vec![(12, 0)]);
     store.ack("s", &ack_ids(&third)).unwrap();
     assert_eq!(store.message_counts("s").unwrap(), MessageCounts::default());
@@ -149,15 +163,15 @@ fn batch_size_limits_a_receive() {
     let messages = (0..5).map(|i| msg(10, i, &format!("g{i}"))).collect();
     store.append(&batch("s", messages), Lsn(10)).unwrap();
     assert_eq!(
-        positions(&store.receive("s", 2, WAIT, NO_LIMIT).unwrap()),
+        positions(&store.receive("s", 2, limits(WAIT, NO_LIMIT)).unwrap()),
         vec![(10, 0), (10, 1)]
     );
     assert_eq!(
-        positions(&store.receive("s", 2, WAIT, NO_LIMIT).unwrap()),
+        positions(&store.receive("s", 2, limits(WAIT, NO_LIMIT)).unwrap()),
         vec![(10, 2), (10, 3)]
     );
     assert_eq!(
-        positions(&store.receive("s", 2, WAIT, NO_LIMIT).unwrap()),
+        positions(&store.receive("s", 2, limits(WAIT, NO_LIMIT)).unwrap()),
         vec![(10, 4)]
     );
 }
@@ -177,12 +191,18 @@ fn sinks_are_independent() {
     ];
     store.append(&both, Lsn(10)).unwrap();
     assert_eq!(store.sink_cursor("two").unwrap(), Some(Lsn(10)));
-    let one = store.receive("one", 10, WAIT, NO_LIMIT).unwrap();
+    let one = store.receive("one", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(one.len(), 1);
     // The same group in another sink is not blocked, and ack ids do not cross sinks.
     let outcome = store.ack("two", &ack_ids(&one)).unwrap();
     assert_eq!(outcome.unknown, ack_ids(&one));
-    assert_eq!(store.receive("two", 10, WAIT, NO_LIMIT).unwrap().len(), 1);
+    assert_eq!(
+        store
+            .receive("two", 10, limits(WAIT, NO_LIMIT))
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -192,9 +212,14 @@ fn expired_lease_makes_the_message_reappear_with_a_new_ack_id() {
         .append(&batch("s", vec![msg(10, 0, "a"), msg(11, 0, "a")]), Lsn(11))
         .unwrap();
     let short = Duration::from_millis(60);
-    let first = store.receive("s", 10, short, NO_LIMIT).unwrap();
+    let first = store.receive("s", 10, limits(short, NO_LIMIT)).unwrap();
     assert_eq!(positions(&first), vec![(10, 0)]);
-    assert!(store.receive("s", 10, short, NO_LIMIT).unwrap().is_empty());
+    assert!(
+        store
+            .receive("s", 10, limits(short, NO_LIMIT))
+            .unwrap()
+            .is_empty()
+    );
     let expiry = store
         .next_lease_expiry("s")
         .unwrap()
@@ -203,7 +228,7 @@ fn expired_lease_makes_the_message_reappear_with_a_new_ack_id() {
 
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(store.next_lease_expiry("s").unwrap(), None);
-    let again = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let again = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(
         positions(&again),
         vec![(10, 0)],
@@ -238,7 +263,7 @@ fn ack_of_an_expired_but_not_redelivered_lease_still_deletes() {
         .append(&batch("s", vec![msg(10, 0, "a")]), Lsn(10))
         .unwrap();
     let first = store
-        .receive("s", 1, Duration::from_millis(20), NO_LIMIT)
+        .receive("s", 1, limits(Duration::from_millis(20), NO_LIMIT))
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(store.ack("s", &ack_ids(&first)).unwrap().processed, 1);
@@ -251,7 +276,7 @@ fn nack_makes_messages_visible_at_once_and_voids_the_ack_id() {
     store
         .append(&batch("s", vec![msg(10, 0, "a"), msg(10, 1, "b")]), Lsn(10))
         .unwrap();
-    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let first = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     let bogus = AckId::new();
     let outcome = store.nack("s", &[first[1].ack_id, bogus]).unwrap();
     assert_eq!(
@@ -261,7 +286,7 @@ fn nack_makes_messages_visible_at_once_and_voids_the_ack_id() {
             unknown: vec![bogus]
         }
     );
-    let again = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let again = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(positions(&again), vec![(10, 1)]);
     assert_eq!(again[0].deliver_count, 2);
     // The nacked lease can no longer ack the message.
@@ -284,7 +309,7 @@ fn duplicates_on_append_are_ignored() {
     store
         .append(&batch("s", vec![msg(10, 0, "a"), msg(10, 1, "a")]), Lsn(10))
         .unwrap();
-    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let first = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     // A replay after a crash: same positions, maybe a different payload.
     let mut replay = msg(10, 0, "a");
     replay.payload = crate::plugins::Payload::Json(json!({"replayed": true}));
@@ -303,7 +328,7 @@ fn duplicates_on_append_are_ignored() {
     );
     // The in-flight lease survived the replay.
     assert_eq!(store.ack("s", &ack_ids(&first)).unwrap().processed, 1);
-    let next = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let next = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(positions(&next), vec![(10, 1)]);
 }
 
@@ -316,11 +341,11 @@ fn a_late_earlier_message_takes_over_the_head_of_its_group() {
     store
         .append(&batch("s", vec![msg(10, 0, "a")]), Lsn(20))
         .unwrap();
-    let first = store.receive("s", 10, WAIT, NO_LIMIT).unwrap();
+    let first = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(positions(&first), vec![(10, 0)]);
     store.ack("s", &ack_ids(&first)).unwrap();
     assert_eq!(
-        positions(&store.receive("s", 10, WAIT, NO_LIMIT).unwrap()),
+        positions(&store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap()),
         vec![(20, 0)]
     );
 }
@@ -330,12 +355,12 @@ fn max_ack_pending_caps_messages_in_flight() {
     let (_dir, store) = open_temp();
     let messages = (0..5).map(|i| msg(10, i, &format!("g{i}"))).collect();
     store.append(&batch("s", messages), Lsn(10)).unwrap();
-    let first = store.receive("s", 10, WAIT, 3).unwrap();
+    let first = store.receive("s", 10, limits(WAIT, 3)).unwrap();
     assert_eq!(first.len(), 3);
-    assert!(store.receive("s", 10, WAIT, 3).unwrap().is_empty());
+    assert!(store.receive("s", 10, limits(WAIT, 3)).unwrap().is_empty());
     store.ack("s", &[first[0].ack_id]).unwrap();
     assert_eq!(
-        positions(&store.receive("s", 10, WAIT, 3).unwrap()),
+        positions(&store.receive("s", 10, limits(WAIT, 3)).unwrap()),
         vec![(10, 3)]
     );
 }
@@ -349,7 +374,7 @@ fn everything_persists_across_reopen() {
         store
             .append(&batch("s", vec![msg(10, 0, "a"), msg(10, 1, "b")]), Lsn(10))
             .unwrap();
-        store.receive("s", 1, WAIT, NO_LIMIT).unwrap()
+        store.receive("s", 1, limits(WAIT, NO_LIMIT)).unwrap()
     };
     let store = Store::open(&path).unwrap();
     assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(10)));
@@ -361,7 +386,7 @@ fn everything_persists_across_reopen() {
         }
     );
     assert_eq!(
-        positions(&store.receive("s", 10, WAIT, NO_LIMIT).unwrap()),
+        positions(&store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap()),
         vec![(10, 1)]
     );
     assert_eq!(store.ack("s", &ack_ids(&leased)).unwrap().processed, 1);
@@ -405,7 +430,7 @@ fn concurrent_receivers_get_disjoint_messages() {
             std::thread::spawn(move || {
                 let mut got = Vec::new();
                 loop {
-                    let d = store.receive("s", 7, WAIT, NO_LIMIT).unwrap();
+                    let d = store.receive("s", 7, limits(WAIT, NO_LIMIT)).unwrap();
                     if d.is_empty() {
                         return got;
                     }
@@ -480,7 +505,9 @@ fn receive_and_ack_rate_with_100k_messages() {
         let started = Instant::now();
         let mut n = 0u32;
         while started.elapsed() < Duration::from_secs(3) {
-            let d = store.receive("s", batch_size, WAIT, NO_LIMIT).unwrap();
+            let d = store
+                .receive("s", batch_size, limits(WAIT, NO_LIMIT))
+                .unwrap();
             assert_eq!(d.len(), batch_size as usize);
             store.ack("s", &ack_ids(&d)).unwrap();
             n += d.len() as u32;
@@ -493,14 +520,70 @@ fn receive_and_ack_rate_with_100k_messages() {
     }
 
     // All 1000 groups' heads in flight: receive must not scan the ~98k waiting messages.
-    let leased = store.receive("s", 1000, WAIT, NO_LIMIT).unwrap();
+    let leased = store.receive("s", 1000, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(leased.len(), 1000);
     let started = Instant::now();
     for _ in 0..100 {
-        assert!(store.receive("s", 100, WAIT, NO_LIMIT).unwrap().is_empty());
+        assert!(
+            store
+                .receive("s", 100, limits(WAIT, NO_LIMIT))
+                .unwrap()
+                .is_empty()
+        );
     }
     println!(
         "empty receive with every group blocked: {:?} each",
         started.elapsed() / 100
     );
+}
+
+#[test]
+fn max_deliver_dead_letters_a_message_handed_out_that_often_and_frees_its_group() {
+    let (_dir, store) = open_temp();
+    store
+        .append(
+            &batch("s", vec![msg(10, 0, "a"), msg(20, 0, "a"), msg(20, 1, "b")]),
+            Lsn(20),
+        )
+        .unwrap();
+    // A zero visibility timeout: every lease has ended by the next receive.
+    let rules = ReceiveLimits {
+        ack_wait: Duration::ZERO,
+        max_ack_pending: NO_LIMIT,
+        max_deliver: Some(2),
+    };
+    for attempt in 1..=2 {
+        let got = store.receive("s", 10, rules).unwrap();
+        assert_eq!(positions(&got), vec![(10, 0), (20, 1)], "attempt {attempt}");
+        assert!(got.iter().all(|d| d.deliver_count == attempt));
+    }
+    // Both heads were handed out twice: the third receive dead-letters them
+    // and hands out what follows in group a; group b has nothing more.
+    let third = store.receive("s", 10, rules).unwrap();
+    assert_eq!(positions(&third), vec![(20, 0)]);
+    assert_eq!(third[0].deliver_count, 1);
+    let dead = store.dead_letters("s", 0, 10).unwrap();
+    assert_eq!(
+        dead.iter()
+            .map(|d| (d.commit_lsn.0, d.commit_idx))
+            .collect::<Vec<_>>(),
+        vec![(10, 0), (20, 1)]
+    );
+    assert!(dead.iter().all(|d| d.attempts == 2));
+    assert!(
+        dead[0].last_error.contains("max_deliver = 2"),
+        "{}",
+        dead[0].last_error
+    );
+    // Without max_deliver the same message is handed out again and again.
+    let unlimited = ReceiveLimits {
+        max_deliver: None,
+        ..rules
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            positions(&store.receive("s", 10, unlimited).unwrap()),
+            vec![(20, 0)]
+        );
+    }
 }

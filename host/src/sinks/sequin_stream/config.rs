@@ -15,6 +15,10 @@ pub struct SequinStreamSettings {
     /// How many receive requests may be open at once for the sink; more are
     /// refused with 429. Default 20.
     pub max_waiting: u32,
+    /// Most deliveries of one message: a message handed out this many times
+    /// and still not acked when its lease ends (or nacked) becomes a dead
+    /// letter instead of being handed out again. `None`: unlimited.
+    pub max_deliver: Option<u32>,
 }
 
 impl Default for SequinStreamSettings {
@@ -23,6 +27,7 @@ impl Default for SequinStreamSettings {
             ack_wait: Duration::from_millis(Self::DEFAULT_ACK_WAIT_MS),
             max_ack_pending: 10_000,
             max_waiting: 20,
+            max_deliver: None,
         }
     }
 }

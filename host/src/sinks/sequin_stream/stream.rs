@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::SequinStreamSettings;
-use crate::store::{AckId, AckOutcome, Delivered, Store, StoreError};
+use crate::store::{AckId, AckOutcome, Delivered, ReceiveLimits, Store, StoreError};
 
 /// A receive, ack or nack could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -111,11 +111,13 @@ impl SequinStream {
             changed.as_mut().enable();
 
             let settings = &self.inner.settings;
-            let (ack_wait, max_ack_pending) = (settings.ack_wait, settings.max_ack_pending);
+            let limits = ReceiveLimits {
+                ack_wait: settings.ack_wait,
+                max_ack_pending: settings.max_ack_pending,
+                max_deliver: settings.max_deliver,
+            };
             let delivered = self
-                .blocking(move |store, sink| {
-                    store.receive(sink, batch_size, ack_wait, max_ack_pending)
-                })
+                .blocking(move |store, sink| store.receive(sink, batch_size, limits))
                 .await?;
             let now = Instant::now();
             if !delivered.is_empty() || now >= deadline || cancel.is_cancelled() {
