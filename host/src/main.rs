@@ -49,6 +49,10 @@ enum Command {
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    // Both rustls backends (ring, aws-lc-rs) end up linked through
+    // dependencies; clients that use the process default (async-nats) panic
+    // unless one is chosen. weft's own TLS code uses ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {

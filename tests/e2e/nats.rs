@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use serde_json::Value;
 
+use crate::harness::certs::TestCa;
 use crate::harness::guests;
-use crate::harness::nats::NatsServer;
+use crate::harness::nats::{NatsServer, Secured};
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::WeftProcess;
 
@@ -520,4 +521,70 @@ sinks:
         !log.contains("wrong-pass-41") && !log.contains("right-pass"),
         "a password reached the log"
     );
+}
+
+#[test]
+fn nats_tls_verifies_the_server_and_an_nkey_authenticates() {
+    let ca = TestCa::new("weft-nats-ca");
+    let user = nkeys::KeyPair::new_user();
+    let stranger = nkeys::KeyPair::new_user();
+    let seed = user.seed().unwrap();
+    let nats = NatsServer::start_secured(Secured {
+        server: ca.issue_server("nats", &["IP:127.0.0.1", "DNS:localhost"]),
+        ca: ca.cert(),
+        seed: seed.clone(),
+    });
+    create_stream(&nats, &["sequin.>"]);
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let sink = |name: &str, extra: &str| {
+        format!(
+            "  - name: {name}\n    database: shop\n    destination: {{ type: nats, host: 127.0.0.1, port: {}, tls: true, request_timeout_ms: 2000, retry_backoff_base_ms: 100, retry_backoff_max_ms: 500, {extra} }}\n",
+            nats.port()
+        )
+    };
+    let ca_file = ca.cert().display().to_string();
+    let config = format!(
+        "{}sinks:\n{}{}{}",
+        pg.databases_yaml("weft_nats_tls"),
+        sink(
+            "good",
+            &format!("tls_ca_file: {ca_file}, nkey_seed: {seed}")
+        ),
+        sink("untrusting", &format!("nkey_seed: {seed}")),
+        sink(
+            "stranger",
+            &format!(
+                "tls_ca_file: {ca_file}, nkey_seed: {}",
+                stranger.seed().unwrap()
+            )
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_nats_tls");
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+
+    let got = wait_for(&nats, "sequin.", 1, &weft);
+    let body: Value = serde_json::from_slice(&got[0].payload).unwrap();
+    assert_eq!(body["metadata"]["consumer"]["name"], "good");
+    let port = nats.port();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = weft.log_text();
+        let untrusted = log.contains(&format!("TLS with NATS at 127.0.0.1:{port} failed"));
+        let refused = log.contains("refused the credentials");
+        if untrusted && refused {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected a certificate refusal (without tls_ca_file) and a credentials refusal (unknown NKey); log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(read_stream(&nats).len(), 1, "only the good sink delivered");
+    let log = weft.log_text();
+    assert!(!log.contains(&seed), "an NKey seed reached the log");
+    assert_eq!(weft.terminate(), Some(0));
 }

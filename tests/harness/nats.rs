@@ -1,8 +1,10 @@
 //! A throwaway `nats-server` with JetStream, owned by one test so that the
 //! test can kill it and start it again on the same port and store.
 
+use std::path::PathBuf;
 use std::process::Command;
 
+use crate::harness::certs::CertFiles;
 use crate::harness::server_process::ServerProcess;
 
 /// A `nats-server -js` child process on a loopback port.
@@ -10,6 +12,19 @@ pub struct NatsServer {
     process: ServerProcess,
     /// `(user, password)` the server requires, if any.
     user: Option<(String, String)>,
+    /// TLS and NKey settings the server requires, if any.
+    secured: Option<Secured>,
+}
+
+/// A server that speaks only TLS and admits one NKey user.
+#[derive(Clone)]
+pub struct Secured {
+    /// The server's certificate and key.
+    pub server: CertFiles,
+    /// The CA that signed it, for clients.
+    pub ca: PathBuf,
+    /// The user's NKey seed (`SU...`); the server knows its public key.
+    pub seed: String,
 }
 
 impl NatsServer {
@@ -34,7 +49,43 @@ impl NatsServer {
             }
             command
         });
-        NatsServer { process, user }
+        NatsServer {
+            process,
+            user,
+            secured: None,
+        }
+    }
+
+    /// A server that requires TLS with `secured.server` and admits only the
+    /// NKey user of `secured.seed`, from a config file.
+    pub fn start_secured(secured: Secured) -> NatsServer {
+        let public = nkeys::KeyPair::from_seed(&secured.seed)
+            .expect("a user seed")
+            .public_key();
+        let settings = secured.clone();
+        let process = ServerProcess::start("nats-server", move |dir, port| {
+            let config = dir.join("nats.conf");
+            std::fs::write(
+                &config,
+                format!(
+                    "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {:?} }}\n\
+                     tls {{ cert_file: {:?}, key_file: {:?} }}\n\
+                     authorization {{ users = [ {{ nkey: \"{public}\" }} ] }}\n",
+                    dir.join("js"),
+                    settings.server.cert,
+                    settings.server.key,
+                ),
+            )
+            .expect("write nats.conf");
+            let mut command = Command::new("nats-server");
+            command.arg("-c").arg(config);
+            command
+        });
+        NatsServer {
+            process,
+            user: None,
+            secured: Some(secured),
+        }
     }
 
     /// The server's port.
@@ -52,6 +103,14 @@ impl NatsServer {
         let mut options = async_nats::ConnectOptions::new();
         if let Some((user, password)) = &self.user {
             options = options.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(secured) = &self.secured {
+            // Both ring and aws-lc-rs are linked in: name the one to use.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            options = options
+                .require_tls(true)
+                .add_root_certificates(secured.ca.clone())
+                .nkey(secured.seed.clone());
         }
         options
             .connect(self.url())

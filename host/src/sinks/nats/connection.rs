@@ -113,12 +113,18 @@ impl NatsConnection {
     /// What went wrong connecting and what to do about it.
     fn describe(&self, error: async_nats::ConnectError) -> String {
         let address = &self.settings.address;
+        // async-nats reports a rejected server certificate as an I/O error
+        // of the handshake, not as ConnectErrorKind::Tls.
+        let certificate = error.to_string().contains("certificate");
         match error.kind() {
             ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => format!(
                 "NATS at {address} refused the credentials ({error}); check the sink's username/password, jwt or nkey_seed"
             ),
             ConnectErrorKind::Tls => format!(
                 "TLS with NATS at {address} failed ({error}); check `tls`, `tls_ca_file` and that the server speaks TLS"
+            ),
+            _ if certificate => format!(
+                "TLS with NATS at {address} failed: the server's certificate was refused ({error}); for a private CA set `tls_ca_file`, and check that the certificate names the host"
             ),
             ConnectErrorKind::TimedOut => {
                 format!("connecting to NATS at {address} timed out; is the server reachable?")
