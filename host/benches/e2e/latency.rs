@@ -65,7 +65,10 @@ pub fn run(settings: &Settings, targets: fn() -> Vec<Box<dyn LiveTarget>>) {
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     let mut next_id = 1;
-    for target in targets() {
+    let targets = targets()
+        .into_iter()
+        .filter(|t| settings.only.as_deref().is_none_or(|only| only == t.key()));
+    for target in targets {
         for transform in [false, true] {
             let run = Run::new(target.as_ref(), transform, "live");
             target.prepare(&run.database);

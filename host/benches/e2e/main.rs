@@ -7,6 +7,7 @@
 //! cargo bench -p weft --bench e2e -- throughput --changes 50000
 //! cargo bench -p weft --bench e2e -- latency               # scenario 2
 //! cargo bench -p weft --bench e2e -- latency --rate 2000 --seconds 20
+//! cargo bench -p weft --bench e2e -- throughput --only pull
 //! ```
 //!
 //! * `throughput`: one slot per consumer is created before any write, then
@@ -51,6 +52,8 @@ pub struct Settings {
     pub seconds: u64,
     /// Concurrent pull consumers.
     pub pull_consumers: usize,
+    /// Measure only the sink whose key (`nats`, `pull`, `hook`...) this is.
+    pub only: Option<String>,
 }
 
 fn main() {
@@ -97,6 +100,7 @@ fn parse_settings(args: &[String]) -> Settings {
         rate: 2000,
         seconds: 20,
         pull_consumers: 4,
+        only: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -110,6 +114,13 @@ fn parse_settings(args: &[String]) -> Settings {
             "--rate" => settings.rate = value() as usize,
             "--seconds" => settings.seconds = value(),
             "--pull-consumers" => settings.pull_consumers = value() as usize,
+            "--only" => {
+                settings.only = Some(
+                    args.get(i + 1)
+                        .expect("--only needs a sink key after it: nats, pull, hook")
+                        .clone(),
+                )
+            }
             _ => {
                 i += 1;
                 continue;

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::harness::postgres::PgCluster;
 use crate::targets::Target;
-use crate::weft_run::{Run, peak_rss_mib};
+use crate::weft_run::{Run, cpu_seconds, peak_rss_mib};
 use crate::{Settings, baseline, report, workload};
 
 /// The slot `pg_recvlogical` drains.
@@ -27,7 +27,10 @@ pub fn run(settings: &Settings, targets: fn(&Settings) -> Vec<Box<dyn Target>>) 
         .build()
         .expect("tokio runtime");
     let pg = workload::cluster();
-    let targets = targets(settings);
+    let targets: Vec<_> = targets(settings)
+        .into_iter()
+        .filter(|t| settings.only.as_deref().is_none_or(|only| only == t.key()))
+        .collect();
     let mut runs = Vec::new();
     create_slot(&pg, BASELINE_SLOT);
     for target in &targets {
@@ -55,11 +58,11 @@ pub fn run(settings: &Settings, targets: fn(&Settings) -> Vec<Box<dyn Target>>) 
     let baseline_rate = changes as f64 / baseline.as_secs_f64();
     println!();
     println!(
-        "| consumer | WASM transform | drain time (s) | changes/s | ratio to pg_recvlogical | weft start-up (s) | weft peak RSS (MiB) | load average after |"
+        "| consumer | WASM transform | drain time (s) | changes/s | ratio to pg_recvlogical | weft start-up (s) | weft CPU (s) | weft peak RSS (MiB) | load average after |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
     println!(
-        "| pg_recvlogical (pgoutput, to /dev/null) | - | {:.2} | {baseline_rate:.0} | 1 | - | - | {} |",
+        "| pg_recvlogical (pgoutput, to /dev/null) | - | {:.2} | {baseline_rate:.0} | 1 | - | - | - | {} |",
         baseline.as_secs_f64(),
         report::load()
     );
@@ -71,10 +74,11 @@ pub fn run(settings: &Settings, targets: fn(&Settings) -> Vec<Box<dyn Target>>) 
         let start_up = started.elapsed();
         let elapsed = target.drain(run, &weft, changes) - started;
         let rss = peak_rss_mib(&weft);
+        let cpu = cpu_seconds(&weft);
         weft.terminate();
         let rate = changes as f64 / elapsed.as_secs_f64();
         println!(
-            "| weft → {} | {} | {:.2} | {rate:.0} | {:.3} | {:.2} | {rss:.0} | {} |",
+            "| weft → {} | {} | {:.2} | {rate:.0} | {:.3} | {:.2} | {cpu:.1} | {rss:.0} | {} |",
             target.label(),
             if run.transform { "upcase" } else { "none" },
             elapsed.as_secs_f64(),

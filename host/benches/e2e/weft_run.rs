@@ -96,3 +96,18 @@ pub fn peak_rss_mib(weft: &WeftProcess) -> f64 {
         .expect("VmHWM in /proc/<pid>/status");
     kib / 1024.0
 }
+
+/// CPU time (user + system) `weft` used so far, in seconds.
+pub fn cpu_seconds(weft: &WeftProcess) -> f64 {
+    let pid = weft.pid().expect("weft runs");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/<pid>/stat");
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')').expect("a /proc stat line") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / per_second
+}
