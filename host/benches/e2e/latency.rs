@@ -9,7 +9,7 @@ use chrono::DateTime;
 use serde_json::Value;
 
 use crate::report::{self, Stats};
-use crate::targets::{Arrival, LiveTarget};
+use crate::targets::{Arrival, LiveTarget, check_transformed};
 use crate::weft_run::{Run, peak_rss_mib};
 use crate::{Settings, workload};
 
@@ -29,11 +29,12 @@ fn collect(arrivals: &mpsc::Receiver<Arrival>, count: usize, timeout: Duration) 
 }
 
 /// Milliseconds from each message's `commit_timestamp` to its receipt.
-fn latencies_ms(arrivals: &[Arrival]) -> Vec<f64> {
+fn latencies_ms(run: &Run, arrivals: &[Arrival]) -> Vec<f64> {
     arrivals
         .iter()
         .map(|(received, body)| {
             let message: Value = serde_json::from_slice(body).expect("a JSON message");
+            check_transformed(run, &message);
             let committed = message["metadata"]["commit_timestamp"]
                 .as_str()
                 .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -87,7 +88,7 @@ pub fn run(settings: &Settings, targets: fn() -> Vec<Box<dyn LiveTarget>>) {
             let measured = collect(&arrivals, rows, Duration::from_secs(120));
             let rss = peak_rss_mib(&weft);
             weft.terminate();
-            let stats = Stats::of(latencies_ms(&measured));
+            let stats = Stats::of(latencies_ms(&run, &measured));
             println!(
                 "| {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {rss:.0} | {} |",
                 target.label(),

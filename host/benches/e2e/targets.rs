@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use serde_json::Value;
 
 use crate::DRAIN_TIMEOUT;
 use crate::harness::nats::NatsServer;
@@ -69,6 +70,17 @@ fn wait_until_count(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Panics unless `message` went through the upcase transform exactly when
+/// the run has one, so that a run cannot silently measure the wrong thing.
+pub fn check_transformed(run: &Run, message: &Value) {
+    let stamped = message["record"]["transformed_by"] == "weft-upcase";
+    assert_eq!(
+        stamped, run.transform,
+        "message {message} of run {} (transform: {})",
+        run.sink, run.transform
+    );
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -136,11 +148,25 @@ impl Target for NatsTarget {
                 .await
                 .expect("the run's stream")
         });
-        wait_until_count(weft, count, || {
+        let done = wait_until_count(weft, count, || {
             self.rt.block_on(async {
                 stream.info().await.expect("stream info").state.messages as usize
             })
-        })
+        });
+        let last = self.rt.block_on(async {
+            let last = stream
+                .info()
+                .await
+                .expect("stream info")
+                .state
+                .last_sequence;
+            stream
+                .get_raw_message(last)
+                .await
+                .expect("the last message")
+        });
+        check_transformed(run, &serde_json::from_slice(&last.payload).expect("JSON"));
+        done
     }
 }
 
@@ -225,6 +251,7 @@ impl Target for PullTarget {
                         assert_eq!(status, 200, "ack failed: {body}");
                         let mut seen = keys.lock().unwrap();
                         for m in &batch {
+                            check_transformed(run, &m["data"]);
                             let key = m["data"]["metadata"]["idempotency_key"]
                                 .as_str()
                                 .expect("idempotency_key");
@@ -291,6 +318,12 @@ impl Target for WebhookTarget {
             s.accepted.iter().filter(|(p, _)| *p == path).count()
         };
         let done = wait_until_count(weft, count, || self.receiver.with(on_path));
+        self.receiver.with(|s| {
+            s.accepted
+                .iter()
+                .filter(|(p, _)| *p == path)
+                .for_each(|(_, m)| check_transformed(run, m))
+        });
         let distinct = self.receiver.with(|s| {
             s.accepted
                 .iter()
