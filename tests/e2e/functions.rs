@@ -125,10 +125,8 @@ fn enrichment_filter_and_transform_run_in_order_on_the_pull_sink() {
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let confirmed = pg.psql(
-            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weft_fn'",
-        );
-        if confirmed.trim().parse::<u64>().unwrap_or(0) >= last_lsn {
+        let confirmed = pg.confirmed_flush_lsn("weft_fn");
+        if confirmed >= last_lsn {
             break;
         }
         assert!(

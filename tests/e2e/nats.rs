@@ -298,40 +298,6 @@ fn unix_nanos() -> i128 {
         .as_nanos() as i128
 }
 
-fn rss_kib(weft: &WeftProcess) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", weft.pid().unwrap())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
-fn confirmed_flush_lsn(pg: &PgCluster) -> u64 {
-    pg.psql("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'weft_nats'")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Idempotency keys of the sink's messages in weft's store (its outbox).
-fn stored_keys(dir: &std::path::Path) -> HashSet<String> {
-    let db = rusqlite::Connection::open_with_flags(
-        dir.join("weft-data/weft.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    db.busy_timeout(Duration::from_secs(5)).unwrap();
-    let mut query = db
-        .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = 'items'")
-        .unwrap();
-    query
-        .query_map([], |row| row.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-}
-
 #[test]
 fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
     let pg = PgCluster::start();
@@ -365,31 +331,15 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
     let mut peak_rss = 0;
     for v in 2..=UPDATES {
         pg.psql(&format!("UPDATE items SET v = {v}"));
-        peak_rss = peak_rss.max(rss_kib(&weft));
+        peak_rss = peak_rss.max(weft.rss_kib());
     }
     // Let the slot advance past the writes, then check the outbox covers
     // everything the slot confirmed that the broker did not store.
-    let written = pg
-        .psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        .trim()
-        .parse::<u64>()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let confirmed = loop {
-        let confirmed = confirmed_flush_lsn(&pg);
-        if confirmed >= written {
-            break confirmed;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "slot stuck at {confirmed} < {written}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let outbox = stored_keys(dir.path());
+    let confirmed = pg.wait_for_slot_to_confirm_all("weft_nats");
+    let outbox = weft.stored_keys("items");
     assert!(!outbox.is_empty(), "the outage's changes wait in the store");
     for _ in 0..10 {
-        peak_rss = peak_rss.max(rss_kib(&weft));
+        peak_rss = peak_rss.max(weft.rss_kib());
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");

@@ -9,6 +9,7 @@ use redis::Commands;
 use serde_json::Value;
 
 use crate::harness::postgres::PgCluster;
+use crate::harness::redis::RedisServer;
 use crate::harness::weft::WeftProcess;
 
 #[test]
@@ -254,5 +255,137 @@ sinks:
         std::thread::sleep(Duration::from_millis(100));
     }
     let _: () = redis.del(&[key, stream]).unwrap();
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+/// Unique entries of a stream as `(idempotency key, row id, v, commit_lsn)`,
+/// in stream order.
+fn stream_rows(redis: &mut redis::Connection, key: &str) -> Vec<(String, i64, i64, u64)> {
+    let reply: redis::streams::StreamRangeReply = redis.xrange_all(key).unwrap();
+    let mut seen = HashSet::new();
+    let mut rows = Vec::new();
+    for entry in &reply.ids {
+        let id_key: String = entry.get("idempotency_key").unwrap();
+        if !seen.insert(id_key.clone()) {
+            continue;
+        }
+        let record: Value = serde_json::from_str(&entry.get::<String>("record").unwrap()).unwrap();
+        let metadata: Value =
+            serde_json::from_str(&entry.get::<String>("metadata").unwrap()).unwrap();
+        rows.push((
+            id_key,
+            record["id"].as_i64().unwrap(),
+            record["v"].as_i64().unwrap(),
+            metadata["commit_lsn"].as_u64().unwrap(),
+        ));
+    }
+    rows
+}
+
+#[test]
+fn a_redis_outage_loses_nothing_keeps_order_and_bounds_memory() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let mut server = RedisServer::start();
+    let config = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_redis_outage, create_if_not_exists: true }}
+    publication: {{ name: weft_redis_outage, create_if_not_exists: true }}
+sinks:
+  - name: stream
+    database: shop
+    destination: {{ type: redis_stream, host: 127.0.0.1, port: {redis_port}, stream_key: items, batch_size: 20, request_timeout_ms: 1000, retry_backoff_base_ms: 50, retry_backoff_max_ms: 500 }}
+"#,
+        port = pg.port(),
+        redis_port = server.port(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_redis_outage");
+
+    const ROWS: i64 = 40;
+    const UPDATES: i64 = 10;
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
+    ));
+    pg.psql("UPDATE items SET v = 1");
+    let wait_for = |redis: &mut redis::Connection, count: usize, weft: &WeftProcess| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let rows = stream_rows(redis, "items");
+            if rows.len() >= count {
+                return rows;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {count} entries; log:\n{}",
+                rows.len(),
+                weft.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The server keeps nothing on disk: what arrived before the outage is
+    // read now, what arrives after it from the restarted, empty server.
+    let before = wait_for(&mut server.connection(0), (ROWS * 2) as usize, &weft);
+
+    server.kill();
+    let mut peak_rss = 0;
+    for v in 2..=UPDATES {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+        peak_rss = peak_rss.max(weft.rss_kib());
+    }
+    // The slot confirms the outage's changes only because they are durably
+    // in weft's store: each one is there, none was delivered.
+    let confirmed = pg.wait_for_slot_to_confirm_all("weft_redis_outage");
+    let outbox = weft.stored_keys("stream");
+    assert_eq!(
+        outbox.len(),
+        (ROWS * (UPDATES - 1)) as usize,
+        "every change of the outage waits in the store"
+    );
+    for _ in 0..10 {
+        peak_rss = peak_rss.max(weft.rss_kib());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(peak_rss < 300 * 1024, "weft's RSS reached {peak_rss} KiB");
+
+    server.start_again();
+    let after = wait_for(
+        &mut server.connection(0),
+        (ROWS * (UPDATES - 1)) as usize,
+        &weft,
+    );
+    let delivered_before: HashSet<&str> = before.iter().map(|r| r.0.as_str()).collect();
+    let mut rows: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    // An entry of `after` that was also in `before` is a redelivery.
+    let new_after = after
+        .iter()
+        .filter(|r| !delivered_before.contains(r.0.as_str()));
+    for (key, id, v, lsn) in before.iter().chain(new_after) {
+        assert!(
+            *lsn >= confirmed || delivered_before.contains(key.as_str()) || outbox.contains(key),
+            "change {key} was confirmed to Postgres but neither delivered nor stored"
+        );
+        rows.entry(*id).or_default().push(*v);
+    }
+    for id in 1..=ROWS {
+        assert_eq!(rows[&id], (0..=UPDATES).collect::<Vec<_>>(), "row {id}");
+    }
+    let log = weft.log_text();
+    assert!(
+        log.contains("cannot reach Redis at") || log.contains("did not answer within"),
+        "deliveries failed retriably during the outage; log:\n{log}"
+    );
+    println!(
+        "redis outage: peak weft RSS {peak_rss} KiB, {} messages in the outbox",
+        outbox.len()
+    );
     assert_eq!(weft.terminate(), Some(0));
 }

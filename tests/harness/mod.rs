@@ -3,12 +3,17 @@
 //! * [`postgres::PgCluster`]: a throwaway Postgres cluster with logical
 //!   replication enabled.
 //! * [`certs::TestCa`]: throwaway certificates for TLS tests.
+//! * [`server_process::ServerProcess`]: a broker or cache the test owns, to
+//!   kill and restart (wrapped by [`nats::NatsServer`] and
+//!   [`redis::RedisServer`]).
 
 pub mod certs;
 pub mod guests;
 pub mod nats;
 pub mod oracle;
 pub mod postgres;
+pub mod redis;
+pub mod server_process;
 pub mod source;
 pub mod webhook_receiver;
 pub mod weft;

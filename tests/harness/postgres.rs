@@ -157,6 +157,43 @@ impl PgCluster {
         panic!("replication slot {slot} did not become active within 60s");
     }
 
+    /// The slot's `confirmed_flush_lsn` as a byte position.
+    pub fn confirmed_flush_lsn(&self, slot: &str) -> u64 {
+        self.psql(&format!(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        ))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("no confirmed_flush_lsn for slot {slot}: {e}"))
+    }
+
+    /// The server's current WAL write position as a byte position.
+    pub fn current_wal_lsn(&self) -> u64 {
+        self.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits until the slot has confirmed everything written so far, and
+    /// returns its `confirmed_flush_lsn`: from then on, every change written
+    /// before the call is either delivered or durably in weft's store.
+    pub fn wait_for_slot_to_confirm_all(&self, slot: &str) -> u64 {
+        let written = self.current_wal_lsn();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let confirmed = self.confirmed_flush_lsn(slot);
+            if confirmed >= written {
+                return confirmed;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "slot {slot} stuck at {confirmed} < {written}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// Like [`PgCluster::psql`] in database `db`.
     pub fn psql_in(&self, db: &str, sql: &str) -> String {
         self.try_psql_in(db, sql)

@@ -26,6 +26,36 @@ pub struct WeftProcess {
 }
 
 impl WeftProcess {
+    /// The process's resident set size in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.pid().expect("weft runs");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/<pid>/status")
+    }
+
+    /// Idempotency keys of `sink`'s undelivered messages in weft's store
+    /// (its outbox), read with SQLite directly.
+    pub fn stored_keys(&self, sink: &str) -> std::collections::HashSet<String> {
+        let db = rusqlite::Connection::open_with_flags(
+            self.data_dir.join("weft.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open weft's store");
+        db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        let mut query = db
+            .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = ?1")
+            .unwrap();
+        query
+            .query_map([sink], |row| row.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
     /// Writes `config_yaml` into `dir` and starts weft on it, waiting until
     /// its API answers.
     pub fn start(dir: &Path, config_yaml: &str) -> WeftProcess {

@@ -32,7 +32,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use destination::{
-    DestinationConfig, RedisConnectionConfig, RedisStreamConfig, RedisStringConfig,
+    DeliveryConfig, DestinationConfig, RedisConnectionConfig, RedisStreamConfig, RedisStringConfig,
     SequinStreamConfig, WebhookConfig,
 };
 pub use error::{ConfigError, ConfigIssue, Location};

@@ -898,12 +898,14 @@ fn webhook_sink_resolves_with_its_endpoint_and_defaults() {
             http_endpoint: "hooks".into(),
             http_endpoint_path: "/orders".into(),
             batch: true,
-            batch_size: 1,
-            request_timeout_ms: 30_000,
-            max_in_flight: 10,
             gzip: true,
-            retry_backoff_base_ms: 1_000,
-            retry_backoff_max_ms: 600_000,
+            delivery: DeliveryConfig {
+                batch_size: 1,
+                max_in_flight: 10,
+                request_timeout_ms: 30_000,
+                retry_backoff_base_ms: 1_000,
+                retry_backoff_max_ms: 600_000,
+            },
         }
     );
 }
@@ -976,7 +978,11 @@ fn nats_sink_defaults_and_hidden_secrets() {
     assert_eq!(nats.port(), 4222);
     assert!(nats.jetstream);
     assert_eq!(
-        (nats.batch_size, nats.max_in_flight, nats.request_timeout_ms),
+        (
+            nats.delivery.batch_size,
+            nats.delivery.max_in_flight,
+            nats.delivery.request_timeout_ms
+        ),
         (100, 10, 5_000)
     );
     assert!(!format!("{nats:?}").contains("hunter2"));
@@ -1041,5 +1047,72 @@ fn redis_sinks_read_shared_and_own_fields_and_report_mistakes() {
             "    destination: {type: redis_stream, host: localhost}\n"
         ))
         .contains("missing field `stream_key`"),
+    );
+}
+
+#[test]
+fn push_sinks_share_delivery_fields_with_their_own_defaults_and_rules() {
+    let defaults = |destination: &str| {
+        let config = load(&format!(
+            "{ENDPOINT}{}",
+            with_sink(&format!("    destination: {destination}\n"))
+        ))
+        .unwrap();
+        *config.sinks[0].destination.delivery().unwrap()
+    };
+    let webhook = defaults("{type: webhook, http_endpoint: hooks}");
+    let nats = defaults("{type: nats, host: h}");
+    let redis = defaults("{type: redis_string, host: h}");
+    assert_eq!(
+        [webhook, nats, redis].map(|d| (d.batch_size, d.max_in_flight, d.request_timeout_ms)),
+        [(1, 10, 30_000), (100, 10, 5_000), (10, 10, 15_000)]
+    );
+    assert!(
+        [webhook, nats, redis]
+            .iter()
+            .all(|d| (d.retry_backoff_base_ms, d.retry_backoff_max_ms) == (1_000, 600_000))
+    );
+    let set = defaults(
+        "{type: redis_stream, host: h, stream_key: s, batch_size: 7, max_in_flight: 2, request_timeout_ms: 900, retry_backoff_base_ms: 5, retry_backoff_max_ms: 50}",
+    );
+    assert_eq!(
+        set,
+        DeliveryConfig {
+            batch_size: 7,
+            max_in_flight: 2,
+            request_timeout_ms: 900,
+            retry_backoff_base_ms: 5,
+            retry_backoff_max_ms: 50,
+        }
+    );
+    assert!(
+        load(&with_sink("    destination: {type: sequin_stream}\n"))
+            .unwrap()
+            .sinks[0]
+            .destination
+            .delivery()
+            .is_none()
+    );
+    // The cap rule and the bounds hold for every push kind alike.
+    assert!(
+        error(&with_sink(
+            "    destination: {type: redis_string, host: h, retry_backoff_base_ms: 500, retry_backoff_max_ms: 100}\n"
+        ))
+        .starts_with("sinks[0].destination.retry_backoff_max_ms: 100 is below retry_backoff_base_ms (500)")
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: nats, host: h, max_in_flight: 0}\n"
+        ))
+        .starts_with("sinks[0].destination.max_in_flight: must be between 1 and 1000, got 0")
+    );
+    // A typo names the kind's own fields and the shared ones.
+    let typo = error(&with_sink(
+        "    destination: {type: nats, host: h, batch_sise: 5}\n",
+    ));
+    assert!(
+        typo.contains("unknown field `batch_sise`")
+            && typo.contains("or a delivery field: `batch_size`, `max_in_flight`"),
+        "{typo}"
     );
 }

@@ -470,6 +470,14 @@ fn check_push_settings(
     let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
     for (i, sink) in sinks.iter().enumerate() {
         let path = list.index(i);
+        for (key, problem) in sink
+            .destination
+            .delivery()
+            .map(|d| d.problems())
+            .unwrap_or_default()
+        {
+            problems.add(path.key("destination").key(key), problem);
+        }
         match &sink.destination {
             DestinationConfig::Webhook(webhook) => {
                 if !names.contains(&webhook.http_endpoint.as_str()) {
@@ -481,39 +489,13 @@ fn check_push_settings(
                         ),
                     );
                 }
-                if webhook.retry_backoff_max_ms < webhook.retry_backoff_base_ms {
-                    problems.add(
-                        path.key("destination").key("retry_backoff_max_ms"),
-                        format!(
-                            "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
-                            webhook.retry_backoff_max_ms, webhook.retry_backoff_base_ms
-                        ),
-                    );
-                }
             }
             DestinationConfig::Nats(nats) => {
                 for (key, problem) in nats.problems() {
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
-            DestinationConfig::RedisString(super::destination::RedisStringConfig {
-                connection,
-                ..
-            })
-            | DestinationConfig::RedisStream(super::destination::RedisStreamConfig {
-                connection,
-                ..
-            }) => {
-                if connection.retry_backoff_max_ms < connection.retry_backoff_base_ms {
-                    problems.add(
-                        path.key("destination").key("retry_backoff_max_ms"),
-                        format!(
-                            "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
-                            connection.retry_backoff_max_ms, connection.retry_backoff_base_ms
-                        ),
-                    );
-                }
-            }
+            DestinationConfig::RedisString(_) | DestinationConfig::RedisStream(_) => {}
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {
                     problems.add(

@@ -30,6 +30,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::{DeliveryConfig, SinkConfig};
 use crate::store::{Store, StoreError, StoredMessage};
 
 /// What became of one message of a delivery.
@@ -102,6 +103,36 @@ impl Default for RetryPolicy {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(600),
             max_retry_count: None,
+        }
+    }
+}
+
+/// How a push sink's deliveries are sized, timed and retried: its
+/// destination's shared delivery fields, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryLimits {
+    /// Most messages per delivery.
+    pub batch_size: u32,
+    /// Most deliveries in flight at once.
+    pub max_in_flight: u32,
+    /// Longest one delivery may take.
+    pub request_timeout: Duration,
+    /// Backoff and retry limit.
+    pub retry: RetryPolicy,
+}
+
+impl DeliveryLimits {
+    /// The limits of `sink`, whose destination's shared fields are `delivery`.
+    pub fn resolve(sink: &SinkConfig, delivery: &DeliveryConfig) -> DeliveryLimits {
+        DeliveryLimits {
+            batch_size: delivery.batch_size,
+            max_in_flight: delivery.max_in_flight,
+            request_timeout: delivery.request_timeout(),
+            retry: RetryPolicy {
+                backoff_base: Duration::from_millis(delivery.retry_backoff_base_ms),
+                backoff_max: Duration::from_millis(delivery.retry_backoff_max_ms),
+                max_retry_count: sink.max_retry_count,
+            },
         }
     }
 }

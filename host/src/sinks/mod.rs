@@ -31,14 +31,14 @@ pub fn push_destination(
                 .expect("config validation guarantees the endpoint exists");
             let settings = webhook::WebhookSettings::resolve(sink, webhook, endpoint)
                 .map_err(|e| e.to_string())?;
-            let retry = settings.retry;
+            let retry = settings.limits.retry;
             let destination = webhook::WebhookDestination::new(&sink.name, settings)
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
             Ok((Arc::new(destination), retry))
         }
         DestinationConfig::Nats(settings) => {
             let settings = nats::NatsSettings::resolve(sink, settings);
-            let retry = settings.retry;
+            let retry = settings.limits.retry;
             Ok((
                 Arc::new(nats::NatsDestination::new(&sink.name, settings)),
                 retry,
@@ -46,14 +46,14 @@ pub fn push_destination(
         }
         DestinationConfig::RedisString(string) => {
             let settings = redis::RedisSettings::resolve(sink, &string.connection);
-            let retry = settings.retry;
+            let retry = settings.limits.retry;
             let connection = redis::RedisConnection::new(settings)?;
             let destination = redis::RedisStringDestination::new(connection, string.expire_ms);
             Ok((Arc::new(destination), retry))
         }
         DestinationConfig::RedisStream(stream) => {
             let settings = redis::RedisSettings::resolve(sink, &stream.connection);
-            let retry = settings.retry;
+            let retry = settings.limits.retry;
             let connection = redis::RedisConnection::new(settings)?;
             let destination =
                 redis::RedisStreamDestination::new(connection, stream.stream_key.clone());

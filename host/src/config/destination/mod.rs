@@ -3,15 +3,18 @@
 //! that unknown keys and bad values are reported with their exact path.
 //!
 //! Adding a kind: a module with its settings struct
-//! (`#[serde(deny_unknown_fields)]`), a variant here, an arm in
-//! `DestinationConfig::from_yaml`, and its name moved from `PLANNED` to
-//! `SUPPORTED`.
+//! (`#[serde(deny_unknown_fields)]`; a push kind also implements
+//! `delivery::PushSettings` and is read with `push_settings_of`), a variant
+//! here, arms in `DestinationConfig::from_yaml` and `delivery`, and its name
+//! moved from `PLANNED` to `SUPPORTED`.
 
+mod delivery;
 mod nats;
 mod redis;
 mod sequin_stream;
 mod webhook;
 
+pub use delivery::{DeliveryConfig, DeliveryDefaults};
 pub use nats::NatsConfig;
 pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
@@ -21,6 +24,7 @@ use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
 use super::path::DocPath;
+use delivery::push_settings_of;
 
 /// Where a sink delivers, with that destination's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +75,18 @@ impl DestinationConfig {
         }
     }
 
+    /// The shared delivery fields of a push destination; `None` for a pull
+    /// sink.
+    pub fn delivery(&self) -> Option<&DeliveryConfig> {
+        match self {
+            DestinationConfig::SequinStream(_) => None,
+            DestinationConfig::Webhook(webhook) => Some(&webhook.delivery),
+            DestinationConfig::Nats(nats) => Some(&nats.delivery),
+            DestinationConfig::RedisString(string) => Some(&string.connection.delivery),
+            DestinationConfig::RedisStream(stream) => Some(&stream.connection.delivery),
+        }
+    }
+
     /// Reads a destination from its YAML mapping.
     pub(crate) fn from_yaml(value: Value) -> Result<Self, DestinationProblem> {
         let here = DocPath::root();
@@ -105,8 +121,8 @@ impl DestinationConfig {
         let settings = Value::Mapping(fields);
         match kind.as_str() {
             "sequin_stream" => settings_of(settings).map(DestinationConfig::SequinStream),
-            "webhook" => settings_of(settings).map(DestinationConfig::Webhook),
-            "nats" => settings_of(settings).map(DestinationConfig::Nats),
+            "webhook" => push_settings_of(settings).map(DestinationConfig::Webhook),
+            "nats" => push_settings_of(settings).map(DestinationConfig::Nats),
             "redis_string" => {
                 RedisStringConfig::from_settings(settings).map(DestinationConfig::RedisString)
             }

@@ -1,11 +1,10 @@
 //! Settings of `type: nats`: publish messages to NATS, through JetStream
 //! (acknowledged by the stream) or core NATS.
 
-use std::fmt;
-use std::time::Duration;
-
 use serde::Deserialize;
+use std::fmt;
 
+use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
 use crate::config::bounds;
 
 /// How a NATS sink connects and delivers. Names follow Sequin's where it
@@ -45,64 +44,18 @@ pub struct NatsConfig {
     /// no acknowledgement from the broker (at most once on the broker side).
     #[serde(default = "yes")]
     pub jetstream: bool,
-    /// Most messages handed to one delivery (1 to 10000). Default 100.
-    #[serde(
-        default = "NatsConfig::default_batch_size",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 10_000>"
-    )]
-    pub batch_size: u32,
-    /// Most deliveries in flight at once for this sink (1 to 1000). Default 10.
-    #[serde(
-        default = "NatsConfig::default_max_in_flight",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 1000>"
-    )]
-    pub max_in_flight: u32,
-    /// How long one delivery (connect, publish, acknowledgement) may take
-    /// before its messages count as failed and are retried, in milliseconds
-    /// (100 to 600000). Default 5000.
-    #[serde(
-        default = "NatsConfig::default_request_timeout_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 100, 600_000>"
-    )]
-    pub request_timeout_ms: u64,
-    /// Delay before the first retry of a failed message, in milliseconds
-    /// (1 to 3600000); it doubles with each failure, with jitter. Default 1000.
-    #[serde(
-        default = "NatsConfig::default_retry_backoff_base_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 3_600_000>"
-    )]
-    pub retry_backoff_base_ms: u64,
-    /// The longest delay between two attempts, in milliseconds (1 to
-    /// 86400000). Default 600000 (10 minutes).
-    #[serde(
-        default = "NatsConfig::default_retry_backoff_max_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 86_400_000>"
-    )]
-    pub retry_backoff_max_ms: u64,
+    /// The shared delivery fields; NATS defaults: `batch_size` 100,
+    /// `max_in_flight` 10, `request_timeout_ms` 5000.
+    #[serde(skip)]
+    pub delivery: DeliveryConfig,
 }
 
 impl NatsConfig {
     /// Default `port`.
     pub const DEFAULT_PORT: u16 = 4222;
-    /// Default `batch_size`.
-    pub const DEFAULT_BATCH_SIZE: u32 = 100;
-    /// Default `max_in_flight`.
-    pub const DEFAULT_MAX_IN_FLIGHT: u32 = 10;
-    /// Default `request_timeout_ms`.
-    pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
-    /// Default `retry_backoff_base_ms` (Sequin's 1 s).
-    pub const DEFAULT_RETRY_BACKOFF_BASE_MS: u64 = 1_000;
-    /// Default `retry_backoff_max_ms` (Sequin's 10 min).
-    pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 600_000;
-
     /// The port, or the default.
     pub fn port(&self) -> u16 {
         self.port.unwrap_or(Self::DEFAULT_PORT)
-    }
-
-    /// The request timeout as a duration.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
     }
 
     /// Rules between fields: (field, what is wrong and what to do).
@@ -141,36 +94,19 @@ impl NatsConfig {
                 "is only used over TLS; set `tls: true` too".into(),
             ));
         }
-        if self.retry_backoff_max_ms < self.retry_backoff_base_ms {
-            problems.push((
-                "retry_backoff_max_ms",
-                format!(
-                    "{} is below retry_backoff_base_ms ({}); the cap must be at least the first delay",
-                    self.retry_backoff_max_ms, self.retry_backoff_base_ms
-                ),
-            ));
-        }
         problems
     }
+}
 
-    fn default_batch_size() -> u32 {
-        Self::DEFAULT_BATCH_SIZE
-    }
+impl PushSettings for NatsConfig {
+    const DELIVERY_DEFAULTS: DeliveryDefaults = DeliveryDefaults {
+        batch_size: 100,
+        max_in_flight: 10,
+        request_timeout_ms: 5_000,
+    };
 
-    fn default_max_in_flight() -> u32 {
-        Self::DEFAULT_MAX_IN_FLIGHT
-    }
-
-    fn default_request_timeout_ms() -> u64 {
-        Self::DEFAULT_REQUEST_TIMEOUT_MS
-    }
-
-    fn default_retry_backoff_base_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_BASE_MS
-    }
-
-    fn default_retry_backoff_max_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_MAX_MS
+    fn delivery_mut(&mut self) -> &mut DeliveryConfig {
+        &mut self.delivery
     }
 }
 
@@ -187,11 +123,7 @@ impl fmt::Debug for NatsConfig {
             .field("tls", &self.tls)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("jetstream", &self.jetstream)
-            .field("batch_size", &self.batch_size)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .field("retry_backoff_base_ms", &self.retry_backoff_base_ms)
-            .field("retry_backoff_max_ms", &self.retry_backoff_max_ms)
+            .field("delivery", &self.delivery)
             .finish()
     }
 }

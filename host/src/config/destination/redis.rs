@@ -3,12 +3,13 @@
 //! plus `expire_ms` (strings) or `stream_key` (streams). Names and
 //! defaults are Sequin's where it has them.
 
-use std::fmt;
-use std::time::Duration;
-
 use serde::Deserialize;
-use serde_yaml_ng::{Mapping, Value};
+use serde_yaml_ng::Value;
+use std::fmt;
 
+use super::delivery::{
+    DeliveryConfig, DeliveryDefaults, PushSettings, push_settings_of, split_off,
+};
 use super::{DestinationProblem, settings_of};
 use crate::config::bounds;
 
@@ -38,39 +39,11 @@ pub struct RedisConnectionConfig {
     /// system's web PKI roots and its host name. Default false.
     #[serde(default)]
     pub tls: bool,
-    /// Most messages pipelined in one round trip (1 to 10000). Default 10.
-    #[serde(
-        default = "RedisConnectionConfig::default_batch_size",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 10_000>"
-    )]
-    pub batch_size: u32,
-    /// Most pipelines in flight at once (1 to 1000). Default 10.
-    #[serde(
-        default = "RedisConnectionConfig::default_max_in_flight",
-        deserialize_with = "bounds::in_range::<_, u32, 1, 1000>"
-    )]
-    pub max_in_flight: u32,
-    /// Longest one pipeline (connecting included) may take before its
-    /// messages are retried, in milliseconds (100 to 600000). Default 15000.
-    #[serde(
-        default = "RedisConnectionConfig::default_request_timeout_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 100, 600_000>"
-    )]
-    pub request_timeout_ms: u64,
-    /// Delay before the first retry of a failed message, in milliseconds
-    /// (1 to 3600000); it doubles with each failure, with jitter. Default 1000.
-    #[serde(
-        default = "RedisConnectionConfig::default_retry_backoff_base_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 3_600_000>"
-    )]
-    pub retry_backoff_base_ms: u64,
-    /// The longest delay between two attempts, in milliseconds (1 to
-    /// 86400000). Default 600000 (10 minutes).
-    #[serde(
-        default = "RedisConnectionConfig::default_retry_backoff_max_ms",
-        deserialize_with = "bounds::in_range::<_, u64, 1, 86_400_000>"
-    )]
-    pub retry_backoff_max_ms: u64,
+    /// The shared delivery fields; Redis defaults: `batch_size` 10 (most
+    /// messages pipelined in one round trip), `max_in_flight` 10,
+    /// `request_timeout_ms` 15000 (Sequin's).
+    #[serde(skip)]
+    pub delivery: DeliveryConfig,
 }
 
 impl fmt::Debug for RedisConnectionConfig {
@@ -82,11 +55,7 @@ impl fmt::Debug for RedisConnectionConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
-            .field("batch_size", &self.batch_size)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .field("retry_backoff_base_ms", &self.retry_backoff_base_ms)
-            .field("retry_backoff_max_ms", &self.retry_backoff_max_ms)
+            .field("delivery", &self.delivery)
             .finish()
     }
 }
@@ -94,44 +63,20 @@ impl fmt::Debug for RedisConnectionConfig {
 impl RedisConnectionConfig {
     /// Default `port`.
     pub const DEFAULT_PORT: u16 = 6379;
-    /// Default `batch_size`.
-    pub const DEFAULT_BATCH_SIZE: u32 = 10;
-    /// Default `max_in_flight`.
-    pub const DEFAULT_MAX_IN_FLIGHT: u32 = 10;
-    /// Default `request_timeout_ms` (Sequin's 15 s).
-    pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 15_000;
-    /// Default `retry_backoff_base_ms` (Sequin's 1 s).
-    pub const DEFAULT_RETRY_BACKOFF_BASE_MS: u64 = 1_000;
-    /// Default `retry_backoff_max_ms` (Sequin's 10 min).
-    pub const DEFAULT_RETRY_BACKOFF_MAX_MS: u64 = 600_000;
-
-    /// The request timeout as a duration.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
-    }
-
     fn default_port() -> u16 {
         Self::DEFAULT_PORT
     }
+}
 
-    fn default_batch_size() -> u32 {
-        Self::DEFAULT_BATCH_SIZE
-    }
+impl PushSettings for RedisConnectionConfig {
+    const DELIVERY_DEFAULTS: DeliveryDefaults = DeliveryDefaults {
+        batch_size: 10,
+        max_in_flight: 10,
+        request_timeout_ms: 15_000,
+    };
 
-    fn default_max_in_flight() -> u32 {
-        Self::DEFAULT_MAX_IN_FLIGHT
-    }
-
-    fn default_request_timeout_ms() -> u64 {
-        Self::DEFAULT_REQUEST_TIMEOUT_MS
-    }
-
-    fn default_retry_backoff_base_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_BASE_MS
-    }
-
-    fn default_retry_backoff_max_ms() -> u64 {
-        Self::DEFAULT_RETRY_BACKOFF_MAX_MS
+    fn delivery_mut(&mut self) -> &mut DeliveryConfig {
+        &mut self.delivery
     }
 }
 
@@ -175,8 +120,8 @@ struct StreamOnly {
 impl RedisStringConfig {
     /// Reads `redis_string` settings (everything but `type`).
     pub(crate) fn from_settings(settings: Value) -> Result<Self, DestinationProblem> {
-        let (own, shared) = split(settings, "expire_ms");
-        let connection = settings_of(shared)?;
+        let (own, shared) = split_off(settings, &["expire_ms"]);
+        let connection = push_settings_of(shared)?;
         let StringOnly { expire_ms } = settings_of(own)?;
         Ok(RedisStringConfig {
             connection,
@@ -188,27 +133,14 @@ impl RedisStringConfig {
 impl RedisStreamConfig {
     /// Reads `redis_stream` settings (everything but `type`).
     pub(crate) fn from_settings(settings: Value) -> Result<Self, DestinationProblem> {
-        let (own, shared) = split(settings, "stream_key");
-        let connection = settings_of(shared)?;
+        let (own, shared) = split_off(settings, &["stream_key"]);
+        let connection = push_settings_of(shared)?;
         let StreamOnly { stream_key } = settings_of(own)?;
         Ok(RedisStreamConfig {
             connection,
             stream_key,
         })
     }
-}
-
-/// `settings` split into the mapping holding `key` (if set) and the rest.
-fn split(settings: Value, key: &str) -> (Value, Value) {
-    let mut rest = match settings {
-        Value::Mapping(fields) => fields,
-        other => return (Value::Mapping(Mapping::new()), other),
-    };
-    let mut own = Mapping::new();
-    if let Some(value) = rest.remove(key) {
-        own.insert(Value::String(key.to_string()), value);
-    }
-    (Value::Mapping(own), Value::Mapping(rest))
 }
 
 fn non_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {

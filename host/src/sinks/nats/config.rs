@@ -2,11 +2,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::config::SinkConfig;
 use crate::config::destination::NatsConfig;
-use crate::sinks::delivery::RetryPolicy;
+use crate::sinks::delivery::DeliveryLimits;
 
 /// How the sink authenticates. `Debug` hides the secrets.
 #[derive(Clone, PartialEq, Eq)]
@@ -58,14 +57,8 @@ pub struct NatsSettings {
     pub tls_ca_file: Option<PathBuf>,
     /// Publish through JetStream and await the PubAck.
     pub jetstream: bool,
-    /// Most messages per delivery.
-    pub batch_size: u32,
-    /// Most deliveries in flight.
-    pub max_in_flight: u32,
-    /// Longest a delivery may take.
-    pub request_timeout: Duration,
-    /// Backoff and retry limit.
-    pub retry: RetryPolicy,
+    /// Batch size, parallelism, timeout and retries.
+    pub limits: DeliveryLimits,
 }
 
 impl NatsSettings {
@@ -97,14 +90,7 @@ impl NatsSettings {
             tls: nats.tls,
             tls_ca_file: nats.tls_ca_file.as_ref().map(PathBuf::from),
             jetstream: nats.jetstream,
-            batch_size: nats.batch_size,
-            max_in_flight: nats.max_in_flight,
-            request_timeout: nats.request_timeout(),
-            retry: RetryPolicy {
-                backoff_base: Duration::from_millis(nats.retry_backoff_base_ms),
-                backoff_max: Duration::from_millis(nats.retry_backoff_max_ms),
-                max_retry_count: sink.max_retry_count,
-            },
+            limits: DeliveryLimits::resolve(sink, &nats.delivery),
         }
     }
 }

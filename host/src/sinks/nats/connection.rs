@@ -53,7 +53,7 @@ impl NatsConnection {
         }
         let client = self.connect().await?;
         let mut jetstream = jetstream::new(client.clone());
-        jetstream.set_timeout(self.settings.request_timeout);
+        jetstream.set_timeout(self.settings.limits.request_timeout);
         let connected = Connected { client, jetstream };
         *slot = Some(connected.clone());
         Ok(connected)
@@ -64,13 +64,14 @@ impl NatsConnection {
         let sink = self.sink.clone();
         // Commands a client queues while it reconnects: weft never has
         // more publishes out than its deliveries in flight.
-        let capacity = (settings.max_in_flight as usize * settings.batch_size as usize)
+        let capacity = (settings.limits.max_in_flight as usize
+            * settings.limits.batch_size as usize)
             .saturating_add(64)
             .min(65_536);
         let mut options = ConnectOptions::new()
             .name(format!("weft sink {}", self.sink))
-            .connection_timeout(settings.request_timeout.min(Duration::from_secs(10)))
-            .request_timeout(Some(settings.request_timeout))
+            .connection_timeout(settings.limits.request_timeout.min(Duration::from_secs(10)))
+            .request_timeout(Some(settings.limits.request_timeout))
             .client_capacity(capacity)
             .max_reconnects(None)
             .reconnect_delay_callback(|attempts| {

@@ -159,7 +159,7 @@ impl NatsDestination {
             )),
             PublishErrorKind::TimedOut => DeliveryOutcome::retry(format!(
                 "JetStream did not acknowledge the publish to {subject:?} within request_timeout_ms = {}",
-                self.settings.request_timeout.as_millis()
+                self.settings.limits.request_timeout.as_millis()
             )),
             PublishErrorKind::MaxPayloadExceeded => DeliveryOutcome::permanent(format!(
                 "the message to {subject:?} exceeds the NATS server's max_payload ({error}); raise max_payload on the server or shrink the message with a transform, then replay this dead letter"
@@ -174,19 +174,19 @@ impl NatsDestination {
 #[async_trait]
 impl Destination for NatsDestination {
     fn batch_size(&self) -> u32 {
-        self.settings.batch_size
+        self.settings.limits.batch_size
     }
 
     fn max_in_flight(&self) -> usize {
-        self.settings.max_in_flight as usize
+        self.settings.limits.max_in_flight as usize
     }
 
     fn max_delivery_time(&self) -> Duration {
-        self.settings.request_timeout
+        self.settings.limits.request_timeout
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        let timeout = self.settings.request_timeout;
+        let timeout = self.settings.limits.request_timeout;
         match tokio::time::timeout(timeout, self.deliver_within_timeout(batch)).await {
             Ok(outcomes) => outcomes,
             Err(_) => {

@@ -9,7 +9,7 @@ use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisE
 use tokio::sync::OnceCell;
 
 use crate::config::{RedisConnectionConfig, SinkConfig};
-use crate::sinks::delivery::{DeliveryOutcome, RetryPolicy};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome};
 use crate::store::StoredMessage;
 
 /// A Redis sink's connection and delivery settings, resolved from config.
@@ -28,14 +28,9 @@ pub struct RedisSettings {
     pub password: Option<String>,
     /// TLS with certificate and host name verification.
     pub tls: bool,
-    /// Most messages per pipeline.
-    pub batch_size: u32,
-    /// Most pipelines in flight.
-    pub max_in_flight: u32,
-    /// Longest one delivery may take, connecting included.
-    pub request_timeout: Duration,
-    /// Backoff and retry limit.
-    pub retry: RetryPolicy,
+    /// Batch size (messages per pipeline), pipelines in flight, timeout
+    /// (connecting included) and retries.
+    pub limits: DeliveryLimits,
 }
 
 impl fmt::Debug for RedisSettings {
@@ -47,10 +42,7 @@ impl fmt::Debug for RedisSettings {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
-            .field("batch_size", &self.batch_size)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("request_timeout", &self.request_timeout)
-            .field("retry", &self.retry)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -65,14 +57,7 @@ impl RedisSettings {
             username: config.username.clone(),
             password: config.password.clone(),
             tls: config.tls,
-            batch_size: config.batch_size,
-            max_in_flight: config.max_in_flight,
-            request_timeout: config.request_timeout(),
-            retry: RetryPolicy {
-                backoff_base: Duration::from_millis(config.retry_backoff_base_ms),
-                backoff_max: Duration::from_millis(config.retry_backoff_max_ms),
-                max_retry_count: sink.max_retry_count,
-            },
+            limits: DeliveryLimits::resolve(sink, &config.delivery),
         }
     }
 }
@@ -145,9 +130,10 @@ impl RedisConnection {
             }
         }
         if !sent.is_empty() {
-            let replies = tokio::time::timeout(self.settings.request_timeout, self.send(&pipe))
-                .await
-                .unwrap_or_else(|_| Err(self.timed_out()));
+            let replies =
+                tokio::time::timeout(self.settings.limits.request_timeout, self.send(&pipe))
+                    .await
+                    .unwrap_or_else(|_| Err(self.timed_out()));
             match replies {
                 Ok(replies) if replies.len() == sent.len() => {
                     for (&index, reply) in sent.iter().zip(replies) {
@@ -191,10 +177,14 @@ impl RedisConnection {
         let manager = self
             .manager
             .get_or_try_init(|| async {
-                let wait = self.settings.request_timeout.min(Duration::from_secs(10));
+                let wait = self
+                    .settings
+                    .limits
+                    .request_timeout
+                    .min(Duration::from_secs(10));
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(wait))
-                    .set_response_timeout(Some(self.settings.request_timeout))
+                    .set_response_timeout(Some(self.settings.limits.request_timeout))
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(100))
                     .set_max_delay(Duration::from_secs(1));
@@ -216,7 +206,7 @@ impl RedisConnection {
         format!(
             "Redis at {} did not answer within request_timeout_ms = {}",
             self.address(),
-            self.settings.request_timeout.as_millis()
+            self.settings.limits.request_timeout.as_millis()
         )
     }
 

@@ -88,15 +88,15 @@ fn json_kind(value: &Value) -> &'static str {
 #[async_trait]
 impl Destination for RedisStreamDestination {
     fn batch_size(&self) -> u32 {
-        self.connection.settings().batch_size
+        self.connection.settings().limits.batch_size
     }
 
     fn max_in_flight(&self) -> usize {
-        self.connection.settings().max_in_flight as usize
+        self.connection.settings().limits.max_in_flight as usize
     }
 
     fn max_delivery_time(&self) -> Duration {
-        self.connection.settings().request_timeout
+        self.connection.settings().limits.request_timeout
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

@@ -62,15 +62,15 @@ fn value(payload: &Payload) -> Vec<u8> {
 #[async_trait]
 impl Destination for RedisStringDestination {
     fn batch_size(&self) -> u32 {
-        self.connection.settings().batch_size
+        self.connection.settings().limits.batch_size
     }
 
     fn max_in_flight(&self) -> usize {
-        self.connection.settings().max_in_flight as usize
+        self.connection.settings().limits.max_in_flight as usize
     }
 
     fn max_delivery_time(&self) -> Duration {
-        self.connection.settings().request_timeout
+        self.connection.settings().limits.request_timeout
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

@@ -1,13 +1,12 @@
 //! A webhook sink's settings, resolved against its HTTP endpoint.
 
 use std::fmt;
-use std::time::Duration;
 
 use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::{HttpEndpointConfig, SinkConfig, WebhookConfig};
-use crate::sinks::delivery::RetryPolicy;
+use crate::sinks::delivery::DeliveryLimits;
 
 /// Everything a webhook sink needs to deliver. `Debug` hides secret header
 /// values and the signing secret.
@@ -24,16 +23,11 @@ pub struct WebhookSettings {
     pub signing_secret: Option<Vec<u8>>,
     /// `{"data": [...]}` batches (true) or one message per request.
     pub batch: bool,
-    /// Most messages per request in batch mode.
-    pub batch_size: u32,
-    /// Longest a request may take.
-    pub request_timeout: Duration,
-    /// Most requests in flight at once.
-    pub max_in_flight: u32,
     /// Compress bodies with gzip.
     pub gzip: bool,
-    /// Backoff and retry limit.
-    pub retry: RetryPolicy,
+    /// Batch size (1 unless in batch mode), requests in flight, request
+    /// timeout and retries.
+    pub limits: DeliveryLimits,
 }
 
 impl fmt::Debug for WebhookSettings {
@@ -55,11 +49,8 @@ impl fmt::Debug for WebhookSettings {
             .field("headers", &headers)
             .field("signed", &self.signing_secret.is_some())
             .field("batch", &self.batch)
-            .field("batch_size", &self.batch_size)
-            .field("request_timeout", &self.request_timeout)
-            .field("max_in_flight", &self.max_in_flight)
             .field("gzip", &self.gzip)
-            .field("retry", &self.retry)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -122,6 +113,10 @@ impl WebhookSettings {
                 headers.insert(header, value);
             }
         }
+        let mut limits = DeliveryLimits::resolve(sink, &webhook.delivery);
+        if !webhook.batch {
+            limits.batch_size = 1;
+        }
         Ok(WebhookSettings {
             url,
             endpoint_url: endpoint.url.trim_end_matches('/').to_string(),
@@ -131,15 +126,8 @@ impl WebhookSettings {
                 .as_ref()
                 .map(|s| s.as_bytes().to_vec()),
             batch: webhook.batch,
-            batch_size: if webhook.batch { webhook.batch_size } else { 1 },
-            request_timeout: webhook.request_timeout(),
-            max_in_flight: webhook.max_in_flight,
             gzip: webhook.gzip,
-            retry: RetryPolicy {
-                backoff_base: Duration::from_millis(webhook.retry_backoff_base_ms),
-                backoff_max: Duration::from_millis(webhook.retry_backoff_max_ms),
-                max_retry_count: sink.max_retry_count,
-            },
+            limits,
         })
     }
 }

@@ -49,8 +49,8 @@ impl WebhookDestination {
         settings: WebhookSettings,
     ) -> Result<WebhookDestination, reqwest::Error> {
         let client = reqwest::Client::builder()
-            .timeout(settings.request_timeout)
-            .connect_timeout(settings.request_timeout.min(Duration::from_secs(10)))
+            .timeout(settings.limits.request_timeout)
+            .connect_timeout(settings.limits.request_timeout.min(Duration::from_secs(10)))
             .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
             .default_headers(settings.headers.clone())
             .build()?;
@@ -151,7 +151,7 @@ impl WebhookDestination {
             Err(e) if e.is_timeout() => DeliveryOutcome::retry(format!(
                 "{} did not answer within request_timeout_ms = {}",
                 target.url,
-                self.settings.request_timeout.as_millis()
+                self.settings.limits.request_timeout.as_millis()
             )),
             Err(e) => DeliveryOutcome::retry(format!(
                 "request to {} failed: {}",
@@ -165,15 +165,15 @@ impl WebhookDestination {
 #[async_trait]
 impl Destination for WebhookDestination {
     fn batch_size(&self) -> u32 {
-        self.settings.batch_size
+        self.settings.limits.batch_size
     }
 
     fn max_in_flight(&self) -> usize {
-        self.settings.max_in_flight as usize
+        self.settings.limits.max_in_flight as usize
     }
 
     fn max_delivery_time(&self) -> Duration {
-        self.settings.request_timeout
+        self.settings.limits.request_timeout
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

@@ -1,0 +1,87 @@
+//! A server a test owns as a child process (a broker, a cache): started on a
+//! free loopback port with its own data directory, killed with SIGKILL and
+//! started again on the same port and directory, for outage tests.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::weft::free_port;
+
+/// Builds the server's command line from its data directory and port.
+type CommandLine = Box<dyn Fn(&Path, u16) -> Command + Send + Sync>;
+
+/// One server child process; killed when dropped.
+pub struct ServerProcess {
+    name: &'static str,
+    port: u16,
+    dir: tempfile::TempDir,
+    command: CommandLine,
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// Starts `name` with `command(dir, port)` and waits until the port
+    /// accepts connections. Its stderr goes to `<dir>/<name>.log`.
+    pub fn start(
+        name: &'static str,
+        command: impl Fn(&Path, u16) -> Command + Send + Sync + 'static,
+    ) -> ServerProcess {
+        let mut server = ServerProcess {
+            name,
+            port: free_port(),
+            dir: tempfile::tempdir().expect("server data dir"),
+            command: Box::new(command),
+            child: None,
+        };
+        server.start_again();
+        server
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills it with SIGKILL: no clean shutdown.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL server");
+            child.wait().expect("reap server");
+        }
+    }
+
+    /// Starts it (again) on the same port and directory, waiting until it
+    /// accepts connections.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "{} already runs", self.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", self.name)))
+            .expect("server log");
+        let child = (self.command)(self.dir.path(), self.port)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e} (is it installed?)", self.name));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not listen on port {} within 30 s",
+                self.name,
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
