@@ -21,7 +21,8 @@ ensure_packages() {
     local missing=()
     for pair in "$@"; do
         local cmd="${pair%%:*}" pkg="${pair#*:}"
-        command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || missing+=("$pkg")
+        # CMD is a command name, or an absolute path to a file (a header).
+        command -v "$cmd" >/dev/null 2>&1 || [ -e "$cmd" ] || missing+=("$pkg")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
@@ -60,6 +61,43 @@ run_as_pg_owner() {
     if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# ensure_redis makes a Redis answer on 127.0.0.1:6379, where the Redis sink
+# tests keep their data (databases 11 to 13); it starts one without
+# persistence when none answers.
+ensure_redis() {
+    ensure_packages redis-server:redis-server redis-cli:redis-tools
+    if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+        say "starting redis-server on 127.0.0.1:6379"
+        redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+            --dir "${TMPDIR:-/tmp}" --logfile "${TMPDIR:-/tmp}/weft-redis.log"
+        for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+        die "redis-server did not answer on 127.0.0.1:6379; see ${TMPDIR:-/tmp}/weft-redis.log"
+    fi
+}
+
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# The tansu release the Kafka tests run against.
+TANSU_VERSION=0.6.0
+# ensure_tansu makes the tansu Kafka-protocol broker available to the Kafka
+# tests and exports WEFT_TANSU, the binary they run: $WEFT_TANSU if set, else
+# tansu on PATH or in cargo's bin dir, else it installs tansu with cargo.
+ensure_tansu() {
+    if [ -n "${WEFT_TANSU:-}" ]; then
+        [ -x "$WEFT_TANSU" ] || die "WEFT_TANSU=$WEFT_TANSU is not an executable file; point it at a tansu binary or unset it"
+        return 0
+    fi
+    local cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu" found
+    found="$(command -v tansu 2>/dev/null || true)"
+    if [ -z "$found" ] && [ -x "$cargo_bin" ]; then found="$cargo_bin"; fi
+    if [ -z "$found" ]; then
+        say "installing the tansu Kafka broker $TANSU_VERSION (cargo install; takes several minutes once)"
+        # Its own temporary target dir, not weft's build cache.
+        env -u CARGO_TARGET_DIR cargo install tansu --version "$TANSU_VERSION" --features dynostore --locked
+        found="$cargo_bin"
+        [ -x "$found" ] || die "cargo install tansu did not produce $found"
+    fi
+    export WEFT_TANSU="$found"
 }

@@ -7,9 +7,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$WEFT_ROOT"
 
 say "checking system packages"
-ensure_packages gcc:build-essential make:build-essential pkg-config:pkg-config python3:python3 curl:curl openssl:openssl
+ensure_packages gcc:build-essential make:build-essential pkg-config:pkg-config python3:python3 curl:curl openssl:openssl \
+    /usr/include/openssl/ssl.h:libssl-dev nats-server:nats-server \
+    /usr/lib/rabbitmq/bin/rabbitmq-server:rabbitmq-server
 ensure_postgres
 ensure_rust
+ensure_tansu
+ensure_redis
 
 say "building the WebAssembly guests"
 scripts/build-guests.sh

@@ -20,6 +20,7 @@ pub mod change;
 pub mod config;
 pub mod lsn;
 pub mod message;
+pub mod metrics;
 pub mod pipeline;
 pub mod plugins;
 pub mod server;

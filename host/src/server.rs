@@ -91,6 +91,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         data_dir,
         listen,
     } = options;
+    crate::metrics::install();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
         path: data_dir.clone(),
         source,

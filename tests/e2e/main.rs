@@ -4,13 +4,16 @@
 #[path = "../harness/mod.rs"]
 mod harness;
 
+mod backlog;
 mod config_errors;
 mod crash;
 mod databases;
 mod first_slice;
 mod functions;
 mod idle;
+mod kafka;
 mod nats;
+mod rabbitmq;
 mod redis;
 mod schema_changes;
 mod setup_errors;

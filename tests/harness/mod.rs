@@ -4,16 +4,21 @@
 //!   replication enabled.
 //! * [`certs::TestCa`]: throwaway certificates for TLS tests.
 //! * [`server_process::ServerProcess`]: a broker or cache the test owns, to
-//!   kill and restart (wrapped by [`nats::NatsServer`] and
-//!   [`redis::RedisServer`]).
+//!   kill and restart (wrapped by [`nats::NatsServer`],
+//!   [`redis::RedisServer`] and [`rabbitmq::RabbitMqNode`]).
+//! * [`kafka::TansuBroker`]: a tansu (Kafka-protocol) broker per test.
+//! * [`rabbitmq::Amqp`]: an independent AMQP client to read queues back.
 
 pub mod certs;
 pub mod guests;
+pub mod kafka;
 pub mod nats;
 pub mod oracle;
 pub mod postgres;
+pub mod rabbitmq;
 pub mod redis;
 pub mod server_process;
 pub mod source;
+pub mod tls_proxy;
 pub mod webhook_receiver;
 pub mod weft;

@@ -157,6 +157,15 @@ impl PgCluster {
         panic!("replication slot {slot} did not become active within 60s");
     }
 
+    /// The `databases:` block of a weft config for this cluster: database
+    /// `shop` reading through slot and publication `slot`, both created.
+    pub fn databases_yaml(&self, slot: &str) -> String {
+        format!(
+            "databases:\n  - name: shop\n    hostname: 127.0.0.1\n    port: {}\n    database: postgres\n    username: postgres\n    slot: {{ name: {slot}, create_if_not_exists: true }}\n    publication: {{ name: {slot}, create_if_not_exists: true }}\n",
+            self.port()
+        )
+    }
+
     /// The slot's `confirmed_flush_lsn` as a byte position.
     pub fn confirmed_flush_lsn(&self, slot: &str) -> u64 {
         self.psql(&format!(

@@ -1,8 +1,11 @@
 //! A server a test owns as a child process (a broker, a cache): started on a
 //! free loopback port with its own data directory, killed with SIGKILL and
-//! started again on the same port and directory, for outage tests.
+//! started again on the same port and directory, for outage tests. It runs
+//! in its own process group, so that a server started through a script
+//! (RabbitMQ) is killed with every process the script started.
 
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,11 +47,30 @@ impl ServerProcess {
         self.port
     }
 
-    /// Kills it with SIGKILL: no clean shutdown.
+    /// What it wrote to stderr so far, for failure messages.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.name)))
+            .unwrap_or_default()
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Kills it and everything in its process group with SIGKILL (no clean
+    /// shutdown), and waits until its port is closed.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL server");
+            let group = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL)
+                .expect("SIGKILL server");
             child.wait().expect("reap server");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                assert!(Instant::now() < deadline, "{} did not stop", self.name);
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
 
@@ -62,16 +84,28 @@ impl ServerProcess {
             .open(self.dir.path().join(format!("{}.log", self.name)))
             .expect("server log");
         let child = (self.command)(self.dir.path(), self.port)
+            .process_group(0)
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e} (is it installed?)", self.name));
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // RabbitMQ takes several seconds to boot, more on a loaded machine.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "{} exited ({status}) before listening on port {}; log:\n{}",
+                    self.name,
+                    self.port,
+                    std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.name)))
+                        .unwrap_or_default()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "{} did not listen on port {} within 30 s",
+                "{} did not listen on port {} within 60 s",
                 self.name,
                 self.port
             );

@@ -127,7 +127,8 @@ impl PullApiState {
 
 /// The pull API under both `/api/http_pull_consumers/{name}/` and
 /// `/api/sequin_streams/{name}/`, dead letters under
-/// `/api/sinks/{sink}/dead_letters`, plus `GET /health`.
+/// `/api/sinks/{sink}/dead_letters`, plus `GET /health` and `GET /metrics`
+/// (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
     let consumer = Router::new()
         .route("/receive", get(pull::receive).post(pull::receive))
@@ -143,6 +144,7 @@ pub fn router(state: PullApiState) -> Router {
         .route("/{id}/replay", post(dead_letters::replay_one));
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)
@@ -167,6 +169,16 @@ pub async fn serve(
 
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn metrics() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(),
+    )
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {

@@ -39,7 +39,8 @@ pub use error::{ConfigError, ConfigIssue, Location};
 pub use http_endpoint::HttpEndpointConfig;
 pub use model::{
     ActionSet, DatabaseConfig, FunctionConfig, FunctionGrants, FunctionKind, FunctionLimits,
-    PgConnection, PublicationConfig, SinkConfig, SlotConfig, SourceConfig, TableRef,
+    LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig, SlotConfig, SourceConfig,
+    TableRef,
 };
 
 use document::Document;

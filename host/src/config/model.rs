@@ -362,8 +362,36 @@ pub struct SinkConfig<D = DestinationConfig> {
         deserialize_with = "bounds::in_range::<_, u32, 1, 65_536>"
     )]
     pub max_memory_mb: u32,
+    /// Most undelivered messages the sink may hold in weft's store (1 to
+    /// 10^9). Default unbounded: the store is on disk and the slot keeps
+    /// advancing whatever the backlog. At the bound,
+    /// `load_shedding_policy` decides what happens.
+    #[serde(
+        default,
+        deserialize_with = "bounds::opt_in_range::<_, u64, 1, 1_000_000_000>"
+    )]
+    pub max_backlog_messages: Option<u64>,
+    /// What happens when the backlog reaches `max_backlog_messages`.
+    #[serde(default)]
+    pub load_shedding_policy: LoadSheddingPolicy,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
+}
+
+/// What a sink does when its backlog is full (Sequin's names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(
+    rename_all = "snake_case",
+    expecting = "pause_on_full or discard_on_full"
+)]
+pub enum LoadSheddingPolicy {
+    /// Stop reading the replication stream until the backlog drains below
+    /// the bound: nothing is lost, and Postgres retains the WAL meanwhile.
+    #[default]
+    PauseOnFull,
+    /// Discard the sink's new messages while the backlog is full; each
+    /// discard is logged and counted. Other sinks are not affected.
+    DiscardOnFull,
 }
 
 /// Default `max_memory_mb` of a sink (Sequin's).
@@ -402,6 +430,8 @@ impl<D> SinkConfig<D> {
             enrichment: self.enrichment,
             max_retry_count: self.max_retry_count,
             max_memory_mb: self.max_memory_mb,
+            max_backlog_messages: self.max_backlog_messages,
+            load_shedding_policy: self.load_shedding_policy,
             destination,
         }
     }

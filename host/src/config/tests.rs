@@ -283,7 +283,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
-         `destination` (line 14, column 17)"
+         `max_backlog_messages`, `load_shedding_policy`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -315,7 +315,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -339,14 +339,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
-            "    destination:\n      type: kafka\n      topic: t\n"
+            "    destination:\n      type: sqs\n      queue_url: t\n"
         )),
-        "sinks[0].destination.type: destination type `kafka` is not supported yet; supported types: \
-         sequin_stream, webhook, nats, redis_string, redis_stream (line 15, column 13)"
+        "sinks[0].destination.type: destination type `sqs` is not supported yet; supported types: \
+         sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 15, column 13)"
     );
 }
 
@@ -967,6 +967,61 @@ fn max_memory_mb_defaults_to_128_and_is_bounded() {
 }
 
 #[test]
+fn rabbitmq_sink_defaults_and_hidden_password() {
+    let config = load(&with_sink(
+        "    destination: {type: rabbitmq, host: mq.internal, exchange: cdc, username: u, password: hunter2}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::RabbitMq(rabbitmq) = &config.sink("s").unwrap().destination else {
+        panic!("expected a rabbitmq destination");
+    };
+    assert_eq!(rabbitmq.port(), 5672);
+    assert_eq!(rabbitmq.virtual_host, "/");
+    assert!(!rabbitmq.tls);
+    assert_eq!(
+        (
+            rabbitmq.delivery.batch_size,
+            rabbitmq.delivery.max_in_flight,
+            rabbitmq.delivery.request_timeout_ms
+        ),
+        (100, 10, 5_000)
+    );
+    assert!(!format!("{rabbitmq:?}").contains("hunter2"));
+}
+
+#[test]
+fn rabbitmq_mistakes_are_reported_with_their_fix() {
+    assert_eq!(
+        error(&with_sink("    destination: {type: rabbitmq, host: h}\n")),
+        "sinks[0].destination: missing field `exchange` (line 14, column 18)"
+    );
+    assert_eq!(
+        error(&with_sink(
+            "    destination: {type: rabbitmq, host: h, exchange: x, port: 0}\n"
+        )),
+        "sinks[0].destination.port: invalid port \"0\": a port is a number from 1 to 65535 (line 14, column 63)"
+    );
+    let lines = errors(&with_sink(
+        "    destination: {type: rabbitmq, host: h, exchange: '', password: hunter2, tls_ca_file: ca.pem}\n",
+    ));
+    let all = lines.join("\n");
+    assert!(!all.contains("hunter2"), "{all}");
+    assert!(
+        error(&with_sink(
+            "    destination: {type: rabbitmq, host: h, exchange: x, retry_backoff_base_ms: 500, retry_backoff_max_ms: 100}\n"
+        ))
+        .starts_with("sinks[0].destination.retry_backoff_max_ms: 100 is below retry_backoff_base_ms (500)")
+    );
+    for expected in [
+        "sinks[0].destination.exchange: must not be empty",
+        "sinks[0].destination.password: is set without `username`",
+        "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too",
+    ] {
+        assert!(all.contains(expected), "{expected} in {all}");
+    }
+}
+
+#[test]
 fn nats_sink_defaults_and_hidden_secrets() {
     let config = load(&with_sink(
         "    destination: {type: nats, host: nats.internal, username: u, password: hunter2}\n",
@@ -1014,6 +1069,83 @@ fn nats_mistakes_are_reported_with_their_fix() {
             "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too"
         ),
         "{all}"
+    );
+}
+
+#[test]
+fn kafka_sink_defaults_and_hidden_secrets() {
+    let config = load(&with_sink(
+        "    destination: {type: kafka, hosts: 'k1:9092, k2:9093', topic: cdc.orders, username: u, password: hunter2, sasl_mechanism: scram_sha_512, compression: lz4}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::Kafka(kafka) = &config.sink("s").unwrap().destination else {
+        panic!("expected a kafka destination");
+    };
+    assert_eq!(kafka.host_list(), vec!["k1:9092", "k2:9093"]);
+    assert_eq!(kafka.topic.as_deref(), Some("cdc.orders"));
+    assert_eq!(
+        kafka.sasl_mechanism,
+        Some(destination::SaslMechanism::ScramSha512)
+    );
+    assert_eq!(kafka.compression, destination::Compression::Lz4);
+    assert!(!kafka.tls);
+    assert_eq!(
+        (
+            kafka.delivery.batch_size,
+            kafka.delivery.max_in_flight,
+            kafka.delivery.request_timeout_ms
+        ),
+        (200, 10, 30_000)
+    );
+    assert!(!format!("{kafka:?}").contains("hunter2"));
+}
+
+#[test]
+fn kafka_mistakes_are_reported_with_their_path_and_fix() {
+    let all = errors(&with_sink(
+        "    destination: {type: kafka, hosts: 'k1:9092,k2', password: hunter2, tls_ca_file: ca.pem}\n",
+    ))
+    .join("\n");
+    assert!(!all.contains("hunter2"), "{all}");
+    for expected in [
+        "sinks[0].destination.hosts: \"k2\" is not `host:port`",
+        "sinks[0].destination.topic: is required: set `topic`, or give the sink a `routing` function",
+        "sinks[0].destination.password: is set without `username`",
+        "sinks[0].destination.tls_ca_file: is only used over TLS; set `tls: true` too",
+    ] {
+        assert!(all.contains(expected), "{expected:?} missing in:\n{all}");
+    }
+    let all = errors(&with_sink(
+        "    destination: {type: kafka, hosts: 'k:9092', topic: 'orders/eu', sasl_mechanism: plain}\n",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("sinks[0].destination.topic: topic \"orders/eu\" contains '/'"),
+        "{all}"
+    );
+    assert!(
+        all.contains("sinks[0].destination.sasl_mechanism: is set without credentials"),
+        "{all}"
+    );
+    let all = errors(&with_sink(
+        "    destination: {type: kafka, hosts: 'k:9092', topic: t, username: u, password: p}\n",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("sinks[0].destination.sasl_mechanism: is required with `username`/`password`"),
+        "{all}"
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: kafka, hosts: 'k:9092', topic: t, compression: brotli}\n"
+        ))
+        .starts_with("sinks[0].destination.compression: unknown variant `brotli`, expected one of `none`, `gzip`, `snappy`, `lz4`, `zstd`"),
+    );
+    assert!(
+        error(&with_sink(
+            "    destination: {type: kafka, hosts: 'k:9092', topic: t, sasl_mechanism: scram}\n"
+        ))
+        .starts_with("sinks[0].destination.sasl_mechanism: unknown variant `scram`"),
     );
 }
 
@@ -1114,5 +1246,36 @@ fn push_sinks_share_delivery_fields_with_their_own_defaults_and_rules() {
         typo.contains("unknown field `batch_sise`")
             && typo.contains("or a delivery field: `batch_size`, `max_in_flight`"),
         "{typo}"
+    );
+}
+
+#[test]
+fn load_shedding_defaults_to_pause_and_discarding_needs_a_bound() {
+    let config = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(config.sinks[0].max_backlog_messages, None);
+    assert_eq!(
+        config.sinks[0].load_shedding_policy,
+        LoadSheddingPolicy::PauseOnFull
+    );
+    let bounded = load(&with_sink(
+        "    max_backlog_messages: 500\n    load_shedding_policy: discard_on_full\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(bounded.sinks[0].max_backlog_messages, Some(500));
+    assert_eq!(
+        bounded.sinks[0].load_shedding_policy,
+        LoadSheddingPolicy::DiscardOnFull
+    );
+    assert!(
+        error(&with_sink(
+            "    load_shedding_policy: discard_on_full\n    destination: {type: sequin_stream}\n"
+        ))
+        .starts_with("sinks[0].load_shedding_policy: discard_on_full needs `max_backlog_messages`"),
+    );
+    assert!(
+        error(&with_sink(
+            "    load_shedding_policy: drop\n    destination: {type: sequin_stream}\n"
+        ))
+        .contains("unknown variant `drop`"),
     );
 }

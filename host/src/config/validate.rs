@@ -10,7 +10,9 @@ use serde_yaml_ng::Value;
 use super::destination::DestinationConfig;
 use super::document::{DatabaseDoc, Document};
 use super::http_endpoint::HttpEndpointConfig;
-use super::model::{DatabaseConfig, FunctionConfig, FunctionKind, PgConnection, SinkConfig};
+use super::model::{
+    DatabaseConfig, FunctionConfig, FunctionKind, LoadSheddingPolicy, PgConnection, SinkConfig,
+};
 use super::path::DocPath;
 use super::{Config, pg_url};
 
@@ -470,6 +472,14 @@ fn check_push_settings(
     let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
     for (i, sink) in sinks.iter().enumerate() {
         let path = list.index(i);
+        if sink.load_shedding_policy == LoadSheddingPolicy::DiscardOnFull
+            && sink.max_backlog_messages.is_none()
+        {
+            problems.add(
+                path.key("load_shedding_policy"),
+                "discard_on_full needs `max_backlog_messages`, the backlog at which new messages are discarded; set it, or drop the policy to keep every message",
+            );
+        }
         for (key, problem) in sink
             .destination
             .delivery()
@@ -492,6 +502,16 @@ fn check_push_settings(
             }
             DestinationConfig::Nats(nats) => {
                 for (key, problem) in nats.problems() {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
+            DestinationConfig::Kafka(kafka) => {
+                for (key, problem) in kafka.problems(sink.routing.is_some()) {
+                    problems.add(path.key("destination").key(key), problem);
+                }
+            }
+            DestinationConfig::RabbitMq(rabbitmq) => {
+                for (key, problem) in rabbitmq.problems() {
                     problems.add(path.key("destination").key(key), problem);
                 }
             }

@@ -16,15 +16,20 @@
 //! A message of the stored part that a consumer acked before the replay
 //! got past it is stored and delivered again, with the same idempotency key.
 //!
+//! A sink with `max_backlog_messages` applies its `load_shedding_policy`
+//! before its messages are stored (see [`backlog`]).
+//!
 //! TRUNCATE has no message form (Sequin's messages have no truncate action):
 //! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
 
+mod backlog;
 mod batch;
 pub mod chain;
 pub mod default_route;
 pub mod routing_keys;
 mod sink;
 
+pub use backlog::{Admitted, BacklogGuard};
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
 pub use sink::{SinkPipeline, SinkPipelineError, group_id};
@@ -118,7 +123,9 @@ impl Pipeline {
             }
             if batch.has_work(&self.limits) {
                 let taken = batch.take();
-                self.flush(taken, &mut cursors).await?;
+                if !self.flush(taken, &mut cursors, &shutdown).await? {
+                    break;
+                }
             }
             if let Some(wal_end) = batch.take_idle_position() {
                 self.confirm(wal_end);
@@ -128,11 +135,14 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Stores one batch for every sink and confirms it; `false` when
+    /// shutdown came while a full backlog paused it (nothing stored).
     async fn flush(
         &mut self,
         taken: Taken,
         cursors: &mut HashMap<String, Lsn>,
-    ) -> Result<(), PipelineError> {
+        shutdown: &CancellationToken,
+    ) -> Result<bool, PipelineError> {
         for truncate in &taken.truncates {
             self.truncates_skipped += 1;
             let tables: Vec<String> = truncate
@@ -168,6 +178,13 @@ impl Pipeline {
                     }
                 }
             };
+            let messages = match sink.backlog_mut() {
+                None => messages,
+                Some(backlog) => match backlog.admit(&self.store, messages, shutdown).await? {
+                    Admitted::Store(messages) => messages,
+                    Admitted::ShuttingDown => return Ok(false),
+                },
+            };
             any_message |= !messages.is_empty();
             sink_batches.push(SinkBatch {
                 sink: sink.name().to_string(),
@@ -195,7 +212,7 @@ impl Pipeline {
         if let Some(commit) = taken.commit {
             self.confirm(commit.end_lsn);
         }
-        Ok(())
+        Ok(true)
     }
 
     fn confirm(&self, lsn: Lsn) {

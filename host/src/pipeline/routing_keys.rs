@@ -8,6 +8,10 @@ use crate::plugins::Route;
 /// Longest webhook `endpoint_path`, in characters (Sequin's limit).
 pub const MAX_ENDPOINT_PATH_CHARS: usize = 2000;
 
+/// Longest RabbitMQ `exchange`, `routing_key` or `message_id`, in bytes
+/// (AMQP's short string).
+pub const MAX_AMQP_SHORT_STRING: usize = 255;
+
 /// HTTP methods a webhook route may choose.
 const HTTP_METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 
@@ -89,9 +93,27 @@ pub fn validate(route: &Route, sink_type: &str) -> Result<(), RouteError> {
         ("subject", &route.subject),
         ("key", &route.key),
         ("stream_key", &route.stream_key),
+        ("exchange", &route.exchange),
     ] {
         if value.as_deref().is_some_and(str::is_empty) {
             return invalid(key, "must not be empty".into());
+        }
+    }
+    for (key, value) in [
+        ("exchange", &route.exchange),
+        ("routing_key", &route.routing_key),
+        ("message_id", &route.message_id),
+    ] {
+        if let Some(value) = value
+            && value.len() > MAX_AMQP_SHORT_STRING
+        {
+            return invalid(
+                key,
+                format!(
+                    "is {} bytes long; AMQP allows at most {MAX_AMQP_SHORT_STRING}",
+                    value.len()
+                ),
+            );
         }
     }
     if let Some(subject) = &route.subject
@@ -304,5 +326,32 @@ mod tests {
             ..Route::default()
         };
         assert!(validate(&spaced, "nats").is_err());
+    }
+
+    #[test]
+    fn rabbitmq_names_must_fit_an_amqp_short_string() {
+        let key = |k: String| Route {
+            routing_key: Some(k),
+            ..Route::default()
+        };
+        assert_eq!(validate(&key("k".repeat(255)), "rabbitmq"), Ok(()));
+        let error = validate(&key("k".repeat(256)), "rabbitmq")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "routing key `routing_key`: is 256 bytes long; AMQP allows at most 255"
+        );
+        let empty_exchange = Route {
+            exchange: Some(String::new()),
+            ..Route::default()
+        };
+        assert!(matches!(
+            validate(&empty_exchange, "rabbitmq"),
+            Err(RouteError::InvalidValue {
+                key: "exchange",
+                ..
+            })
+        ));
     }
 }

@@ -7,6 +7,7 @@ use crate::message::{ConsumerRef, Message};
 use crate::plugins::Payload;
 use crate::store::NewMessage;
 
+use super::backlog::BacklogGuard;
 use super::chain::{ChainOutcome, ChainRunError, FunctionChain};
 use super::default_route;
 
@@ -56,6 +57,7 @@ pub struct SinkPipeline {
     config: SinkConfig,
     consumer: ConsumerRef,
     chain: FunctionChain,
+    backlog: Option<BacklogGuard>,
 }
 
 impl SinkPipeline {
@@ -64,9 +66,15 @@ impl SinkPipeline {
     pub fn new(config: SinkConfig, chain: FunctionChain) -> Self {
         SinkPipeline {
             consumer: ConsumerRef::for_sink(&config.name),
+            backlog: BacklogGuard::new(&config),
             config,
             chain,
         }
+    }
+
+    /// The sink's backlog bound, if it has one.
+    pub fn backlog_mut(&mut self) -> Option<&mut BacklogGuard> {
+        self.backlog.as_mut()
     }
 
     /// The sink's name.

@@ -5,7 +5,9 @@
 //! [`delivery::Destination`], and an arm in [`push_destination`].
 
 pub mod delivery;
+pub mod kafka;
 pub mod nats;
+pub mod rabbitmq;
 pub mod redis;
 pub mod sequin_stream;
 pub mod webhook;
@@ -44,6 +46,12 @@ pub fn push_destination(
                 retry,
             ))
         }
+        DestinationConfig::RabbitMq(rabbitmq) => {
+            let settings = rabbitmq::RabbitMqSettings::resolve(sink, rabbitmq);
+            let retry = settings.limits.retry;
+            let destination = rabbitmq::RabbitMqDestination::new(&sink.name, settings)?;
+            Ok((Arc::new(destination), retry))
+        }
         DestinationConfig::RedisString(string) => {
             let settings = redis::RedisSettings::resolve(sink, &string.connection);
             let retry = settings.limits.retry;
@@ -58,6 +66,11 @@ pub fn push_destination(
             let destination =
                 redis::RedisStreamDestination::new(connection, stream.stream_key.clone());
             Ok((Arc::new(destination), retry))
+        }
+        DestinationConfig::Kafka(kafka) => {
+            let settings = kafka::KafkaSettings::resolve(sink, kafka)?;
+            let retry = settings.limits.retry;
+            Ok((Arc::new(kafka::KafkaDestination::new(settings)?), retry))
         }
     }
 }

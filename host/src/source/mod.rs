@@ -15,6 +15,7 @@
 //! * [`slot`]: server, publication and slot checks and creation.
 //! * [`spill`]: streamed in-progress transactions, spilled to disk when big.
 //! * [`heartbeat`]: `pg_logical_emit_message` heartbeats for idle databases.
+//! * [`slot_stats`]: the slot's retained WAL and confirmed lag, as metrics.
 //! * [`stream`]: one replication session: decode, order, emit, confirm.
 //! * [`tls`]: `sslmode` and certificate verification for both connections.
 
@@ -23,6 +24,7 @@ pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
 pub mod slot;
+pub mod slot_stats;
 pub mod spill;
 pub mod stream;
 pub mod tls;

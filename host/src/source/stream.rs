@@ -112,6 +112,7 @@ impl<'a> Session<'a> {
         let client = Arc::new(client);
         let heartbeat_session = uuid::Uuid::new_v4();
         let mut heartbeat_task = None;
+        let mut stats_task = None;
         let result = async {
             // Setup can wait long (CREATE_REPLICATION_SLOT waits for running
             // transactions), so shutdown interrupts it.
@@ -156,6 +157,11 @@ impl<'a> Session<'a> {
                     heartbeat_session,
                 ));
             }
+            stats_task = Some(super::slot_stats::spawn(
+                Arc::clone(&client),
+                config.connection.database.clone(),
+                config.slot_name.clone(),
+            ));
             let mut session = Session {
                 replication,
                 client: Arc::clone(&client),
@@ -188,7 +194,7 @@ impl<'a> Session<'a> {
             outcome.map(|_| ())
         }
         .await;
-        if let Some(task) = heartbeat_task {
+        for task in [heartbeat_task, stats_task].into_iter().flatten() {
             task.abort();
         }
         connection_task.abort();

@@ -9,13 +9,17 @@
 //! moved from `PLANNED` to `SUPPORTED`.
 
 mod delivery;
+mod kafka;
 mod nats;
+mod rabbitmq;
 mod redis;
 mod sequin_stream;
 mod webhook;
 
 pub use delivery::{DeliveryConfig, DeliveryDefaults};
+pub use kafka::{Compression, KafkaConfig, SaslMechanism, topic_name_problem};
 pub use nats::NatsConfig;
+pub use rabbitmq::RabbitMqConfig;
 pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
 pub use webhook::WebhookConfig;
@@ -42,6 +46,12 @@ pub enum DestinationConfig {
     RedisString(RedisStringConfig),
     /// `type: redis_stream`: each message is `XADD`ed to a Redis stream.
     RedisStream(RedisStreamConfig),
+    /// `type: kafka`: messages are produced to a Kafka topic by the
+    /// idempotent producer (`acks=all`).
+    Kafka(KafkaConfig),
+    /// `type: rabbitmq`: messages are published to a RabbitMQ exchange with
+    /// publisher confirms by the sink's delivery worker.
+    RabbitMq(RabbitMqConfig),
 }
 
 /// `type` values accepted today.
@@ -51,11 +61,23 @@ const SUPPORTED: &[&str] = &[
     "nats",
     "redis_string",
     "redis_stream",
+    "kafka",
+    "rabbitmq",
 ];
 
-/// `type` values Sequin has that weft will accept later; named in the error
-/// so that users know it is not a typo.
-const PLANNED: &[&str] = &["kafka", "rabbitmq"];
+/// Sequin's other destination types, which weft does not have (yet); named
+/// in the error so that users know it is not a typo.
+const PLANNED: &[&str] = &[
+    "sqs",
+    "sns",
+    "kinesis",
+    "gcp_pubsub",
+    "azure_event_hub",
+    "elasticsearch",
+    "typesense",
+    "meilisearch",
+    "s2",
+];
 
 /// A problem inside `destination:`, with its path relative to it.
 pub(crate) struct DestinationProblem {
@@ -72,6 +94,8 @@ impl DestinationConfig {
             DestinationConfig::Nats(_) => "nats",
             DestinationConfig::RedisString(_) => "redis_string",
             DestinationConfig::RedisStream(_) => "redis_stream",
+            DestinationConfig::Kafka(_) => "kafka",
+            DestinationConfig::RabbitMq(_) => "rabbitmq",
         }
     }
 
@@ -82,8 +106,10 @@ impl DestinationConfig {
             DestinationConfig::SequinStream(_) => None,
             DestinationConfig::Webhook(webhook) => Some(&webhook.delivery),
             DestinationConfig::Nats(nats) => Some(&nats.delivery),
+            DestinationConfig::RabbitMq(rabbitmq) => Some(&rabbitmq.delivery),
             DestinationConfig::RedisString(string) => Some(&string.connection.delivery),
             DestinationConfig::RedisStream(stream) => Some(&stream.connection.delivery),
+            DestinationConfig::Kafka(kafka) => Some(&kafka.delivery),
         }
     }
 
@@ -129,6 +155,8 @@ impl DestinationConfig {
             "redis_stream" => {
                 RedisStreamConfig::from_settings(settings).map(DestinationConfig::RedisStream)
             }
+            "kafka" => push_settings_of(settings).map(DestinationConfig::Kafka),
+            "rabbitmq" => push_settings_of(settings).map(DestinationConfig::RabbitMq),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(

@@ -1,12 +1,14 @@
 //! Sets the routing keys named in config `keys` (comma-separated, e.g.
 //! `topic,message_key`), each derived from the change: names from the
 //! table, keys from the primary key. Lets tests produce valid and invalid
-//! routes for any sink type.
+//! routes for any sink type. Config `exchange` names the RabbitMQ exchange
+//! (default `cdc`).
 
 use weft_sdk_guest::{Change, Config, Error, KeyAction, Route, Routing, export_routing};
 
 struct TableRouting {
     keys: Vec<String>,
+    exchange: String,
 }
 
 impl Routing for TableRouting {
@@ -14,6 +16,7 @@ impl Routing for TableRouting {
         let keys = config.require("keys")?;
         Ok(TableRouting {
             keys: keys.split(',').map(|k| k.trim().to_string()).collect(),
+            exchange: config.get("exchange").unwrap_or("cdc").to_string(),
         })
     }
 
@@ -37,9 +40,9 @@ impl Routing for TableRouting {
                 "method" => route.method = Some("PUT".into()),
                 "endpoint_path" => route.endpoint_path = Some(format!("/{}/{pk}", m.table_name)),
                 "bad_endpoint_path" => route.endpoint_path = Some(m.table_name.clone()),
-                "exchange" => route.exchange = Some("cdc".into()),
+                "exchange" => route.exchange = Some(self.exchange.clone()),
                 "routing_key" => route.routing_key = Some(table.clone()),
-                "message_id" => route.message_id = Some(m.idempotency_key.clone()),
+                "message_id" => route.message_id = Some(format!("routed-{}", m.idempotency_key)),
                 other => return Err(Error::permanent(format!("unknown key {other}"))),
             }
         }

@@ -1,0 +1,45 @@
+//! Prometheus metrics: one process-wide recorder, rendered in the text
+//! exposition format at `GET /metrics`.
+//!
+//! Metric names follow Sequin's where the meaning is the same, so existing
+//! dashboards carry over; weft's own are prefixed `weft_`.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// WAL the slot retains, in bytes: the server's current LSN minus the
+/// slot's `restart_lsn` (Sequin's name). Labels: `database`, `slot`.
+pub const SLOT_SIZE: &str = "sequin_replication_slot_size";
+/// How far the slot's confirmed position trails the server's current LSN,
+/// in bytes. Labels: `database`, `slot`.
+pub const SLOT_CONFIRMED_LAG: &str = "weft_replication_slot_confirmed_lag_bytes";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the recorder (once per process) and returns its handle.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        // Another recorder can only be set by a test harness; then this
+        // handle renders an empty registry, which is harmless.
+        let _ = metrics::set_global_recorder(recorder);
+        metrics::describe_gauge!(
+            SLOT_SIZE,
+            metrics::Unit::Bytes,
+            "WAL retained by the replication slot (current LSN - restart_lsn)"
+        );
+        metrics::describe_gauge!(
+            SLOT_CONFIRMED_LAG,
+            metrics::Unit::Bytes,
+            "bytes between the server's current LSN and the slot's confirmed_flush_lsn"
+        );
+        handle
+    })
+}
+
+/// Every metric in the Prometheus text format.
+pub fn render() -> String {
+    install().render()
+}
