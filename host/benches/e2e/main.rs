@@ -39,7 +39,7 @@ mod workload;
 
 use std::time::Duration;
 
-use targets::{LiveTarget, NatsTarget, PullTarget, Target, WebhookTarget};
+use targets::{KafkaTarget, LiveTarget, NatsTarget, PullTarget, Target, WebhookTarget};
 
 /// Command-line settings; every one has a default.
 #[derive(Debug, Clone)]
@@ -86,12 +86,16 @@ fn throughput_targets(settings: &Settings) -> Vec<Box<dyn Target>> {
         Box::new(NatsTarget::start()),
         Box::new(PullTarget::new(settings.pull_consumers)),
         Box::new(WebhookTarget::start()),
+        Box::new(KafkaTarget::start()),
     ]
 }
 
 /// Every sink the latency scenario measures.
 fn latency_targets() -> Vec<Box<dyn LiveTarget>> {
-    vec![Box::new(NatsTarget::start())]
+    vec![
+        Box::new(NatsTarget::start()),
+        Box::new(KafkaTarget::start()),
+    ]
 }
 
 fn parse_settings(args: &[String]) -> Settings {
@@ -117,7 +121,7 @@ fn parse_settings(args: &[String]) -> Settings {
             "--only" => {
                 settings.only = Some(
                     args.get(i + 1)
-                        .expect("--only needs a sink key after it: nats, pull, hook")
+                        .expect("--only needs a sink key after it: nats, pull, hook, kafka")
                         .clone(),
                 )
             }

@@ -1,7 +1,6 @@
 //! The sinks a benchmark drives, each with the consumer that counts what
-//! arrived: one [`Target`] per destination type. A Kafka target is one more
-//! struct here (its destination YAML, a topic per run, a consumer counting
-//! records) plus [`LiveTarget::subscribe`] reading `commit_timestamp`.
+//! arrived: one [`Target`] per destination type, and [`LiveTarget`] for
+//! the ones the latency scenario measures.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -12,9 +11,12 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::Value;
 
 use crate::DRAIN_TIMEOUT;
+use crate::harness::kafka::TansuBroker;
 use crate::harness::nats::NatsServer;
 use crate::harness::webhook_receiver::{Mode, Receiver, SECRET, TOKEN};
 use crate::harness::weft::WeftProcess;
@@ -338,5 +340,109 @@ impl Target for WebhookTarget {
             "the receiver rejected requests"
         );
         done
+    }
+}
+
+/// Kafka through a tansu broker from the harness: a topic per run (one
+/// partition), read back by the harness's reader; live arrivals read by an
+/// rdkafka consumer from the topic's start.
+pub struct KafkaTarget {
+    broker: TansuBroker,
+}
+
+impl KafkaTarget {
+    /// Starts a tansu broker for the benchmark.
+    pub fn start() -> KafkaTarget {
+        KafkaTarget {
+            broker: TansuBroker::start(),
+        }
+    }
+
+    fn topic(database: &str) -> String {
+        format!("bench.{database}")
+    }
+
+    fn consumer(&self) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", self.broker.address())
+            .set("group.id", format!("weft-bench-{}", std::process::id()))
+            .set("enable.auto.commit", "false")
+            // Fetch requests return as soon as a record is there; without
+            // this the reader, not weft, adds up to 500 ms of latency on a
+            // broker that holds fetches for the full wait.
+            .set("fetch.wait.max.ms", "5")
+            .set("log_level", "3")
+            .create()
+            .expect("kafka consumer")
+    }
+}
+
+impl Target for KafkaTarget {
+    fn label(&self) -> String {
+        "Kafka (tansu broker)".into()
+    }
+
+    fn key(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn destination(&self, database: &str) -> String {
+        format!(
+            "      type: kafka\n      hosts: {}\n      topic: {}\n",
+            self.broker.address(),
+            Self::topic(database)
+        )
+    }
+
+    fn prepare(&self, database: &str) {
+        self.broker.create_topic(&Self::topic(database), 1);
+    }
+
+    fn drain(&self, run: &Run, weft: &WeftProcess, count: usize) -> Instant {
+        // The harness's reader consumes from the topic's start as weft
+        // produces, returning once `count` records arrived.
+        let records = self
+            .broker
+            .read(&Self::topic(&run.database), count, DRAIN_TIMEOUT);
+        let done = Instant::now();
+        assert!(
+            records.len() >= count,
+            "{} of {count} records arrived; weft log:\n{}",
+            records.len(),
+            weft.log_text()
+        );
+        let last = records.last().expect("a record");
+        check_transformed(run, &serde_json::from_slice(&last.payload).expect("JSON"));
+        done
+    }
+}
+
+impl LiveTarget for KafkaTarget {
+    fn subscribe(&self, database: &str) -> mpsc::Receiver<Arrival> {
+        let (sender, receiver) = mpsc::channel();
+        let consumer = self.consumer();
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&Self::topic(database), 0, Offset::Beginning)
+            .expect("assign partition 0");
+        consumer.assign(&assignment).expect("assign partitions");
+        std::thread::spawn(move || {
+            loop {
+                let Some(next) = consumer.poll(Duration::from_millis(100)) else {
+                    continue;
+                };
+                // An error ends the reader (the broker stops at the end
+                // of the run); a run that still waits then fails with the
+                // count it got.
+                let Ok(record) = next else {
+                    break;
+                };
+                let arrival = (Utc::now(), record.payload().unwrap_or_default().to_vec());
+                if sender.send(arrival).is_err() {
+                    break;
+                }
+            }
+        });
+        receiver
     }
 }
