@@ -119,6 +119,12 @@ impl PgCluster {
         }
     }
 
+    /// The path of Postgres client program `name` (e.g. `pg_recvlogical`)
+    /// from the same installation as the server.
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.bindir.join(name)
+    }
+
     /// The directory holding the server's unix socket.
     pub fn socket_dir(&self) -> PathBuf {
         self.dir.path().join("sock")

@@ -1,0 +1,143 @@
+//! End-to-end benchmarks through the real `weft` binary, real Postgres and
+//! real brokers (the e2e test harness). Results and how to read them:
+//! BENCHMARKS.md at the repository root.
+//!
+//! ```sh
+//! cargo bench -p weft --bench e2e -- throughput            # scenario 1
+//! cargo bench -p weft --bench e2e -- throughput --changes 50000
+//! cargo bench -p weft --bench e2e -- latency               # scenario 2
+//! cargo bench -p weft --bench e2e -- latency --rate 2000 --seconds 20
+//! cargo bench -p weft --bench e2e -- throughput --only pull
+//! ```
+//!
+//! * `throughput`: one slot per consumer is created before any write, then
+//!   N changes are written; each consumer in turn drains that same WAL:
+//!   `pg_recvlogical` (the baseline) and weft through each sink, with and
+//!   without a WASM transform.
+//! * `latency`: weft runs caught up while changes are written at a fixed
+//!   rate; per message, receipt time at the broker's consumer minus the
+//!   message's `metadata.commit_timestamp`.
+//!
+//! A new sink is one more [`targets::Target`] (and [`targets::LiveTarget`]
+//! for latency) in `targets.rs`, listed in [`throughput_targets`] and
+//! [`latency_targets`].
+//!
+//! The guests are built with `scripts/build-guests.sh` first (through the
+//! harness).
+
+#[allow(dead_code)]
+#[path = "../../../tests/harness/mod.rs"]
+mod harness;
+
+mod baseline;
+mod latency;
+mod report;
+mod targets;
+mod throughput;
+mod weft_run;
+mod workload;
+
+use std::time::Duration;
+
+use targets::{KafkaTarget, LiveTarget, NatsTarget, PullTarget, Target, WebhookTarget};
+
+/// Command-line settings; every one has a default.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Changes written for `throughput`.
+    pub changes: usize,
+    /// Changes per second written for `latency`.
+    pub rate: usize,
+    /// How long `latency` writes, in seconds.
+    pub seconds: u64,
+    /// Concurrent pull consumers.
+    pub pull_consumers: usize,
+    /// Measure only the sink whose key (`nats`, `pull`, `hook`...) this is.
+    pub only: Option<String>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let settings = parse_settings(&args);
+    let scenarios: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| matches!(*a, "throughput" | "latency"))
+        .collect();
+    let scenarios = if scenarios.is_empty() {
+        vec!["throughput", "latency"]
+    } else {
+        scenarios
+    };
+    println!("# weft end-to-end benchmark");
+    println!("{}", report::machine());
+    println!("settings: {settings:?}");
+    for scenario in scenarios {
+        match scenario {
+            "throughput" => throughput::run(&settings, throughput_targets),
+            _ => latency::run(&settings, latency_targets),
+        }
+    }
+}
+
+/// Every sink the throughput scenario drains through.
+fn throughput_targets(settings: &Settings) -> Vec<Box<dyn Target>> {
+    vec![
+        Box::new(NatsTarget::start()),
+        Box::new(PullTarget::new(settings.pull_consumers)),
+        Box::new(WebhookTarget::start()),
+        Box::new(KafkaTarget::start()),
+    ]
+}
+
+/// Every sink the latency scenario measures.
+fn latency_targets() -> Vec<Box<dyn LiveTarget>> {
+    vec![
+        Box::new(NatsTarget::start()),
+        Box::new(KafkaTarget::start()),
+    ]
+}
+
+fn parse_settings(args: &[String]) -> Settings {
+    let mut settings = Settings {
+        changes: 200_000,
+        rate: 2000,
+        seconds: 20,
+        pull_consumers: 4,
+        only: None,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let value = || -> u64 {
+            args.get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{} needs a positive number after it", args[i]))
+        };
+        match args[i].as_str() {
+            "--changes" => settings.changes = value() as usize,
+            "--rate" => settings.rate = value() as usize,
+            "--seconds" => settings.seconds = value(),
+            "--pull-consumers" => settings.pull_consumers = value() as usize,
+            "--only" => {
+                settings.only = Some(
+                    args.get(i + 1)
+                        .expect("--only needs a sink key after it: nats, pull, hook, kafka")
+                        .clone(),
+                )
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    assert!(
+        settings.changes >= 200 && settings.rate >= 100 && settings.pull_consumers >= 1,
+        "--changes must be at least 200, --rate at least 100, --pull-consumers at least 1"
+    );
+    settings
+}
+
+/// How long a consumer may take to drain before the run is declared stuck.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1800);

@@ -1,0 +1,113 @@
+//! One weft process per measured consumer: its config (one database entry
+//! on its own slot, one sink, optionally the upcase transform), and its peak
+//! memory.
+
+use std::path::Path;
+
+use crate::harness::guests;
+use crate::harness::postgres::PgCluster;
+use crate::harness::weft::WeftProcess;
+use crate::targets::Target;
+use crate::workload::{PUBLICATION, TABLE};
+
+/// What one weft run streams: names derived from the target and variant.
+pub struct Run {
+    /// The database entry's name (also in NATS subjects and Kafka topics).
+    pub database: String,
+    /// The replication slot.
+    pub slot: String,
+    /// The sink's name.
+    pub sink: String,
+    /// Whether the sink runs the upcase WASM transform.
+    pub transform: bool,
+}
+
+impl Run {
+    /// Names for `target` with or without the transform; `tag` keeps runs of
+    /// different scenarios apart.
+    pub fn new(target: &dyn Target, transform: bool, tag: &str) -> Run {
+        let base = format!(
+            "{tag}_{}_{}",
+            target.key(),
+            if transform { "wasm" } else { "plain" }
+        );
+        Run {
+            database: base.clone(),
+            slot: base.clone(),
+            sink: base,
+            transform,
+        }
+    }
+
+    /// The weft config for this run against `pg`; the slot is created when
+    /// missing (the throughput scenario creates it before writing).
+    pub fn config(&self, pg: &PgCluster, target: &dyn Target) -> String {
+        let (functions, transform) = if self.transform {
+            (
+                format!(
+                    "functions:\n  - name: upcase\n    type: transform\n    file: {}\n    config: {{ column: item }}\n",
+                    guests::wasm("weft_upcase_transform").display()
+                ),
+                "    transform: upcase\n",
+            )
+        } else {
+            (String::new(), "")
+        };
+        format!(
+            r#"databases:
+  - name: {database}
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: {slot}, create_if_not_exists: true }}
+    publication: {{ name: {PUBLICATION} }}
+{top_level}{functions}sinks:
+  - name: {sink}
+    database: {database}
+    source: {{ include_tables: [{TABLE}] }}
+{transform}    destination:
+{destination}
+"#,
+            database = self.database,
+            port = pg.port(),
+            slot = self.slot,
+            sink = self.sink,
+            top_level = target.top_level(),
+            destination = target.destination(&self.database),
+        )
+    }
+
+    /// Starts weft for this run in `dir`.
+    pub fn start(&self, dir: &Path, pg: &PgCluster, target: &dyn Target) -> WeftProcess {
+        WeftProcess::start(dir, &self.config(pg, target))
+    }
+}
+
+/// Peak resident memory (`VmHWM`) of `weft` in MiB.
+pub fn peak_rss_mib(weft: &WeftProcess) -> f64 {
+    let pid = weft.pid().expect("weft runs");
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kib / 1024.0
+}
+
+/// CPU time (user + system) `weft` used so far, in seconds.
+pub fn cpu_seconds(weft: &WeftProcess) -> f64 {
+    let pid = weft.pid().expect("weft runs");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/<pid>/stat");
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')').expect("a /proc stat line") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / per_second
+}
