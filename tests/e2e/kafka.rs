@@ -19,19 +19,7 @@ use crate::harness::weft::{WeftProcess, http};
 const SLOT: &str = "weft_kafka";
 
 fn database(pg: &PgCluster) -> String {
-    format!(
-        r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: {SLOT}, create_if_not_exists: true }}
-    publication: {{ name: {SLOT}, create_if_not_exists: true }}
-"#,
-        port = pg.port(),
-    )
+    format!("\n{}", pg.databases_yaml(SLOT))
 }
 
 fn functions() -> String {

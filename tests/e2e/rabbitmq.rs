@@ -27,15 +27,7 @@ const SLOT: &str = "weft_rabbit";
 fn config(pg: &PgCluster, port: u16, exchange: &str, more_sinks: &str) -> String {
     format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {pg_port}
-    database: postgres
-    username: postgres
-    slot: {{ name: {SLOT}, create_if_not_exists: true }}
-    publication: {{ name: {SLOT}, create_if_not_exists: true }}
-functions:
+{databases}functions:
   - name: bytes
     type: transform
     file: {transform}
@@ -61,7 +53,7 @@ sinks:
       retry_backoff_base_ms: 50
       retry_backoff_max_ms: 500
 {more_sinks}"#,
-        pg_port = pg.port(),
+        databases = pg.databases_yaml(SLOT),
         transform = guests::wasm("weft_hostile_transform").display(),
         routing = guests::wasm("weft_table_routing").display(),
     )
@@ -410,17 +402,9 @@ fn rabbitmq_tls_verifies_the_broker_and_connection_errors_say_what_to_fix() {
     .concat();
     let yaml = format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {pg_port}
-    database: postgres
-    username: postgres
-    slot: {{ name: {SLOT}, create_if_not_exists: true }}
-    publication: {{ name: {SLOT}, create_if_not_exists: true }}
-sinks:
+{databases}sinks:
 {sinks}"#,
-        pg_port = pg.port()
+        databases = pg.databases_yaml(SLOT)
     );
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(dir.path(), &yaml);

@@ -22,15 +22,7 @@ fn redis_sinks_deliver_default_routing_in_per_key_order_with_idempotency_keys() 
     let stream_key = format!("weft-test-stream-{}", std::process::id());
     let config = format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_redis, create_if_not_exists: true }}
-    publication: {{ name: weft_redis, create_if_not_exists: true }}
-sinks:
+{databases}sinks:
   - name: strings
     database: shop
     destination: {{ type: redis_string, host: 127.0.0.1, database: 11, batch_size: 5, retry_backoff_base_ms: 50, retry_backoff_max_ms: 400 }}
@@ -38,7 +30,7 @@ sinks:
     database: shop
     destination: {{ type: redis_stream, host: 127.0.0.1, database: 11, stream_key: {stream_key}, batch_size: 5 }}
 "#,
-        port = pg.port()
+        databases = pg.databases_yaml("weft_redis")
     );
     let dir = tempfile::tempdir().unwrap();
     let mut weft = WeftProcess::start(dir.path(), &config);
@@ -137,15 +129,7 @@ fn redis_sinks_deliver_a_transforms_bytes_byte_exact() {
     let stream_key = format!("weft-test-bytes-{}", std::process::id());
     let config = format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_redis_bytes, create_if_not_exists: true }}
-    publication: {{ name: weft_redis_bytes, create_if_not_exists: true }}
-functions:
+{databases}functions:
   - name: bytes
     type: transform
     file: {transform}
@@ -159,7 +143,7 @@ sinks:
     transform: bytes
     destination: {{ type: redis_stream, host: 127.0.0.1, database: 12, stream_key: {stream_key} }}
 "#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_redis_bytes"),
         transform = crate::harness::guests::wasm("weft_hostile_transform").display(),
     );
     let dir = tempfile::tempdir().unwrap();
@@ -198,15 +182,7 @@ fn a_routing_function_overrides_the_redis_key_expiry_and_stream_key() {
     pg.psql(&format!("CREATE TABLE {table} (id int PRIMARY KEY, v int)"));
     let config = format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_redis_routed, create_if_not_exists: true }}
-    publication: {{ name: weft_redis_routed, create_if_not_exists: true }}
-functions:
+{databases}functions:
   - name: keys
     type: routing
     file: {routing}
@@ -225,7 +201,7 @@ sinks:
     routing: streams
     destination: {{ type: redis_stream, host: 127.0.0.1, database: 13, stream_key: unused }}
 "#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_redis_routed"),
         routing = crate::harness::guests::wasm("weft_table_routing").display(),
     );
     let dir = tempfile::tempdir().unwrap();
@@ -289,20 +265,12 @@ fn a_redis_outage_loses_nothing_keeps_order_and_bounds_memory() {
     let mut server = RedisServer::start();
     let config = format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_redis_outage, create_if_not_exists: true }}
-    publication: {{ name: weft_redis_outage, create_if_not_exists: true }}
-sinks:
+{databases}sinks:
   - name: stream
     database: shop
     destination: {{ type: redis_stream, host: 127.0.0.1, port: {redis_port}, stream_key: items, batch_size: 20, request_timeout_ms: 1000, retry_backoff_base_ms: 50, retry_backoff_max_ms: 500 }}
 "#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_redis_outage"),
         redis_port = server.port(),
     );
     let dir = tempfile::tempdir().unwrap();
