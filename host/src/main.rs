@@ -47,8 +47,13 @@ enum Command {
     },
 }
 
+/// mimalloc: per-thread heaps without glibc's arena lock, which cost weft
+/// most of its CPU per change (BENCHMARKS.md, "mimalloc instead of glibc").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
-    limit_malloc_arenas();
+    tune_allocator();
     // Both rustls backends (ring, aws-lc-rs) end up linked through
     // dependencies; clients that use the process default (async-nats) panic
     // unless one is chosen. weft's own TLS code uses ring.
@@ -113,24 +118,23 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// glibc gives each thread that allocates its own malloc arena (up to eight
-/// per core) and seldom returns their free memory. Big rows passing between
-/// the runtime's workers and the blocking pool made that fragmentation, not
-/// data, most of weft's peak memory during a big transaction (measured in
-/// `tests/e2e/workload.rs`: 80 → 111 MiB from a 20 MB to a 200 MB
-/// transaction with two arenas, 76 → 87 MiB with one). One arena keeps the
-/// peak flat; glibc's per-thread caches (tcache) keep small allocations off
-/// its lock. A `MALLOC_ARENA_MAX` set in the environment still wins.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only tunes the allocator; it runs first thing in
-        // main, before any other thread exists.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 1);
+/// mimalloc's `purge_delay` (0: return freed memory to the OS at once) and
+/// `arena_eager_commit` (0: commit arena memory as it is used): with them
+/// weft's peak RSS stays where glibc's was, at 1.45x glibc's throughput;
+/// without them mimalloc kept 2.5-3x the RSS (BENCHMARKS.md). The numbers
+/// are positions in mimalloc's `mi_option_t` (the same in its v2 and v3).
+/// A `MIMALLOC_*` variable in the environment is read first and still wins
+/// for everything else.
+fn tune_allocator() {
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+    for (option, env) in [
+        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY"),
+        (ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT"),
+    ] {
+        if std::env::var_os(env).is_none() {
+            // SAFETY: setting an option only tunes the allocator's policy.
+            unsafe { libmimalloc_sys::mi_option_set(option, 0) };
         }
     }
 }
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
