@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
+use super::rules;
 
 /// How a Kafka sink connects and delivers. Names follow Sequin's where it
 /// has one. `Debug` hides `password`.
@@ -180,35 +181,27 @@ impl KafkaConfig {
                 }
             }
         }
-        match (&self.username, &self.password, self.sasl_mechanism) {
-            (Some(_), Some(_), Some(_)) | (None, None, None) => {}
-            (None, Some(_), _) => problems.push((
-                "password",
-                "is set without `username`; SASL needs `username`, `password` and `sasl_mechanism`"
-                    .into(),
-            )),
-            (Some(_), None, _) => problems.push((
-                "username",
-                "is set without `password`; SASL needs `username`, `password` and `sasl_mechanism`"
-                    .into(),
-            )),
-            (Some(_), Some(_), None) => problems.push((
+        let (username, password) = (self.username.is_some(), self.password.is_some());
+        rules::credentials_together(
+            username,
+            password,
+            "SASL needs `username`, `password` and `sasl_mechanism`",
+            &mut problems,
+        );
+        match (username, password, self.sasl_mechanism) {
+            (true, true, None) => problems.push((
                 "sasl_mechanism",
                 "is required with `username`/`password`: one of plain, scram_sha_256, scram_sha_512"
                     .into(),
             )),
-            (None, None, Some(_)) => problems.push((
+            (false, false, Some(_)) => problems.push((
                 "sasl_mechanism",
                 "is set without credentials; set `username` and `password` too, or remove it"
                     .into(),
             )),
+            _ => {}
         }
-        if self.tls_ca_file.is_some() && !self.tls {
-            problems.push((
-                "tls_ca_file",
-                "is only used over TLS; set `tls: true` too".into(),
-            ));
-        }
+        rules::ca_file_needs_tls(self.tls, self.tls_ca_file.is_some(), &mut problems);
         problems
     }
 }

@@ -13,6 +13,7 @@ mod kafka;
 mod nats;
 mod rabbitmq;
 mod redis;
+mod rules;
 mod sequin_stream;
 mod webhook;
 

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use std::fmt;
 
 use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
+use super::rules;
 use crate::config::bounds;
 
 /// How a NATS sink connects and delivers. Names follow Sequin's where it
@@ -64,18 +65,12 @@ impl NatsConfig {
         if self.host.trim().is_empty() {
             problems.push(("host", "must not be empty, e.g. `host: localhost`".into()));
         }
-        if self.password.is_some() && self.username.is_none() {
-            problems.push((
-                "password",
-                "is set without `username`; set both for user/password authentication".into(),
-            ));
-        }
-        if self.username.is_some() && self.password.is_none() {
-            problems.push((
-                "username",
-                "is set without `password`; set both for user/password authentication".into(),
-            ));
-        }
+        rules::credentials_together(
+            self.username.is_some(),
+            self.password.is_some(),
+            "set both for user/password authentication",
+            &mut problems,
+        );
         if self.jwt.is_some() && self.nkey_seed.is_none() {
             problems.push((
                 "jwt",
@@ -88,12 +83,7 @@ impl NatsConfig {
                 "choose one authentication: `username`/`password`, `nkey_seed`, or `jwt` with `nkey_seed`".into(),
             ));
         }
-        if self.tls_ca_file.is_some() && !self.tls {
-            problems.push((
-                "tls_ca_file",
-                "is only used over TLS; set `tls: true` too".into(),
-            ));
-        }
+        rules::ca_file_needs_tls(self.tls, self.tls_ca_file.is_some(), &mut problems);
         problems
     }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::delivery::{DeliveryConfig, DeliveryDefaults, PushSettings};
+use super::rules;
 use crate::config::bounds;
 use crate::pipeline::routing_keys::MAX_AMQP_SHORT_STRING;
 
@@ -85,24 +86,13 @@ impl RabbitMqConfig {
                 "must not be empty; the default virtual host is `/`".into(),
             ));
         }
-        if self.password.is_some() && self.username.is_none() {
-            problems.push((
-                "password",
-                "is set without `username`; set both, or neither for RabbitMQ's guest user".into(),
-            ));
-        }
-        if self.username.is_some() && self.password.is_none() {
-            problems.push((
-                "username",
-                "is set without `password`; set both, or neither for RabbitMQ's guest user".into(),
-            ));
-        }
-        if self.tls_ca_file.is_some() && !self.tls {
-            problems.push((
-                "tls_ca_file",
-                "is only used over TLS; set `tls: true` too".into(),
-            ));
-        }
+        rules::credentials_together(
+            self.username.is_some(),
+            self.password.is_some(),
+            "set both, or neither for RabbitMQ's guest user",
+            &mut problems,
+        );
+        rules::ca_file_needs_tls(self.tls, self.tls_ca_file.is_some(), &mut problems);
         problems
     }
 
