@@ -30,18 +30,6 @@ fn insert_each(pg: &PgCluster, ids: std::ops::RangeInclusive<i64>) {
     ));
 }
 
-fn wait_for_log(weft: &WeftProcess, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !weft.log_text().contains(needle) {
-        assert!(
-            Instant::now() < deadline,
-            "no {needle:?} in the log:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The value of gauge `name` for slot `slot` at `/metrics`, if exported.
 fn slot_gauge(weft: &WeftProcess, name: &str, slot: &str) -> Option<f64> {
     let text = crate::harness::weft::http()
@@ -85,7 +73,7 @@ fn pause_on_full_holds_the_slot_until_the_sink_drains_and_loses_nothing() {
     wait_for_stored(&weft, 10);
     insert_each(&pg, 11..=40);
     let written = pg.current_wal_lsn();
-    wait_for_log(&weft, "replication paused");
+    weft.wait_for_log("replication paused", Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         weft.stored_keys("pull").len(),
@@ -149,7 +137,7 @@ fn discard_on_full_sheds_new_messages_loudly_and_the_slot_advances() {
     wait_for_stored(&weft, 10);
     insert_each(&pg, 11..=15);
     pg.wait_for_slot_to_confirm_all("weft_discard");
-    wait_for_log(&weft, "discarded_total=5");
+    weft.wait_for_log("discarded_total=5", Duration::from_secs(60));
     let log = weft.log_text();
     assert!(
         log.contains("load_shedding_policy: discard_on_full"),

@@ -146,18 +146,6 @@ fn read_at_least(
     records
 }
 
-fn wait_log(weft: &WeftProcess, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !weft.log_text().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "no {text:?} in log:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn kafka_routes_orders_and_marks_every_message() {
     let pg = PgCluster::start();
@@ -295,7 +283,7 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
         ROWS * (UPDATES - 1),
         "the outage's changes wait in the store"
     );
-    wait_log(&weft, "within request_timeout_ms");
+    weft.wait_for_log("within request_timeout_ms", Duration::from_secs(60));
     for _ in 0..10 {
         peak_rss = peak_rss.max(weft.rss_kib());
         std::thread::sleep(Duration::from_millis(200));
@@ -413,19 +401,19 @@ fn kafka_tls_verifies_the_broker_certificate() {
         "only the sink that trusts the CA delivered"
     );
     assert_in_order(&rows(&records), 10, 1);
-    wait_log(&weft, "certificate verify failed");
+    weft.wait_for_log("certificate verify failed", Duration::from_secs(60));
     assert!(
         misnamed_broker
             .read("cdc", 1, Duration::from_secs(1))
             .is_empty(),
         "the sink accepted a certificate for another host name"
     );
-    wait_log(
-        &weft,
+    weft.wait_for_log(
         &format!(
             "{}/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed",
             misnamed_broker.address()
         ),
+        Duration::from_secs(60),
     );
 }
 
@@ -453,13 +441,13 @@ fn kafka_scram_credentials_are_presented_and_a_refusal_is_explained() {
     pg.wait_for_active_slot(SLOT);
     write_rows(&pg, 3, 0);
 
-    wait_log(
-        &weft,
+    weft.wait_for_log(
         "SASL SCRAM authentication failed: broker responded with unknown-user",
+        Duration::from_secs(60),
     );
-    wait_log(
-        &weft,
+    weft.wait_for_log(
         "last client error: Authentication (Local: Authentication failure)",
+        Duration::from_secs(60),
     );
     let log = weft.log_text();
     assert!(
@@ -480,9 +468,9 @@ fn kafka_missing_topic_is_named_and_delivery_resumes_once_created() {
     pg.wait_for_active_slot(SLOT);
     write_rows(&pg, 5, 1);
 
-    wait_log(
-        &weft,
+    weft.wait_for_log(
         "Kafka topic \"cdc\" does not exist; create it (e.g. `kafka-topics.sh --create --topic cdc`)",
+        Duration::from_secs(60),
     );
     broker.create_topic("cdc", 1);
     let records = read_at_least(&broker, "cdc", 10, &weft);

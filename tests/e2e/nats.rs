@@ -109,15 +109,7 @@ fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -
 fn config(pg: &PgCluster, nats: &NatsServer, sinks: &str) -> String {
     format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_nats, create_if_not_exists: true }}
-    publication: {{ name: weft_nats, create_if_not_exists: true }}
-functions:
+{databases}functions:
   - name: bytes
     type: transform
     file: {transform}
@@ -140,7 +132,7 @@ sinks:
       retry_backoff_base_ms: 50
       retry_backoff_max_ms: 500
 {sinks}"#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_nats"),
         nats_port = nats.port(),
         transform = guests::wasm("weft_hostile_transform").display(),
         routing = guests::wasm("weft_table_routing").display(),
@@ -263,12 +255,13 @@ fn nats_sigkill_mid_delivery_leaves_no_duplicate_in_the_stream() {
     let mut weft = WeftProcess::start(dir.path(), &config(&pg, &nats, ""));
     pg.wait_for_active_slot("weft_nats");
 
-    const ROWS: i64 = 400;
+    // Enough changes that weft is still delivering when it is killed.
+    const ROWS: i64 = 1000;
     const UPDATES: i64 = 5;
     write_rows(&pg, ROWS, UPDATES);
     // Kill weft while deliveries are in flight: some messages published
     // (maybe acked by the stream) but not yet recorded as delivered.
-    wait_for(&nats, "sequin.", 200, &weft);
+    wait_for(&nats, "sequin.", 100, &weft);
     weft.kill();
     let before = read_stream(&nats).len();
     let total = (ROWS * (UPDATES + 1)) as usize;
@@ -315,11 +308,7 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
     pg.psql(&format!(
         "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
     ));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !weft.log_text().contains("no JetStream stream captures") {
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_for_log("no JetStream stream captures", Duration::from_secs(30));
     assert!(weft.log_text().contains("sequin.>"));
     create_stream(&nats, &["sequin.>"]);
     pg.psql("UPDATE items SET v = 1");
@@ -488,17 +477,7 @@ sinks:
     let weft = WeftProcess::start(dir.path(), &sinks);
     pg.wait_for_active_slot("weft_nats");
     pg.psql("INSERT INTO items VALUES (1, 0)");
-    let wait_log = |text: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !weft.log_text().contains(text) {
-            assert!(
-                Instant::now() < deadline,
-                "no {text:?} in log:\n{}",
-                weft.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let wait_log = |text: &str| weft.wait_for_log(text, Duration::from_secs(30));
     wait_log(&format!(
         "cannot connect to NATS at 127.0.0.1:{}",
         nats.port()

@@ -111,18 +111,6 @@ fn assert_in_order(rows: &BTreeMap<i64, Vec<i64>>, count: i64, updates: i64) {
     }
 }
 
-fn wait_for_log(weft: &WeftProcess, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !weft.log_text().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "no {text:?} in log:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn rabbitmq_routes_orders_and_sets_persistent_properties() {
     let pg = start_pg();
@@ -228,11 +216,14 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     const ROWS: i64 = 5;
     write_rows(&pg, ROWS, 0..=0);
     // No exchange yet: retried with advice, nothing dropped.
-    wait_for_log(&weft, &format!("exchange {exchange:?} does not exist"));
+    weft.wait_for_log(
+        &format!("exchange {exchange:?} does not exist"),
+        Duration::from_secs(30),
+    );
     amqp.declare_exchange(&exchange);
     // An exchange without a bound queue: the broker returns each message
     // (mandatory) and weft retries it instead of counting it delivered.
-    wait_for_log(&weft, "no queue is bound");
+    weft.wait_for_log("no queue is bound", Duration::from_secs(30));
     let log = weft.log_text();
     assert!(log.contains("bind a queue"), "the error says what to do");
     std::thread::sleep(Duration::from_millis(500));
@@ -416,8 +407,11 @@ fn rabbitmq_tls_verifies_the_broker_and_connection_errors_say_what_to_fix() {
         weft.log_text()
     });
     assert_in_order(&rows(&all), 3, 1);
-    wait_for_log(&weft, "refused the credentials");
-    wait_for_log(&weft, "did not allow virtual host \"weft-no-such-vhost\"");
+    weft.wait_for_log("refused the credentials", Duration::from_secs(30));
+    weft.wait_for_log(
+        "did not allow virtual host \"weft-no-such-vhost\"",
+        Duration::from_secs(30),
+    );
     let log = weft.log_text();
     let untrusted_failed = log
         .lines()
@@ -467,7 +461,7 @@ fn rabbitmq_nacked_publishes_are_retried_until_the_queue_has_room() {
 
     const ROWS: i64 = 6;
     write_rows(&pg, ROWS, 0..=1);
-    wait_for_log(&weft, "RabbitMQ nacked the message");
+    weft.wait_for_log("RabbitMQ nacked the message", Duration::from_secs(30));
     assert_eq!(amqp.count(&queue), 2, "the queue is full");
     // Consuming makes room; the nacked messages are published again.
     let mut all = Vec::new();
@@ -505,8 +499,11 @@ fn rabbitmq_blocked_broker_times_out_and_delivers_after_the_alarm_clears() {
     // A memory alarm blocks publishers: confirms stop coming.
     node.rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", "1"]);
     write_rows(&pg, ROWS, 1..=2);
-    wait_for_log(&weft, "did not finish within request_timeout_ms");
-    wait_for_log(&weft, "blocked publishing");
+    weft.wait_for_log(
+        "did not finish within request_timeout_ms",
+        Duration::from_secs(30),
+    );
+    weft.wait_for_log("blocked publishing", Duration::from_secs(30));
     assert!(
         !weft.stored_keys("items").is_empty(),
         "unconfirmed messages stay in the store"
