@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{DeliveryConfig, SinkConfig};
-use crate::store::{Store, StoreError, StoredMessage};
+use crate::store::{Store, StoreError, StoreTime, StoredMessage};
 
 /// What became of one message of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,6 +265,7 @@ impl DeliveryWorker {
             woken.as_mut().enable();
 
             let mut store_failed = false;
+            let looked_at = StoreTime::now();
             while !shutdown.is_cancelled()
                 && running.len() < max_in_flight
                 && in_flight_bytes < self.memory_budget
@@ -320,7 +321,7 @@ impl DeliveryWorker {
             } else if store_failed {
                 Some(Duration::from_secs(1))
             } else {
-                self.blocking(|store, sink| store.next_lease_expiry(sink))
+                self.blocking(move |store, sink| store.next_lease_expiry(sink, looked_at))
                     .await
                     .unwrap_or(Some(Duration::from_secs(1)))
             };

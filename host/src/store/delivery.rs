@@ -417,7 +417,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{NewMessage, SinkBatch};
+    use crate::store::{NewMessage, SinkBatch, StoreTime};
 
     const LEASE: Duration = Duration::from_secs(30);
 
@@ -479,12 +479,19 @@ mod tests {
             vec![40]
         );
         assert!(store.lease_deliverable("s", 10, LEASE).unwrap().is_empty());
+        let looked_at = StoreTime::now();
         let due = store
-            .next_lease_expiry("s")
+            .next_lease_expiry("s", looked_at)
             .unwrap()
             .expect("a retry is due later");
         assert!(due <= Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(350));
+        // The worker's race: the retry fell due after its last look. It
+        // must hear "now", not "nothing pending" (which slept forever).
+        assert_eq!(
+            store.next_lease_expiry("s", looked_at).unwrap(),
+            Some(Duration::ZERO)
+        );
         let again = store.lease_deliverable("s", 10, LEASE).unwrap();
         assert_eq!(lsns(&again), vec![10]);
         assert_eq!(again[0].attempt, 2, "attempts count across retries");

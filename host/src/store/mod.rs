@@ -283,6 +283,18 @@ fn lsn_from_sql(value: i64) -> Result<Lsn, StoreError> {
         })
 }
 
+/// A moment on the store's clock (wall-clock milliseconds, since visibility
+/// and retry times must survive restarts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StoreTime(i64);
+
+impl StoreTime {
+    /// Now, on the store's clock.
+    pub fn now() -> StoreTime {
+        StoreTime(now_ms())
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> i64 {
     SystemTime::now()

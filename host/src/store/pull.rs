@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::codec::{payload_from_columns, route_from_column};
 use super::delivery::{Held, move_to_dead_letters};
-use super::{Store, StoreError, lsn_from_sql, now_ms};
+use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
 use crate::plugins::{Payload, Route};
 
@@ -230,14 +230,23 @@ impl Store {
         })
     }
 
-    /// Time until the earliest lease of `sink` expires, which may make a
-    /// message receivable without any new append; `None` when nothing is in flight.
-    pub fn next_lease_expiry(&self, sink: &str) -> Result<Option<Duration>, StoreError> {
+    /// Time until the earliest lease or retry wait of `sink` that was still
+    /// running at `looked_at` ends, which may make a message deliverable
+    /// without any new append; `None` when there is none.
+    ///
+    /// Pass the time taken just before the last look for deliverable
+    /// messages: a wait that ended between that look and this call gives
+    /// zero (look again now) instead of being missed and sleeping forever.
+    pub fn next_lease_expiry(
+        &self,
+        sink: &str,
+        looked_at: StoreTime,
+    ) -> Result<Option<Duration>, StoreError> {
         let conn = self.lock();
-        let now = now_ms();
         let next: Option<i64> = conn
             .prepare_cached("SELECT min(not_visible_until) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2")?
-            .query_row(params![sink, now], |row| row.get(0))?;
+            .query_row(params![sink, looked_at.0], |row| row.get(0))?;
+        let now = now_ms();
         Ok(next.map(|at| Duration::from_millis((at - now).max(0) as u64)))
     }
 }

@@ -221,13 +221,22 @@ fn expired_lease_makes_the_message_reappear_with_a_new_ack_id() {
             .is_empty()
     );
     let expiry = store
-        .next_lease_expiry("s")
+        .next_lease_expiry("s", StoreTime::now())
         .unwrap()
         .expect("a lease is out");
     assert!(expiry <= short, "{expiry:?}");
 
+    let looked_before_expiry = StoreTime::now();
     std::thread::sleep(Duration::from_millis(120));
-    assert_eq!(store.next_lease_expiry("s").unwrap(), None);
+    assert_eq!(
+        store.next_lease_expiry("s", looked_before_expiry).unwrap(),
+        Some(Duration::ZERO),
+        "a lease that ran out after the last look means: look again now"
+    );
+    assert_eq!(
+        store.next_lease_expiry("s", StoreTime::now()).unwrap(),
+        None
+    );
     let again = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     assert_eq!(
         positions(&again),

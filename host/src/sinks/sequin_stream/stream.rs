@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::SequinStreamSettings;
-use crate::store::{AckId, AckOutcome, Delivered, ReceiveLimits, Store, StoreError};
+use crate::store::{AckId, AckOutcome, Delivered, ReceiveLimits, Store, StoreError, StoreTime};
 
 /// A receive, ack or nack could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +116,7 @@ impl SequinStream {
                 max_ack_pending: settings.max_ack_pending,
                 max_deliver: settings.max_deliver,
             };
+            let looked_at = StoreTime::now();
             let delivered = self
                 .blocking(move |store, sink| store.receive(sink, batch_size, limits))
                 .await?;
@@ -125,7 +126,7 @@ impl SequinStream {
             }
             // A lease expiring makes a message receivable without any wake().
             let expiry = self
-                .blocking(|store, sink| store.next_lease_expiry(sink))
+                .blocking(move |store, sink| store.next_lease_expiry(sink, looked_at))
                 .await?;
             let wake_at = match expiry {
                 Some(after) => deadline.min(now + after + Duration::from_millis(1)),
