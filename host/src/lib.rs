@@ -14,10 +14,12 @@
 //! * [`pipeline`] runs each sink's function chain and hands messages to sinks.
 //! * [`store`] is weft's durable state (SQLite).
 //! * [`api`] serves the HTTP APIs.
+//! * [`health`] holds the health checks of databases, slots, sinks and plugins.
 
 pub mod api;
 pub mod change;
 pub mod config;
+pub mod health;
 pub mod lsn;
 pub mod message;
 pub mod metrics;

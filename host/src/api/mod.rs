@@ -127,8 +127,9 @@ impl PullApiState {
 
 /// The pull API under both `/api/http_pull_consumers/{name}/` and
 /// `/api/sequin_streams/{name}/`, dead letters under
-/// `/api/sinks/{sink}/dead_letters`, plus `GET /health` and `GET /metrics`
-/// (Prometheus text format).
+/// `/api/sinks/{sink}/dead_letters`, plus `GET /health` (liveness),
+/// `GET /api/health` (each entity's checks, see [`crate::health`]) and
+/// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
     let consumer = Router::new()
         .route("/receive", get(pull::receive).post(pull::receive))
@@ -145,6 +146,7 @@ pub fn router(state: PullApiState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/api/health", get(entity_health))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)
@@ -169,6 +171,17 @@ pub async fn serve(
 
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+/// Every entity's health; the overall status is the worst of them.
+async fn entity_health() -> axum::Json<serde_json::Value> {
+    let entities = crate::health::global().snapshot();
+    let status = entities
+        .iter()
+        .map(|e| e.status)
+        .max()
+        .unwrap_or(crate::health::Status::Healthy);
+    axum::Json(serde_json::json!({"status": status, "entities": entities}))
 }
 
 async fn metrics() -> impl axum::response::IntoResponse {

@@ -100,6 +100,33 @@ async fn health_answers_ok() {
 }
 
 #[tokio::test]
+async fn api_health_lists_failing_checks_per_entity() {
+    use crate::health::{EntityKind, Status};
+    let server = start(SequinStreamSettings::default()).await;
+    crate::health::global().fail(
+        EntityKind::Sink,
+        "api-health-test-sink",
+        "probe",
+        Status::Warning,
+        "something to look at".into(),
+    );
+    let (status, body) = server.get("/api/health").await;
+    assert_eq!(status, StatusCode::OK);
+    let entity = body["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "api-health-test-sink")
+        .expect("the sink is listed")
+        .clone();
+    assert_eq!(entity["kind"], "sink");
+    assert_eq!(entity["status"], "warning");
+    assert_eq!(entity["checks"][0]["id"], "probe");
+    assert_eq!(entity["checks"][0]["message"], "something to look at");
+    assert_ne!(body["status"], "healthy");
+}
+
+#[tokio::test]
 async fn receive_ack_and_nack_under_both_prefixes() {
     let server = start(SequinStreamSettings::default()).await;
     server.append(10, "a");
