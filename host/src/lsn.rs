@@ -44,6 +44,12 @@ impl serde::Serialize for Lsn {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Lsn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u64::deserialize(d).map(Lsn)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

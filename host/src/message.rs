@@ -4,14 +4,14 @@
 //! key: sinks never build either themselves.
 
 use base64::Engine;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::change::{Action, Change, Row};
 use crate::lsn::Lsn;
 
 /// The consumer (sink) a message is delivered to.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConsumerRef {
     /// A stable UUID derived from the sink's name.
     pub id: String,
@@ -34,7 +34,7 @@ impl ConsumerRef {
 }
 
 /// `metadata` of a message.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Metadata {
     /// Schema of the changed table.
     pub table_schema: String,
@@ -55,14 +55,14 @@ pub struct Metadata {
     /// Transaction annotations; weft does not set them yet.
     pub transaction_annotations: Option<Value>,
     /// Data added by an enrichment function.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enrichment: Option<Value>,
     /// The sink the message is delivered to.
     pub consumer: ConsumerRef,
 }
 
 /// A message in Sequin's JSON shape.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Message {
     /// The row: new values, or the old row on delete.
     pub record: Row,
@@ -110,6 +110,30 @@ pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_round_trips_through_its_json() {
+        let message = Message {
+            record: serde_json::from_value(serde_json::json!({"id": 1, "name": "x"})).unwrap(),
+            changes: None,
+            action: Action::Update,
+            metadata: Metadata {
+                table_schema: "public".into(),
+                table_name: "t".into(),
+                commit_timestamp: "2026-12-01T00:00:00.000000Z".into(),
+                commit_lsn: Lsn(u64::MAX >> 1),
+                commit_idx: 3,
+                idempotency_key: idempotency_key(Lsn(9), 3),
+                record_pks: vec!["1".into()],
+                database_name: "db".into(),
+                transaction_annotations: None,
+                enrichment: None,
+                consumer: ConsumerRef::for_sink("s"),
+            },
+        };
+        let json = serde_json::to_value(&message).unwrap();
+        assert_eq!(serde_json::from_value::<Message>(json).unwrap(), message);
+    }
 
     #[test]
     fn idempotency_key_matches_sequin() {

@@ -69,6 +69,29 @@ pub struct DeadLetter {
     pub last_attempt_at: Option<i64>,
     /// When it was dead-lettered (ms since the Unix epoch).
     pub dead_at: i64,
+    /// Where it failed: in the sink's functions (its payload is then the
+    /// message before any function ran, and a replay runs the functions
+    /// again) or in delivery.
+    pub stage: FailedStage,
+}
+
+/// Where a dead letter failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedStage {
+    /// A function of the sink failed on the change (or trapped on it).
+    Functions,
+    /// The destination refused or could not take the message.
+    Delivery,
+}
+
+impl FailedStage {
+    /// The stage's name in the store and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailedStage::Functions => "functions",
+            FailedStage::Delivery => "delivery",
+        }
+    }
 }
 
 impl Store {
@@ -206,7 +229,9 @@ impl Store {
 
     /// Puts the dead letters `ids` of `sink` (all of them when `ids` is
     /// `None`) back in line for delivery with a fresh attempt count, at their
-    /// commit position within their group. Returns the ids replayed.
+    /// commit position within their group. Those that failed in the sink's
+    /// functions go back to the held changes, to run through the functions
+    /// again. Returns the ids replayed.
     pub fn replay_dead_letters(
         &self,
         sink: &str,
@@ -237,7 +262,7 @@ impl Store {
                                       AND ((p.commit_lsn, p.commit_idx) < (d.commit_lsn, d.commit_idx)
                                            OR (p.ack_id IS NOT NULL AND p.not_visible_until > ?3))),
                         ?3, payload_bytes, content_type, route
-                 FROM dead_letters d WHERE d.sink = ?1 AND d.id = ?2
+                 FROM dead_letters d WHERE d.sink = ?1 AND d.id = ?2 AND d.stage = 'delivery'
                  ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING
                  RETURNING group_id, commit_lsn, commit_idx, head",
             )?;
@@ -249,6 +274,12 @@ impl Store {
             let mut remove =
                 tx.prepare_cached("DELETE FROM dead_letters WHERE sink = ?1 AND id = ?2")?;
             for id in ids {
+                if super::held::rehold_function_dead_letter(&tx, sink, id, now)? {
+                    if remove.execute(params![sink, id])? == 1 {
+                        replayed.push(id);
+                    }
+                    continue;
+                }
                 let restored: Option<(String, i64, i64, bool)> = restore
                     .query_row(params![sink, id, now], |row| {
                         Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
@@ -282,7 +313,7 @@ impl Store {
 
 const DEAD_LETTER_COLUMNS: &str = "id, commit_lsn, commit_idx, group_id, idempotency_key, payload, \
      attempts, last_error, first_attempt_at, last_attempt_at, dead_at, payload_bytes, content_type, \
-     route";
+     route, stage";
 
 /// A dead-letter row before its LSN and payload are checked.
 struct DeadLetterRow {
@@ -295,6 +326,7 @@ struct DeadLetterRow {
     payload_bytes: Option<Vec<u8>>,
     content_type: Option<String>,
     route: Option<String>,
+    stage: String,
     attempts: u32,
     last_error: String,
     first_attempt_at: Option<i64>,
@@ -318,6 +350,7 @@ fn dead_letter_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterRow> {
         payload_bytes: row.get(11)?,
         content_type: row.get(12)?,
         route: row.get(13)?,
+        stage: row.get(14)?,
     })
 }
 
@@ -342,6 +375,11 @@ impl DeadLetterRow {
             first_attempt_at: self.first_attempt_at,
             last_attempt_at: self.last_attempt_at,
             dead_at: self.dead_at,
+            stage: if self.stage == "functions" {
+                FailedStage::Functions
+            } else {
+                FailedStage::Delivery
+            },
         })
     }
 }
@@ -445,13 +483,7 @@ mod tests {
             .max()
             .unwrap_or(0));
         store
-            .append(
-                &[SinkBatch {
-                    sink: sink.to_string(),
-                    messages,
-                }],
-                last,
-            )
+            .append(&[SinkBatch::of(sink, messages)], last)
             .unwrap();
     }
 

@@ -13,6 +13,7 @@
 
 mod codec;
 mod delivery;
+mod held;
 mod pull;
 mod schema;
 
@@ -25,7 +26,8 @@ use rusqlite::{Connection, OpenFlags, params};
 use crate::lsn::Lsn;
 use crate::plugins::{Payload, Route};
 
-pub use delivery::{DeadLetter, StoredMessage};
+pub use delivery::{DeadLetter, FailedStage, StoredMessage};
+pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
 pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, ReceiveLimits};
 
 /// A failure of the durable store.
@@ -89,13 +91,28 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
 }
 
-/// The messages one transaction produced for one sink.
-#[derive(Debug, Clone, PartialEq)]
+/// What one transaction (or chunk) produced for one sink.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SinkBatch {
     /// The sink's name.
     pub sink: String,
     /// The messages, in commit order. May be empty: the sink's cursor still advances.
     pub messages: Vec<NewMessage>,
+    /// Changes the sink's functions failed on for good.
+    pub dead_letters: Vec<NewDeadLetter>,
+    /// Changes held for the sink's functions (see [`held`]).
+    pub holds: Vec<Hold>,
+}
+
+impl SinkBatch {
+    /// A batch of only `messages` for `sink`.
+    pub fn of(sink: impl Into<String>, messages: Vec<NewMessage>) -> SinkBatch {
+        SinkBatch {
+            sink: sink.into(),
+            messages,
+            ..SinkBatch::default()
+        }
+    }
 }
 
 /// A message to store for a sink (pull consumers and push workers alike).
@@ -170,7 +187,8 @@ impl Store {
         &self.path
     }
 
-    /// In one SQLite transaction: inserts every message of every batch
+    /// In one SQLite transaction: inserts every message, function dead
+    /// letter and held change of every batch
     /// (messages already stored under the same sink, commit_lsn and
     /// commit_idx are ignored, so replays after a crash are harmless) and
     /// advances each named sink's cursor to `cursor`. A cursor never moves
@@ -181,26 +199,6 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         {
-            // A message is a head when no earlier message of its group is stored.
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO pull_messages
-                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head,
-                      inserted_at, payload_bytes, content_type, route)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6,
-                        NOT EXISTS (SELECT 1 FROM pull_messages
-                                    WHERE sink = ?1 AND group_id = ?4
-                                      AND (commit_lsn, commit_idx) < (?2, ?3)),
-                        ?7, ?8, ?9, ?10
-                 WHERE true
-                 ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
-            )?;
-            // Only when a message arrives out of commit order: later messages
-            // of its group stop being heads.
-            let mut demote = tx.prepare_cached(
-                "UPDATE pull_messages SET head = 0
-                 WHERE sink = ?1 AND group_id = ?2 AND head = 1
-                   AND (commit_lsn, commit_idx) > (?3, ?4)",
-            )?;
             let mut advance = tx.prepare_cached(
                 "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (sink) DO UPDATE
@@ -208,25 +206,9 @@ impl Store {
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
-                for message in &sink_batch.messages {
-                    let lsn = lsn_to_sql(message.commit_lsn)?;
-                    let payload = codec::payload_columns(&message.payload);
-                    let inserted = insert.execute(params![
-                        sink,
-                        lsn,
-                        message.commit_idx,
-                        message.group_id,
-                        message.idempotency_key,
-                        payload.json,
-                        now,
-                        payload.bytes,
-                        payload.content_type,
-                        codec::route_column(&message.route),
-                    ])?;
-                    if inserted == 1 {
-                        demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;
-                    }
-                }
+                insert_messages(&tx, sink, &sink_batch.messages, now)?;
+                held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
+                held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
                 advance.execute(params![sink, cursor_i, now])?;
             }
         }
@@ -293,6 +275,56 @@ impl StoreTime {
     pub fn now() -> StoreTime {
         StoreTime(now_ms())
     }
+}
+
+/// Inserts `messages` for `sink` (ignoring those already stored), keeping
+/// each group's head the earliest of its messages.
+fn insert_messages(
+    tx: &rusqlite::Transaction<'_>,
+    sink: &str,
+    messages: &[NewMessage],
+    now: i64,
+) -> Result<(), StoreError> {
+    // A message is a head when no earlier message of its group is stored.
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO pull_messages
+             (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head,
+              inserted_at, payload_bytes, content_type, route)
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6,
+                NOT EXISTS (SELECT 1 FROM pull_messages
+                            WHERE sink = ?1 AND group_id = ?4
+                              AND (commit_lsn, commit_idx) < (?2, ?3)),
+                ?7, ?8, ?9, ?10
+         WHERE true
+         ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
+    )?;
+    // Only when a message arrives out of commit order: later messages
+    // of its group stop being heads.
+    let mut demote = tx.prepare_cached(
+        "UPDATE pull_messages SET head = 0
+         WHERE sink = ?1 AND group_id = ?2 AND head = 1
+           AND (commit_lsn, commit_idx) > (?3, ?4)",
+    )?;
+    for message in messages {
+        let lsn = lsn_to_sql(message.commit_lsn)?;
+        let payload = codec::payload_columns(&message.payload);
+        let inserted = insert.execute(params![
+            sink,
+            lsn,
+            message.commit_idx,
+            message.group_id,
+            message.idempotency_key,
+            payload.json,
+            now,
+            payload.bytes,
+            payload.content_type,
+            codec::route_column(&message.route),
+        ])?;
+        if inserted == 1 {
+            demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;
+        }
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch.

@@ -93,6 +93,31 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE dead_letters ADD COLUMN payload_bytes BLOB;
     ALTER TABLE dead_letters ADD COLUMN content_type TEXT;
     "#,
+    // 4: changes a sink's functions have not turned into messages yet.
+    // `held_changes` keeps, in commit order per group, a change whose
+    // function failed transiently (due again at `not_before`), the later
+    // changes of its group, every change of a quarantined sink, and
+    // replayed function dead letters. `message` is the message JSON before
+    // any function ran. A dead letter's `stage` says where it failed:
+    // 'functions' ones hold that message JSON and replay through the
+    // functions again; 'delivery' ones hold the final payload.
+    r#"
+    CREATE TABLE held_changes (
+        sink         TEXT NOT NULL,
+        commit_lsn   INTEGER NOT NULL,
+        commit_idx   INTEGER NOT NULL,
+        group_id     TEXT NOT NULL,
+        message      TEXT NOT NULL,
+        attempts     INTEGER NOT NULL,
+        last_error   TEXT,
+        not_before   INTEGER NOT NULL,
+        held_at      INTEGER NOT NULL,
+        PRIMARY KEY (sink, commit_lsn, commit_idx)
+    ) STRICT;
+    CREATE INDEX held_changes_group
+        ON held_changes (sink, group_id, commit_lsn, commit_idx);
+    ALTER TABLE dead_letters ADD COLUMN stage TEXT NOT NULL DEFAULT 'delivery';
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

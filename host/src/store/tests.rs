@@ -35,10 +35,7 @@ fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
 }
 
 fn batch(sink: &str, messages: Vec<NewMessage>) -> Vec<SinkBatch> {
-    vec![SinkBatch {
-        sink: sink.to_string(),
-        messages,
-    }]
+    vec![SinkBatch::of(sink, messages)]
 }
 
 /// (lsn, idx) of each delivered message, from its payload.
@@ -78,14 +75,8 @@ fn append_advances_cursor_and_never_moves_it_back() {
 fn remove_sink_forgets_only_that_sink() {
     let (_dir, store) = open_temp();
     let both = vec![
-        SinkBatch {
-            sink: "gone".into(),
-            messages: vec![msg(10, 0, "a"), msg(10, 1, "b")],
-        },
-        SinkBatch {
-            sink: "kept".into(),
-            messages: vec![msg(10, 0, "a")],
-        },
+        SinkBatch::of("gone", vec![msg(10, 0, "a"), msg(10, 1, "b")]),
+        SinkBatch::of("kept", vec![msg(10, 0, "a")]),
     ];
     store.append(&both, Lsn(10)).unwrap();
     assert_eq!(store.remove_sink("gone").unwrap(), 2);
@@ -180,14 +171,8 @@ fn batch_size_limits_a_receive() {
 fn sinks_are_independent() {
     let (_dir, store) = open_temp();
     let both = vec![
-        SinkBatch {
-            sink: "one".into(),
-            messages: vec![msg(10, 0, "a")],
-        },
-        SinkBatch {
-            sink: "two".into(),
-            messages: vec![msg(10, 0, "a")],
-        },
+        SinkBatch::of("one", vec![msg(10, 0, "a")]),
+        SinkBatch::of("two", vec![msg(10, 0, "a")]),
     ];
     store.append(&both, Lsn(10)).unwrap();
     assert_eq!(store.sink_cursor("two").unwrap(), Some(Lsn(10)));
