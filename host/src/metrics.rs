@@ -15,6 +15,12 @@ pub const SLOT_SIZE: &str = "sequin_replication_slot_size";
 /// in bytes. Labels: `database`, `slot`.
 pub const SLOT_CONFIRMED_LAG: &str = "weft_replication_slot_confirmed_lag_bytes";
 
+/// Changes a sink's function failed on. Labels: `sink`, `function`,
+/// `kind` (enrichment, filter, transform, routing) and `reason` (`trap`:
+/// a trap, timeout, out of memory or bad output isolated to the change;
+/// `transient`; `permanent`).
+pub const FUNCTION_FAILURES: &str = "weft_function_failures_total";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the recorder (once per process) and returns its handle.
@@ -34,6 +40,10 @@ pub fn install() -> &'static PrometheusHandle {
             SLOT_CONFIRMED_LAG,
             metrics::Unit::Bytes,
             "bytes between the server's current LSN and the slot's confirmed_flush_lsn"
+        );
+        metrics::describe_counter!(
+            FUNCTION_FAILURES,
+            "changes a sink's function failed on, by sink, function, kind and reason"
         );
         handle
     })

@@ -13,6 +13,7 @@ mod functions;
 mod idle;
 mod kafka;
 mod nats;
+mod poison;
 mod rabbitmq;
 mod redis;
 mod schema_changes;

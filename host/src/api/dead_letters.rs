@@ -145,6 +145,7 @@ fn render(sink: &str, letter: &DeadLetter) -> Value {
         "first_attempt_at": letter.first_attempt_at.map(iso),
         "last_attempt_at": letter.last_attempt_at.map(iso),
         "dead_at": iso(letter.dead_at),
+        "stage": letter.stage.as_str(),
         "message": letter.payload.clone().into_json_view(),
         "route": letter.route,
     })
@@ -156,7 +157,7 @@ fn iso(ms: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-fn known(state: &PullApiState, sink: &str) -> Result<(), ApiError> {
+pub(super) fn known(state: &PullApiState, sink: &str) -> Result<(), ApiError> {
     if state.knows_sink(sink) {
         Ok(())
     } else {

@@ -9,6 +9,7 @@ mod dead_letters;
 mod error;
 mod params;
 mod pull;
+mod quarantine;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -19,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::ConsumerRef;
+use crate::pipeline::Breaker;
 use crate::sinks::delivery::DeliveryWaker;
 use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
 use crate::store::Store;
@@ -33,6 +35,7 @@ pub struct PullApiState {
     store: Store,
     sinks: Arc<RwLock<HashMap<String, SequinStream>>>,
     push_sinks: Arc<RwLock<HashMap<String, DeliveryWaker>>>,
+    breakers: Arc<RwLock<HashMap<String, Breaker>>>,
     shutdown: CancellationToken,
 }
 
@@ -45,6 +48,7 @@ impl PullApiState {
             store,
             sinks: Arc::default(),
             push_sinks: Arc::default(),
+            breakers: Arc::default(),
             shutdown,
         }
     }
@@ -94,6 +98,23 @@ impl PullApiState {
             .insert(name.to_string(), waker);
     }
 
+    /// Knows the quarantine breaker of the sink `name`.
+    pub fn add_breaker(&self, name: &str, breaker: Breaker) {
+        self.breakers
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_string(), breaker);
+    }
+
+    /// The quarantine breaker of the sink `name`, if known.
+    pub fn breaker(&self, name: &str) -> Option<Breaker> {
+        self.breakers
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .cloned()
+    }
+
     /// Whether `name` is a sink this API serves (pull or push).
     pub fn knows_sink(&self, name: &str) -> bool {
         self.push_sinks
@@ -127,7 +148,8 @@ impl PullApiState {
 
 /// The pull API under both `/api/http_pull_consumers/{name}/` and
 /// `/api/sequin_streams/{name}/`, dead letters under
-/// `/api/sinks/{sink}/dead_letters`, plus `GET /health` (liveness),
+/// `/api/sinks/{sink}/dead_letters`, a sink's quarantine at
+/// `/api/sinks/{sink}/quarantine`, plus `GET /health` (liveness),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
@@ -148,6 +170,10 @@ pub fn router(state: PullApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
+        .route(
+            "/api/sinks/{name}/quarantine",
+            get(quarantine::get).delete(quarantine::reset),
+        )
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)
         .fallback(not_found)

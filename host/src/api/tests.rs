@@ -51,10 +51,7 @@ impl Server {
             ),
             route: crate::plugins::Route::default(),
         };
-        let batch = [SinkBatch {
-            sink: "orders".into(),
-            messages: vec![message],
-        }];
+        let batch = [SinkBatch::of("orders", vec![message])];
         self.store.append(&batch, Lsn(lsn)).unwrap();
         self.state.wake("orders");
     }
@@ -403,10 +400,7 @@ async fn receive_and_ack_rate_over_http() {
             route: crate::plugins::Route::default(),
         })
         .collect();
-    let batch = [SinkBatch {
-        sink: "orders".into(),
-        messages,
-    }];
+    let batch = [SinkBatch::of("orders", messages)];
     server.store.append(&batch, Lsn(2001)).unwrap();
     let started = Instant::now();
     let mut received = 0;
@@ -444,10 +438,7 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
             route: crate::plugins::Route::default(),
         })
         .collect();
-    let batch = [SinkBatch {
-        sink: "hook".into(),
-        messages,
-    }];
+    let batch = [SinkBatch::of("hook", messages)];
     server.store.append(&batch, Lsn(3)).unwrap();
     for leased in server
         .store

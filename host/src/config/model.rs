@@ -374,6 +374,14 @@ pub struct SinkConfig<D = DestinationConfig> {
     /// What happens when the backlog reaches `max_backlog_messages`.
     #[serde(default)]
     pub load_shedding_policy: LoadSheddingPolicy,
+    /// Quarantine the sink when its functions trap (or time out, run out of
+    /// memory, return bad output) on this many changes within a minute
+    /// (0 to 1,000,000; 0 never quarantines). Default 10.
+    #[serde(
+        default = "default_quarantine_after_traps",
+        deserialize_with = "bounds::in_range::<_, u32, 0, 1_000_000>"
+    )]
+    pub quarantine_after_traps: u32,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
 }
@@ -399,6 +407,13 @@ pub const DEFAULT_MAX_MEMORY_MB: u32 = 128;
 
 fn default_max_memory_mb() -> u32 {
     DEFAULT_MAX_MEMORY_MB
+}
+
+/// Default `quarantine_after_traps` of a sink.
+pub const DEFAULT_QUARANTINE_AFTER_TRAPS: u32 = 10;
+
+fn default_quarantine_after_traps() -> u32 {
+    DEFAULT_QUARANTINE_AFTER_TRAPS
 }
 
 impl<D> SinkConfig<D> {
@@ -432,6 +447,7 @@ impl<D> SinkConfig<D> {
             max_memory_mb: self.max_memory_mb,
             max_backlog_messages: self.max_backlog_messages,
             load_shedding_policy: self.load_shedding_policy,
+            quarantine_after_traps: self.quarantine_after_traps,
             destination,
         }
     }

@@ -283,7 +283,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
-         `max_backlog_messages`, `load_shedding_policy`, `destination` (line 14, column 17)"
+         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -963,6 +963,23 @@ fn max_memory_mb_defaults_to_128_and_is_bounded() {
             "    max_memory_mb: 0\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].max_memory_mb: must be between 1 and 65536, got 0 (line 14, column 20)"
+    );
+}
+
+#[test]
+fn quarantine_after_traps_defaults_to_10_and_is_bounded() {
+    let config = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(config.sinks[0].quarantine_after_traps, 10);
+    let off = load(&with_sink(
+        "    quarantine_after_traps: 0\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(off.sinks[0].quarantine_after_traps, 0);
+    assert_eq!(
+        error(&with_sink(
+            "    quarantine_after_traps: 2000000\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].quarantine_after_traps: must be between 0 and 1000000, got 2000000 (line 14, column 29)"
     );
 }
 

@@ -6,13 +6,15 @@
 //! per message, index-aligned: a message to deliver, a change the filter
 //! dropped, or a change a function failed on. Each step is called once per
 //! batch with the changes still alive, so a dropped or failed change costs
-//! the later steps nothing. A whole-call failure (trap, timeout, out of
-//! memory, bad outcomes) fails the batch with [`ChainError`]: the instance
-//! is re-created and the caller retries.
+//! the later steps nothing.
 //!
-//! Per-change failures are kept per change so that the delivery layer can
-//! retry or dead-letter exactly those changes; today the sink pipeline
-//! retries the whole batch (see `sink.rs`).
+//! A whole-call failure that a change can cause (trap, timeout, out of
+//! memory, bad output) is narrowed down to the changes that cause it: the
+//! batch is bisected and each half run again on a fresh instance, until
+//! the failing changes stand alone. Only they get a `Failed` outcome
+//! (`trapped`); the rest of the batch goes on. Other whole-call failures
+//! (an instance that cannot be created) fail the batch with [`ChainError`]
+//! for the caller to retry.
 
 use std::sync::{Arc, Mutex};
 
@@ -107,6 +109,9 @@ pub enum ChainOutcome {
         error: String,
         /// Whether a retry may succeed (`false`: dead-letter it).
         transient: bool,
+        /// The whole call failed (trap, timeout, out of memory, bad output)
+        /// and bisection isolated this change as its cause.
+        trapped: bool,
     },
 }
 
@@ -174,14 +179,57 @@ impl FunctionChain {
             && self.routing.is_none()
     }
 
-    /// Runs the chain on `messages` from an async task: function calls run
-    /// on the blocking pool, never on an async worker thread.
+    /// Runs the chain on `messages` from an async task, isolating the
+    /// changes a whole-call failure comes from (see [`Self::run_isolating`]).
+    /// Function calls run on the blocking pool, never on an async worker thread.
     pub async fn run(&self, messages: Vec<Message>) -> Result<Vec<ChainOutcome>, ChainRunError> {
         if self.is_empty() || messages.is_empty() {
             return Ok(self.run_blocking(messages)?);
         }
         let chain = self.clone();
-        Ok(tokio::task::spawn_blocking(move || chain.run_blocking(messages)).await??)
+        Ok(tokio::task::spawn_blocking(move || chain.run_isolating(&messages)).await??)
+    }
+
+    /// Runs the chain on `messages` like [`Self::run_blocking`], but when a
+    /// function fails as a whole in a way a change can cause (see
+    /// [`PluginError::is_caused_by_input`]), bisects the batch, each part
+    /// on a fresh instance, until the failing changes stand alone: they get
+    /// `Failed { trapped: true }` with the failure, the others their normal
+    /// outcome. A batch of `n` with `k` such changes costs about
+    /// `2k·log2(n)` extra calls. Blocks.
+    pub fn run_isolating(&self, messages: &[Message]) -> Result<Vec<ChainOutcome>, ChainError> {
+        let mut outcomes = Vec::with_capacity(messages.len());
+        self.isolate(messages, &mut outcomes)?;
+        Ok(outcomes)
+    }
+
+    fn isolate(
+        &self,
+        messages: &[Message],
+        outcomes: &mut Vec<ChainOutcome>,
+    ) -> Result<(), ChainError> {
+        match self.run_blocking(messages.to_vec()) {
+            Ok(done) => {
+                outcomes.extend(done);
+                Ok(())
+            }
+            Err(failure) if failure.source.is_caused_by_input() => {
+                if messages.len() == 1 {
+                    outcomes.push(ChainOutcome::Failed {
+                        error: failure.source.to_string(),
+                        function: failure.function,
+                        kind: failure.kind,
+                        transient: false,
+                        trapped: true,
+                    });
+                    return Ok(());
+                }
+                let (left, right) = messages.split_at(messages.len() / 2);
+                self.isolate(left, outcomes)?;
+                self.isolate(right, outcomes)
+            }
+            Err(failure) => Err(failure),
+        }
     }
 
     /// Runs the chain on `messages`: one outcome per message, in order.
@@ -299,6 +347,7 @@ impl FunctionChain {
                                     kind: "routing",
                                     error: error.to_string(),
                                     transient: false,
+                                    trapped: false,
                                 }),
                             },
                         );
@@ -354,6 +403,7 @@ fn failed<F>(step: &Named<F>, kind: &'static str, error: FunctionError) -> Chain
         kind,
         error,
         transient,
+        trapped: false,
     }
 }
 

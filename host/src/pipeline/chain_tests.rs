@@ -120,6 +120,7 @@ fn chain_runs_enrichment_filter_transform_routing_with_one_outcome_per_change() 
             kind,
             error,
             transient,
+            trapped: false,
         } => {
             assert_eq!(
                 (function.as_str(), *kind, *transient),
@@ -169,6 +170,7 @@ fn routes_are_validated_against_the_sink_type() {
             error: "a nats sink does not use the routing key `topic`; allowed keys: `subject`, `headers`"
                 .into(),
             transient: false,
+            trapped: false,
         }]
     );
 
@@ -318,4 +320,87 @@ fn instances_are_recycled_after_n_calls_and_past_the_memory_high_water_mark() {
         1,
         "a fresh instance"
     );
+}
+
+#[test]
+fn a_trapping_batch_is_bisected_so_only_the_poison_changes_fail() {
+    let limits = Limits {
+        call_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let transform = engine()
+        .load_transform(
+            "hostile",
+            &guest("weft-hostile-transform"),
+            &config(&[]),
+            &limits,
+        )
+        .expect("load hostile guest");
+    let chain = FunctionChain {
+        transform: Some(Named::new("hostile", transform)),
+        sink_type: "sequin_stream",
+        ..FunctionChain::default()
+    };
+    let poison = [(17, "panic"), (60, "loop"), (61, "panic")];
+    let messages: Vec<Message> = (0..100)
+        .map(|id| {
+            let behaviour = poison
+                .iter()
+                .find(|(at, _)| *at == id)
+                .map_or("echo", |(_, what)| what);
+            row(json!({"id": id, "do": behaviour}))
+        })
+        .collect();
+    let outcomes = chain
+        .run_isolating(&messages)
+        .expect("isolated, not failed");
+    assert_eq!(outcomes.len(), 100);
+    for (id, outcome) in outcomes.iter().enumerate() {
+        match poison.iter().find(|(at, _)| *at == id) {
+            Some((_, what)) => {
+                let ChainOutcome::Failed {
+                    error,
+                    trapped,
+                    transient,
+                    function,
+                    ..
+                } = outcome
+                else {
+                    panic!("change {id} ({what}) should fail, got {outcome:?}");
+                };
+                assert!(*trapped && !*transient && function == "hostile");
+                let expected = if *what == "loop" {
+                    "timed out"
+                } else {
+                    "panicked on purpose"
+                };
+                assert!(error.contains(expected), "change {id}: {error}");
+            }
+            None => {
+                let ChainOutcome::Message(done) = outcome else {
+                    panic!("change {id} should pass, got {outcome:?}");
+                };
+                assert_eq!(done.message.record["id"], id, "order kept");
+            }
+        }
+    }
+}
+
+#[test]
+fn only_failures_a_change_can_cause_are_bisected() {
+    let limits = Limits {
+        call_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let failure = PluginError::Instantiate {
+        plugin: "p".into(),
+        message: "pool exhausted".into(),
+    };
+    assert!(!failure.is_caused_by_input());
+    let timeout = PluginError::Timeout {
+        plugin: "p".into(),
+        limit: limits.call_timeout,
+    };
+    assert!(timeout.is_caused_by_input());
+    assert_eq!(timeout.reason_label(), "timeout");
 }

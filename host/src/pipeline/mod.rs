@@ -19,11 +19,16 @@
 //! A sink with `max_backlog_messages` applies its `load_shedding_policy`
 //! before its messages are stored (see [`backlog`]).
 //!
+//! A change a sink's function fails on never stops the stream: it is held
+//! in the store for a retry or dead-lettered (see [`sink`]), and the loop
+//! releases due held changes after each batch and once a second.
+//!
 //! TRUNCATE has no message form (Sequin's messages have no truncate action):
 //! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
 
 mod backlog;
 mod batch;
+pub mod breaker;
 pub mod chain;
 pub mod default_route;
 pub mod routing_keys;
@@ -31,6 +36,7 @@ mod sink;
 
 pub use backlog::{Admitted, BacklogGuard};
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
+pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
 pub use sink::{SinkPipeline, SinkPipelineError, group_id};
 
@@ -44,7 +50,15 @@ use tracing::{info, warn};
 use crate::api::PullApiState;
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
-use crate::store::{SinkBatch, Store};
+use crate::store::Store;
+
+/// How often the loop looks for held changes that are due again.
+const HELD_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
+/// Most held changes run through a sink's functions in one round.
+const HELD_RELEASE_BATCH: u32 = 1000;
+/// Most rounds per sink each time the loop releases held changes, so that
+/// a long hold (a lifted quarantine) drains without starving the stream.
+const HELD_ROUNDS: usize = 10;
 
 /// Why the pipeline stopped.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +91,9 @@ impl Pipeline {
         pull_api: PullApiState,
         limits: BatchLimits,
     ) -> Self {
+        for sink in &sinks {
+            pull_api.add_breaker(sink.name(), sink.breaker().clone());
+        }
         Pipeline {
             sinks,
             store,
@@ -107,10 +124,16 @@ impl Pipeline {
         }
         info!(sinks = self.sinks.len(), "pipeline started");
         let mut batch = Batch::default();
+        let mut held_tick = tokio::time::interval(HELD_RELEASE_INTERVAL);
+        held_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let event = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 event = events.recv() => event,
+                _ = held_tick.tick() => {
+                    self.release_held(&shutdown).await;
+                    continue;
+                }
             };
             let Some(event) = event else { break };
             batch.push(event);
@@ -159,6 +182,7 @@ impl Pipeline {
         }
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
         let mut any_message = false;
+        let mut any_held = false;
         for sink in &mut self.sinks {
             let cursor = cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO);
             let fresh: Vec<_> = taken
@@ -166,30 +190,30 @@ impl Pipeline {
                 .iter()
                 .filter(|change| change.commit_lsn > cursor)
                 .collect();
-            let messages = loop {
-                match sink.process(&fresh).await {
-                    Ok(messages) => break messages,
+            let mut sink_batch = loop {
+                match sink.process(&fresh, &self.store).await {
+                    Ok(sink_batch) => break sink_batch,
                     Err(error) => {
                         // Nothing is lost: the batch is not stored and the
-                        // slot is not confirmed until the sink's functions
-                        // succeed. Dead letters come with the delivery layer.
-                        warn!(sink = sink.name(), %error, "function chain failed; retrying in 1s");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        // slot is not confirmed until the sink can take it.
+                        warn!(sink = sink.name(), %error, "cannot run the sink's functions; retrying in 1s");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return Ok(false),
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
                     }
                 }
             };
-            let messages = match sink.backlog_mut() {
-                None => messages,
-                Some(backlog) => match backlog.admit(&self.store, messages, shutdown).await? {
+            if let Some(backlog) = sink.backlog_mut() {
+                let messages = std::mem::take(&mut sink_batch.messages);
+                sink_batch.messages = match backlog.admit(&self.store, messages, shutdown).await? {
                     Admitted::Store(messages) => messages,
                     Admitted::ShuttingDown => return Ok(false),
-                },
-            };
-            any_message |= !messages.is_empty();
-            sink_batches.push(SinkBatch {
-                sink: sink.name().to_string(),
-                messages,
-            });
+                };
+            }
+            any_message |= !sink_batch.messages.is_empty();
+            any_held |= !sink_batch.holds.is_empty();
+            sink_batches.push(sink_batch);
         }
         // Without a Commit (a chunk of a big transaction) the cursors stay
         // where they are: the lowest cursor moves none of them.
@@ -197,7 +221,7 @@ impl Pipeline {
             Some(commit) => commit.commit_lsn,
             None => cursors.values().copied().min().unwrap_or(Lsn::ZERO),
         };
-        if any_message || taken.commit.is_some() {
+        if any_message || any_held || taken.commit.is_some() {
             let store = self.store.clone();
             tokio::task::spawn_blocking(move || store.append(&sink_batches, cursor)).await??;
         }
@@ -212,7 +236,29 @@ impl Pipeline {
         if let Some(commit) = taken.commit {
             self.confirm(commit.end_lsn);
         }
+        self.release_held(shutdown).await;
         Ok(true)
+    }
+
+    /// Runs each sink's due held changes through its functions again,
+    /// a bounded round per sink. A failure is logged and left for the next
+    /// round: held changes stay held.
+    async fn release_held(&mut self, shutdown: &CancellationToken) {
+        for sink in &mut self.sinks {
+            for _ in 0..HELD_ROUNDS {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                match sink.release_held(&self.store, HELD_RELEASE_BATCH).await {
+                    Ok(0) => break,
+                    Ok(_) => self.pull_api.wake(sink.name()),
+                    Err(error) => {
+                        warn!(sink = sink.name(), %error, "cannot release held changes; trying again later");
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     fn confirm(&self, lsn: Lsn) {

@@ -1,55 +1,47 @@
-//! One sink's view of the stream: which changes it takes and the function
-//! chain it runs on them (see [`super::chain`]).
+//! One sink's view of the stream: which changes it takes, the function
+//! chain it runs on them (see [`super::chain`]), and what becomes of a
+//! change a function fails on: a transient failure holds the change (and
+//! its group's later changes) in the store for a retry after a backoff, up
+//! to the sink's `max_retry_count`; a permanent failure, or a change a
+//! function traps on, becomes a dead letter at once and its group
+//! proceeds. Either way the stream, the slot and the other groups go on.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tracing::{debug, warn};
 
 use crate::change::Change;
 use crate::config::SinkConfig;
+use crate::lsn::Lsn;
 use crate::message::{ConsumerRef, Message};
 use crate::plugins::Payload;
-use crate::store::NewMessage;
+use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
+use crate::store::{
+    HeldChange, HeldSettlement, Hold, NewDeadLetter, NewMessage, SinkBatch, Store, StoreError,
+};
 
 use super::backlog::BacklogGuard;
-use super::chain::{ChainOutcome, ChainRunError, FunctionChain};
+use super::breaker::Breaker;
+use super::chain::{ChainMessage, ChainOutcome, ChainRunError, FunctionChain};
 use super::default_route;
 
 /// Why a sink could not turn a batch of changes into messages. Every
 /// variant makes the pipeline retry the batch later; nothing is stored or
-/// confirmed until it succeeds.
+/// confirmed until it succeeds. (A function failing on a change is not an
+/// error here: that change is held for a retry or dead-lettered.)
 #[derive(Debug, thiserror::Error)]
 pub enum SinkPipelineError {
-    /// A function failed as a whole (trap, timeout, out of memory, ...), or
-    /// its blocking task died.
+    /// A function failed as a whole for a reason no change causes (e.g. an
+    /// instance could not be created), or its blocking task died.
     #[error(transparent)]
     Chain(#[from] ChainRunError),
-    /// A function failed on one change. Dead letters come with the delivery
-    /// layer; until then the batch is retried.
-    #[error(
-        "{kind} function {function} failed on the change with idempotency key {idempotency_key} ({}): {error}",
-        if *transient { "transient" } else { "permanent" }
-    )]
-    Failed {
-        /// The function's name in the config.
-        function: String,
-        /// The function's kind.
-        kind: &'static str,
-        /// The key of the change.
-        idempotency_key: String,
-        /// The function's reason.
-        error: String,
-        /// Whether the function called it transient.
-        transient: bool,
-    },
-    /// The transform produced a payload the sink cannot carry.
-    #[error(
-        "transform {function} returned a {content_type} bytes payload, but {sink_type} sinks carry JSON only; return JSON from the transform, or use a broker or webhook sink"
-    )]
-    UnsupportedPayload {
-        /// The transform's name in the config.
-        function: String,
-        /// The payload's content type.
-        content_type: String,
-        /// The sink's type.
-        sink_type: &'static str,
-    },
+    /// The store could not be read.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// Shutdown came while waiting.
+    #[error("shutting down")]
+    ShuttingDown,
 }
 
 /// The part of a sink that runs in the pipeline.
@@ -58,15 +50,31 @@ pub struct SinkPipeline {
     consumer: ConsumerRef,
     chain: FunctionChain,
     backlog: Option<BacklogGuard>,
+    retry: RetryPolicy,
+    breaker: Breaker,
+}
+
+/// A change on its way through a sink: its message and group.
+struct Pending {
+    message: Message,
+    group_id: String,
+    /// Function attempts that failed before this one.
+    attempts: u32,
 }
 
 impl SinkPipeline {
     /// The pipeline of the sink configured as `config`, with its functions
     /// already loaded into `chain`.
     pub fn new(config: SinkConfig, chain: FunctionChain) -> Self {
+        let retry = match config.destination.delivery() {
+            Some(delivery) => DeliveryLimits::resolve(&config, delivery).retry,
+            None => RetryPolicy::default(),
+        };
         SinkPipeline {
             consumer: ConsumerRef::for_sink(&config.name),
             backlog: BacklogGuard::new(&config),
+            breaker: Breaker::new(&config.name, config.quarantine_after_traps),
+            retry,
             config,
             chain,
         }
@@ -82,6 +90,11 @@ impl SinkPipeline {
         &self.config.name
     }
 
+    /// The sink's quarantine breaker (shared with the API).
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
     /// Whether this sink takes `change` (its tables and actions; the filter
     /// function comes later, in the chain).
     pub fn accepts(&self, change: &Change) -> bool {
@@ -92,84 +105,275 @@ impl SinkPipeline {
         )
     }
 
-    /// Turns the changes this sink takes into stored messages, running the
-    /// function chain on them as one batch. Changes the filter drops yield
-    /// no message; the caller still advances the sink's cursor past them.
+    /// Turns the changes this sink takes into what to store for it: the
+    /// messages its functions produce (none for changes the filter drops),
+    /// dead letters for changes a function failed on for good, and held
+    /// changes (a transient failure, a group with an earlier held change,
+    /// or a quarantined sink).
     pub async fn process(
         &mut self,
         changes: &[&Change],
-    ) -> Result<Vec<NewMessage>, SinkPipelineError> {
-        let accepted: Vec<&Change> = changes
+        store: &Store,
+    ) -> Result<SinkBatch, SinkPipelineError> {
+        let pending: Vec<Pending> = changes
             .iter()
-            .copied()
             .filter(|c| self.accepts(c))
+            .map(|change| {
+                let message = Message::from_change(change, &self.config.database, &self.consumer);
+                Pending {
+                    group_id: group_id(&message),
+                    message,
+                    attempts: 0,
+                }
+            })
             .collect();
-        let messages: Vec<Message> = accepted
-            .iter()
-            .map(|change| Message::from_change(change, &self.config.database, &self.consumer))
-            .collect();
-        let outcomes = self.chain.run(messages).await?;
-        let mut stored = Vec::with_capacity(outcomes.len());
-        for (change, outcome) in accepted.iter().zip(outcomes) {
-            match outcome {
-                ChainOutcome::Message(done) => {
-                    match &done.payload {
-                        Payload::Bytes { content_type, .. }
-                            if !carries_bytes(self.chain.sink_type) =>
-                        {
-                            return Err(SinkPipelineError::UnsupportedPayload {
-                                function: self
-                                    .chain
-                                    .transform
-                                    .as_ref()
-                                    .map(|t| t.name.clone())
-                                    .unwrap_or_default(),
-                                content_type: content_type.clone(),
-                                sink_type: self.chain.sink_type,
-                            });
-                        }
-                        _ => {}
-                    }
-                    let group_id = group_id(change);
-                    let route = default_route::merge(
-                        default_route::default_route(
-                            self.chain.sink_type,
-                            change.action,
-                            &done.message.metadata,
-                            &group_id,
-                        ),
-                        done.route,
-                    );
-                    stored.push(NewMessage {
-                        commit_lsn: change.commit_lsn,
-                        commit_idx: change.commit_idx,
-                        group_id,
-                        idempotency_key: done.message.metadata.idempotency_key,
-                        payload: done.payload,
-                        route,
+        let mut batch = SinkBatch::of(self.name(), Vec::new());
+        if pending.is_empty() {
+            return Ok(batch);
+        }
+        if self.breaker.is_open() {
+            batch.holds = pending.into_iter().map(|p| hold(p, None)).collect();
+            return Ok(batch);
+        }
+        // Changes of groups with a held change wait behind it.
+        let groups: Vec<String> = pending.iter().map(|p| p.group_id.clone()).collect();
+        let (reader, sink) = (store.clone(), self.name().to_string());
+        let held_groups = tokio::task::spawn_blocking(move || {
+            if reader.has_held(&sink)? {
+                reader.held_groups(&sink, groups.iter().map(String::as_str))
+            } else {
+                Ok(HashSet::new())
+            }
+        })
+        .await
+        .map_err(ChainRunError::Task)??;
+        let (run, wait): (Vec<Pending>, Vec<Pending>) = pending
+            .into_iter()
+            .partition(|p| !held_groups.contains(&p.group_id));
+        batch.holds = wait.into_iter().map(|p| hold(p, None)).collect();
+        let settled = self.run_chain(run).await?;
+        batch.messages = settled.messages;
+        batch.dead_letters = settled.dead_letters;
+        batch.holds.extend(settled.retries);
+        batch.holds.extend(settled.behind);
+        Ok(batch)
+    }
+
+    /// Runs the sink's functions again on its due held changes (unless it
+    /// is quarantined) and stores the outcome. Returns how many held changes
+    /// were settled (0: nothing was due).
+    pub async fn release_held(
+        &mut self,
+        store: &Store,
+        limit: u32,
+    ) -> Result<usize, SinkPipelineError> {
+        if self.breaker.is_open() {
+            return Ok(0);
+        }
+        let (reader, sink) = (store.clone(), self.name().to_string());
+        let due = tokio::task::spawn_blocking(move || reader.due_held(&sink, limit))
+            .await
+            .map_err(ChainRunError::Task)??;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut pending = Vec::with_capacity(due.len());
+        let mut settlement = HeldSettlement::default();
+        for held in due {
+            let key = (held.commit_lsn, held.commit_idx);
+            match serde_json::from_value::<Message>(held.message.clone()) {
+                Ok(mut message) => {
+                    // A replayed dead letter goes to this sink as it is now.
+                    message.metadata.consumer = self.consumer.clone();
+                    pending.push(Pending {
+                        message,
+                        group_id: held.group_id,
+                        attempts: held.attempts,
                     });
                 }
+                Err(error) => {
+                    settlement.released.push(key);
+                    settlement.dead_letters.push(NewDeadLetter {
+                        commit_lsn: held.commit_lsn,
+                        commit_idx: held.commit_idx,
+                        group_id: held.group_id,
+                        idempotency_key: crate::message::idempotency_key(
+                            held.commit_lsn,
+                            held.commit_idx,
+                        ),
+                        message: held.message,
+                        attempts: held.attempts,
+                        error: format!("the held change is not a message weft can read: {error}"),
+                    });
+                }
+            }
+        }
+        let keys: Vec<(Lsn, u32)> = pending
+            .iter()
+            .map(|p| (p.message.metadata.commit_lsn, p.message.metadata.commit_idx))
+            .collect();
+        let settled = self.run_chain(pending).await?;
+        // Every change run is settled, except those held again (a retry,
+        // or behind one): their rows stay, updated or untouched.
+        let still_held: HashSet<(Lsn, u32)> = settled
+            .retries
+            .iter()
+            .chain(&settled.behind)
+            .map(|h| (h.change.commit_lsn, h.change.commit_idx))
+            .collect();
+        let count = keys.len() + settlement.released.len() - still_held.len();
+        settlement
+            .released
+            .extend(keys.into_iter().filter(|k| !still_held.contains(k)));
+        settlement.messages = settled.messages;
+        settlement.dead_letters.extend(settled.dead_letters);
+        // Those behind a retry keep their row as it is.
+        settlement.holds = settled.retries;
+        let (writer, sink) = (store.clone(), self.name().to_string());
+        tokio::task::spawn_blocking(move || writer.settle_held(&sink, &settlement))
+            .await
+            .map_err(ChainRunError::Task)??;
+        Ok(count)
+    }
+
+    /// Runs the chain on `pending` (commit order) and sorts the outcomes:
+    /// messages to store, dead letters, and holds. After a transient
+    /// failure, the later changes of its group are held behind it.
+    async fn run_chain(&mut self, pending: Vec<Pending>) -> Result<Settled, SinkPipelineError> {
+        let mut settled = Settled::default();
+        if pending.is_empty() {
+            return Ok(settled);
+        }
+        let messages: Vec<Message> = pending.iter().map(|p| p.message.clone()).collect();
+        let outcomes = self.chain.run(messages).await?;
+        let mut blocked: HashSet<String> = HashSet::new();
+        for (pending, outcome) in pending.into_iter().zip(outcomes) {
+            if blocked.contains(&pending.group_id) {
+                settled.behind.push(hold(pending, None));
+                continue;
+            }
+            match outcome {
+                ChainOutcome::Message(done) => match self.to_new_message(&pending, *done) {
+                    Ok(message) => settled.messages.push(message),
+                    Err(error) => settled.dead_letters.push(dead_letter(pending, error)),
+                },
                 ChainOutcome::Dropped { .. } => {}
                 ChainOutcome::Failed {
                     function,
                     kind,
                     error,
                     transient,
+                    trapped,
                 } => {
-                    return Err(SinkPipelineError::Failed {
-                        function,
-                        kind,
-                        idempotency_key: crate::message::idempotency_key(
-                            change.commit_lsn,
-                            change.commit_idx,
-                        ),
-                        error,
-                        transient,
-                    });
+                    let error = format!("{kind} function {function}: {error}");
+                    let attempt = pending.attempts + 1;
+                    metrics::counter!(
+                        crate::metrics::FUNCTION_FAILURES,
+                        "sink" => self.config.name.clone(),
+                        "function" => function.clone(),
+                        "kind" => kind,
+                        "reason" => if trapped { "trap" } else if transient { "transient" } else { "permanent" },
+                    )
+                    .increment(1);
+                    if trapped && self.breaker.record_trap(&function, &error) {
+                        warn!(sink = self.name(), %function, "sink quarantined: its function keeps failing; its changes are held");
+                    }
+                    if transient && self.retry.may_retry(attempt) {
+                        let delay = self.retry.delay(attempt);
+                        debug!(sink = self.name(), %error, attempt, retry_in_ms = delay.as_millis() as u64, "function failed transiently; the change is held for a retry");
+                        blocked.insert(pending.group_id.clone());
+                        let mut pending = pending;
+                        pending.attempts = attempt;
+                        settled.retries.push(hold(pending, Some((error, delay))));
+                    } else {
+                        warn!(sink = self.name(), idempotency_key = %pending.message.metadata.idempotency_key, attempts = attempt, %error, "function failed on a change; it is dead-lettered and its group proceeds");
+                        let mut pending = pending;
+                        pending.attempts = attempt;
+                        settled.dead_letters.push(dead_letter(pending, error));
+                    }
                 }
             }
         }
-        Ok(stored)
+        Ok(settled)
+    }
+
+    /// The stored message for a change the chain turned into `done`, or why
+    /// the sink cannot carry it.
+    fn to_new_message(&self, pending: &Pending, done: ChainMessage) -> Result<NewMessage, String> {
+        if let Payload::Bytes { content_type, .. } = &done.payload
+            && !carries_bytes(self.chain.sink_type)
+        {
+            let transform = self
+                .chain
+                .transform
+                .as_ref()
+                .map(|t| t.name.as_str())
+                .unwrap_or_default();
+            return Err(format!(
+                "transform {transform} returned a {content_type} bytes payload, but {} sinks carry JSON only; return JSON from the transform, or use a broker or webhook sink",
+                self.chain.sink_type
+            ));
+        }
+        let route = default_route::merge(
+            default_route::default_route(
+                self.chain.sink_type,
+                done.message.action,
+                &done.message.metadata,
+                &pending.group_id,
+            ),
+            done.route,
+        );
+        Ok(NewMessage {
+            commit_lsn: pending.message.metadata.commit_lsn,
+            commit_idx: pending.message.metadata.commit_idx,
+            group_id: pending.group_id.clone(),
+            idempotency_key: done.message.metadata.idempotency_key,
+            payload: done.payload,
+            route,
+        })
+    }
+}
+
+/// What one chain run over pending changes came to.
+#[derive(Default)]
+struct Settled {
+    messages: Vec<NewMessage>,
+    dead_letters: Vec<NewDeadLetter>,
+    /// Changes a function failed on transiently: held for a retry.
+    retries: Vec<Hold>,
+    /// Later changes of those changes' groups: held behind them.
+    behind: Vec<Hold>,
+}
+
+/// Holds `pending`: after a failure `(error, retry in)`, or until its
+/// group's earlier changes are through.
+fn hold(pending: Pending, failure: Option<(String, Duration)>) -> Hold {
+    let (last_error, retry_in) = match failure {
+        Some((error, delay)) => (Some(error), delay),
+        None => (None, Duration::ZERO),
+    };
+    Hold {
+        change: HeldChange {
+            commit_lsn: pending.message.metadata.commit_lsn,
+            commit_idx: pending.message.metadata.commit_idx,
+            group_id: pending.group_id,
+            message: serde_json::to_value(&pending.message).expect("a message always serialises"),
+            attempts: pending.attempts,
+            last_error,
+        },
+        retry_in,
+    }
+}
+
+fn dead_letter(pending: Pending, error: String) -> NewDeadLetter {
+    NewDeadLetter {
+        commit_lsn: pending.message.metadata.commit_lsn,
+        commit_idx: pending.message.metadata.commit_idx,
+        idempotency_key: pending.message.metadata.idempotency_key.clone(),
+        message: serde_json::to_value(&pending.message).expect("a message always serialises"),
+        group_id: pending.group_id,
+        attempts: pending.attempts.max(1),
+        error,
     }
 }
 
@@ -180,12 +384,17 @@ fn carries_bytes(sink_type: &str) -> bool {
     sink_type != "sequin_stream"
 }
 
-/// The message group of a change: its table and primary-key values. Changes
-/// of one group are delivered one at a time, in commit order.
-pub fn group_id(change: &Change) -> String {
+/// The message group of a message: its table and primary-key values.
+/// Messages of one group are delivered one at a time, in commit order.
+pub fn group_id(message: &Message) -> String {
     format!(
-        "{}:{}",
-        change.relation.qualified_name(),
-        change.primary_key_values().join(":")
+        "{}.{}:{}",
+        message.metadata.table_schema,
+        message.metadata.table_name,
+        message.metadata.record_pks.join(":")
     )
 }
+
+#[cfg(test)]
+#[path = "sink_tests.rs"]
+mod tests;

@@ -183,6 +183,32 @@ pub enum PluginError {
 }
 
 impl PluginError {
+    /// Whether a change in the batch can cause this whole-call failure
+    /// (trap, timeout, out of memory, bad output), so that bisecting the
+    /// batch can find it. Loading and instantiation failures are not.
+    pub fn is_caused_by_input(&self) -> bool {
+        matches!(
+            self,
+            PluginError::Timeout { .. }
+                | PluginError::OutOfMemory { .. }
+                | PluginError::Trap { .. }
+                | PluginError::OutcomeCount { .. }
+                | PluginError::InvalidJson { .. }
+        )
+    }
+
+    /// A short, bounded label for a call failure, for metrics:
+    /// `timeout`, `oom`, `trap`, `bad_output` or `other`.
+    pub fn reason_label(&self) -> &'static str {
+        match self {
+            PluginError::Timeout { .. } => "timeout",
+            PluginError::OutOfMemory { .. } => "oom",
+            PluginError::Trap { .. } => "trap",
+            PluginError::OutcomeCount { .. } | PluginError::InvalidJson { .. } => "bad_output",
+            _ => "other",
+        }
+    }
+
     /// Whether the failure came from running the guest (trap, timeout,
     /// out of memory, bad outcomes) rather than from loading it.
     pub fn is_call_failure(&self) -> bool {

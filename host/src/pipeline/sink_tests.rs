@@ -1,0 +1,200 @@
+//! What a sink does with changes its functions fail on, against a real
+//! store and the real hostile guest.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::change::{Action, Column, Relation, Row};
+use crate::config::Config;
+use crate::plugins::Limits;
+use crate::plugins::tests::{config, engine, guest};
+
+fn relation() -> Arc<Relation> {
+    Arc::new(Relation {
+        oid: 1,
+        schema: "public".into(),
+        name: "items".into(),
+        columns: ["id", "do"]
+            .iter()
+            .map(|name| Column {
+                name: (*name).into(),
+                type_oid: 25,
+                type_modifier: -1,
+                is_identity_key: *name == "id",
+            })
+            .collect(),
+        primary_key: vec!["id".into()],
+    })
+}
+
+fn change(lsn: u64, idx: u32, id: i64, what: &str) -> Change {
+    let Value::Object(new) = json!({"id": id, "do": what}) else {
+        unreachable!()
+    };
+    Change {
+        relation: relation(),
+        action: Action::Insert,
+        commit_lsn: Lsn(lsn),
+        commit_idx: idx,
+        xid: 1,
+        commit_timestamp: chrono::Utc::now(),
+        new: Some(Row::from(new)),
+        old: None,
+    }
+}
+
+/// A sink `s` with `extra` sink YAML, running the hostile transform when
+/// `hostile`, else no function.
+fn sink(dir: &std::path::Path, extra: &str, hostile: bool) -> SinkPipeline {
+    let text = format!(
+        "databases:
+  - {{name: db, hostname: h, database: d, slot: {{name: s}}, publication: {{name: p}}}}
+http_endpoints:
+  - {{name: hooks, url: 'http://127.0.0.1:1/'}}
+sinks:
+  - name: s
+    database: db
+{extra}"
+    );
+    let sink_config = Config::from_yaml(&text, dir, &|_| None).unwrap().sinks[0].clone();
+    let mut chain = FunctionChain {
+        sink_type: sink_config.destination.type_name(),
+        ..FunctionChain::default()
+    };
+    if hostile {
+        let transform = engine()
+            .load_transform(
+                "hostile",
+                &guest("weft-hostile-transform"),
+                &config(&[]),
+                &Limits::default(),
+            )
+            .unwrap();
+        chain.transform = Some(super::super::Named::new("hostile", transform));
+    }
+    SinkPipeline::new(sink_config, chain)
+}
+
+fn stored_ids(store: &Store) -> Vec<(u64, Value)> {
+    let mut got = Vec::new();
+    loop {
+        let batch = store
+            .lease_deliverable("s", 100, Duration::from_secs(30))
+            .unwrap();
+        if batch.is_empty() {
+            return got;
+        }
+        for message in &batch {
+            let Payload::Json(payload) = &message.payload else {
+                panic!("JSON expected")
+            };
+            let id = payload.get("record").map_or(&payload["id"], |r| &r["id"]);
+            got.push((message.commit_lsn.0, id.clone()));
+        }
+        let acks: Vec<_> = batch.iter().map(|m| m.ack_id).collect();
+        store.ack("s", &acks).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_holds_its_group_and_releases_it_in_order_when_due() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("weft.db")).unwrap();
+    let mut failing = sink(dir.path(), "    destination: {type: sequin_stream}\n", true);
+    let first = change(10, 0, 1, "retry");
+    let other = change(10, 1, 2, "echo");
+    let later = change(20, 0, 1, "echo");
+    let batch = failing
+        .process(&[&first, &other, &later], &store)
+        .await
+        .unwrap();
+    assert_eq!(batch.messages.len(), 1, "the other group goes on");
+    assert_eq!(batch.holds.len(), 2, "{:?}", batch.holds);
+    let retry = batch.holds[0].clone();
+    assert_eq!(retry.change.commit_lsn, Lsn(10));
+    assert_eq!(retry.change.attempts, 1);
+    assert!(
+        retry
+            .change
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("try later"),
+        "{retry:?}"
+    );
+    assert!(
+        retry.retry_in >= Duration::from_millis(500),
+        "default backoff from 1 s"
+    );
+    assert_eq!(batch.holds[1].change.commit_lsn, Lsn(20), "held behind it");
+    store.append(&[batch], Lsn(20)).unwrap();
+    assert_eq!(stored_ids(&store), vec![(10, json!(2))]);
+
+    // A new change of the held group waits too.
+    let newest = change(30, 0, 1, "echo");
+    let batch = failing.process(&[&newest], &store).await.unwrap();
+    assert!(batch.messages.is_empty());
+    assert_eq!(batch.holds.len(), 1);
+    store.append(&[batch], Lsn(30)).unwrap();
+    assert_eq!(
+        failing.release_held(&store, 100).await.unwrap(),
+        0,
+        "not due yet"
+    );
+
+    // Due, with a function that no longer fails: the group goes through in order.
+    let mut fixed = sink(
+        dir.path(),
+        "    destination: {type: sequin_stream}\n",
+        false,
+    );
+    tokio::time::sleep(retry.retry_in + Duration::from_millis(50)).await;
+    assert_eq!(fixed.release_held(&store, 100).await.unwrap(), 3);
+    assert_eq!(
+        stored_ids(&store),
+        vec![(10, json!(1)), (20, json!(1)), (30, json!(1))]
+    );
+    assert_eq!(store.held_count("s").unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_retry_count_a_transient_failure_is_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("weft.db")).unwrap();
+    let mut failing = sink(
+        dir.path(),
+        "    max_retry_count: 0\n    destination: {type: webhook, http_endpoint: hooks}\n",
+        true,
+    );
+    let first = change(10, 0, 1, "retry");
+    let permanent = change(10, 1, 2, "fail");
+    let batch = failing
+        .process(&[&first, &permanent], &store)
+        .await
+        .unwrap();
+    assert!(batch.holds.is_empty() && batch.messages.is_empty());
+    assert_eq!(batch.dead_letters.len(), 2);
+    assert!(batch.dead_letters[0].error.contains("try later"));
+    assert!(batch.dead_letters[1].error.contains("bad row"));
+    store.append(&[batch], Lsn(10)).unwrap();
+    let letters = store.dead_letters("s", 0, 10).unwrap();
+    assert_eq!(letters.len(), 2);
+    assert_eq!(letters[0].stage, crate::store::FailedStage::Functions);
+    let Payload::Json(message) = &letters[0].payload else {
+        panic!("the message JSON is kept")
+    };
+    assert_eq!(message["record"]["do"], "retry");
+
+    // A replay holds it for the functions again.
+    store.replay_dead_letters("s", None).unwrap();
+    assert_eq!(store.held_count("s").unwrap(), 2);
+    let mut fixed = sink(
+        dir.path(),
+        "    destination: {type: webhook, http_endpoint: hooks}\n",
+        false,
+    );
+    assert_eq!(fixed.release_held(&store, 100).await.unwrap(), 2);
+    assert_eq!(stored_ids(&store), vec![(10, json!(1)), (10, json!(2))]);
+}
