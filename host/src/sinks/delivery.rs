@@ -567,13 +567,7 @@ mod tests {
             })
             .collect();
         store
-            .append(
-                &[SinkBatch {
-                    sink: "s".into(),
-                    messages,
-                }],
-                Lsn(lsn),
-            )
+            .append(&[SinkBatch::of("s", messages)], Lsn(lsn))
             .unwrap();
     }
 

@@ -195,10 +195,7 @@ mod tests {
             payload: crate::plugins::Payload::Json(serde_json::json!({"lsn": lsn})),
             route: crate::plugins::Route::default(),
         };
-        let batch = [SinkBatch {
-            sink: sink.into(),
-            messages: vec![message],
-        }];
+        let batch = [SinkBatch::of(sink, vec![message])];
         store.append(&batch, Lsn(lsn)).unwrap();
     }
 
