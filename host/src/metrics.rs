@@ -15,6 +15,11 @@ pub const SLOT_SIZE: &str = "sequin_replication_slot_size";
 /// in bytes. Labels: `database`, `slot`.
 pub const SLOT_CONFIRMED_LAG: &str = "weft_replication_slot_confirmed_lag_bytes";
 
+/// Unchanged TOAST values delivered as the placeholder `"unchanged_toast"`
+/// because the table's replica identity is not FULL. Labels: `database`,
+/// `table` (`schema.table`).
+pub const UNCHANGED_TOAST_VALUES: &str = "weft_unchanged_toast_values_total";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the recorder (once per process) and returns its handle.
@@ -34,6 +39,11 @@ pub fn install() -> &'static PrometheusHandle {
             SLOT_CONFIRMED_LAG,
             metrics::Unit::Bytes,
             "bytes between the server's current LSN and the slot's confirmed_flush_lsn"
+        );
+        metrics::describe_counter!(
+            UNCHANGED_TOAST_VALUES,
+            metrics::Unit::Count,
+            "unchanged TOAST values delivered as \"unchanged_toast\" (replica identity not FULL)"
         );
         handle
     })

@@ -159,13 +159,13 @@ impl<'a> Session<'a> {
             }
             stats_task = Some(super::slot_stats::spawn(
                 Arc::clone(&client),
-                config.connection.database.clone(),
+                config.name.clone(),
                 config.slot_name.clone(),
             ));
             let mut session = Session {
                 replication,
                 client: Arc::clone(&client),
-                relations: Relations::default(),
+                relations: Relations::new(&config.name),
                 spill_dir: &config.spill_dir,
                 heartbeat_session,
                 decoder: Decoder::new(),
