@@ -19,8 +19,9 @@
 //! A sink with `max_backlog_messages` applies its `load_shedding_policy`
 //! before its messages are stored (see [`backlog`]).
 //!
-//! TRUNCATE has no message form (Sequin's messages have no truncate action):
-//! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
+//! TRUNCATE is skipped or delivered as a message per table, by each sink's
+//! `truncate` option (see [`truncate`]); skips are counted in
+//! [`Pipeline::truncates_skipped`].
 
 mod backlog;
 mod batch;
@@ -28,6 +29,7 @@ pub mod chain;
 pub mod default_route;
 pub mod routing_keys;
 mod sink;
+mod truncate;
 
 pub use backlog::{Admitted, BacklogGuard};
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
@@ -87,7 +89,7 @@ impl Pipeline {
         }
     }
 
-    /// How many TRUNCATEs were skipped since the pipeline started.
+    /// How many TRUNCATEs some sink skipped since the pipeline started.
     pub fn truncates_skipped(&self) -> u64 {
         self.truncates_skipped
     }
@@ -143,20 +145,11 @@ impl Pipeline {
         cursors: &mut HashMap<String, Lsn>,
         shutdown: &CancellationToken,
     ) -> Result<bool, PipelineError> {
-        for truncate in &taken.truncates {
-            self.truncates_skipped += 1;
-            let tables: Vec<String> = truncate
-                .relations
-                .iter()
-                .map(|r| r.qualified_name())
-                .collect();
-            warn!(
-                tables = %tables.join(", "),
-                commit_lsn = %truncate.commit_lsn,
-                skipped_total = self.truncates_skipped,
-                "TRUNCATE skipped: sinks receive no message for it (see docs/replication.md)"
-            );
-        }
+        truncate::warn_skipped(
+            self.sinks.iter().map(SinkPipeline::config),
+            &taken.truncates,
+            &mut self.truncates_skipped,
+        );
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
         let mut any_message = false;
         for sink in &mut self.sinks {
@@ -166,7 +159,7 @@ impl Pipeline {
                 .iter()
                 .filter(|change| change.commit_lsn > cursor)
                 .collect();
-            let messages = loop {
+            let mut messages = loop {
                 match sink.process(&fresh).await {
                     Ok(messages) => break messages,
                     Err(error) => {
@@ -178,6 +171,7 @@ impl Pipeline {
                     }
                 }
             };
+            truncate::add_messages(&mut messages, sink.config(), &taken.truncates, cursor);
             let messages = match sink.backlog_mut() {
                 None => messages,
                 Some(backlog) => match backlog.admit(&self.store, messages, shutdown).await? {

@@ -501,7 +501,7 @@ impl<'a> Session<'a> {
                             restart_identity,
                         } => {
                             more.insert(0, pending.relation);
-                            SourceEvent::Truncate(Truncate {
+                            let truncate = Truncate {
                                 relations: more,
                                 cascade,
                                 restart_identity,
@@ -509,7 +509,10 @@ impl<'a> Session<'a> {
                                 commit_idx: idx,
                                 xid,
                                 commit_timestamp,
-                            })
+                            };
+                            // One position per table (see Truncate::tables).
+                            idx = truncate.last_idx();
+                            SourceEvent::Truncate(truncate)
                         }
                     };
                     idx += 1;
@@ -632,7 +635,8 @@ impl Session<'_> {
             xid: open.xid,
             commit_timestamp: open.commit_timestamp,
         };
-        open.next_idx += 1;
+        // One position per table (see Truncate::tables).
+        open.next_idx = truncate.last_idx() + 1;
         self.emit(SourceEvent::Truncate(truncate)).await
     }
 }
