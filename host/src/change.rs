@@ -191,10 +191,10 @@ pub enum SourceEvent {
         end_lsn: Lsn,
     },
     /// A committed transaction truncated these tables, at this point among
-    /// its changes. It takes a `commit_idx` like a change, so positions stay
-    /// stable across replays. weft's message format has no truncate action
-    /// (nor has Sequin's), so the pipeline skips it with a warning and a
-    /// count; see `docs/replication.md`.
+    /// its changes. Each table takes a `commit_idx` like a change (see
+    /// [`Truncate::tables`]), so positions stay stable across replays. Each
+    /// sink skips it or delivers a message per table, by its `truncate`
+    /// option; see `docs/replication.md`.
     Truncate(Truncate),
     /// The server has sent everything before `wal_end` and no transaction is
     /// open: once every earlier event is durable, `wal_end` may be confirmed.
@@ -215,10 +215,25 @@ pub struct Truncate {
     pub restart_identity: bool,
     /// The LSN of the commit record of the transaction.
     pub commit_lsn: Lsn,
-    /// Its position within the transaction, from 0, shared with changes.
+    /// The position of its first table within the transaction, from 0,
+    /// shared with changes; the tables take consecutive positions.
     pub commit_idx: u32,
     /// The transaction id.
     pub xid: u32,
     /// When the transaction committed.
     pub commit_timestamp: DateTime<Utc>,
+}
+
+impl Truncate {
+    /// Each truncated table with its own position in the transaction:
+    /// `commit_idx`, `commit_idx + 1`, ... in the order Postgres listed them.
+    pub fn tables(&self) -> impl Iterator<Item = (&Arc<Relation>, u32)> {
+        self.relations.iter().zip(self.commit_idx..)
+    }
+
+    /// The position of its last table: the next change of the transaction
+    /// comes after it.
+    pub fn last_idx(&self) -> u32 {
+        self.commit_idx + self.relations.len().saturating_sub(1) as u32
+    }
 }

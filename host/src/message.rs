@@ -7,7 +7,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::change::{Action, Change, Row};
+use crate::change::{Action, Change, Relation, Row, Truncate};
 use crate::lsn::Lsn;
 
 /// The consumer (sink) a message is delivered to.
@@ -85,9 +85,7 @@ impl Message {
             metadata: Metadata {
                 table_schema: change.relation.schema.clone(),
                 table_name: change.relation.name.clone(),
-                commit_timestamp: change
-                    .commit_timestamp
-                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                commit_timestamp: timestamp_text(change.commit_timestamp),
                 commit_lsn: change.commit_lsn,
                 commit_idx: change.commit_idx,
                 idempotency_key: idempotency_key(change.commit_lsn, change.commit_idx),
@@ -99,6 +97,83 @@ impl Message {
             },
         }
     }
+}
+
+/// A TRUNCATE of one table, in Sequin's message shape: `action` is
+/// `"truncate"`, `record` is `{}`, `changes` is null, and `metadata` is a
+/// change's with `record_pks: []` plus `truncate`. Sinks with
+/// `truncate: deliver` send it as is: functions do not run on it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TruncateMessage {
+    /// Always empty: the truncated rows are not in the WAL.
+    pub record: Row,
+    /// Always null.
+    pub changes: Option<Row>,
+    /// Always `"truncate"`.
+    pub action: &'static str,
+    /// As a change's metadata, plus `truncate`.
+    pub metadata: TruncateMetadata,
+}
+
+/// `metadata` of a [`TruncateMessage`].
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TruncateMetadata {
+    /// The fields every message's metadata has.
+    #[serde(flatten)]
+    pub common: Metadata,
+    /// The TRUNCATE's options.
+    pub truncate: TruncateOptions,
+}
+
+/// `metadata.truncate`: the options of the TRUNCATE statement.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct TruncateOptions {
+    /// `TRUNCATE ... CASCADE`.
+    pub cascade: bool,
+    /// `TRUNCATE ... RESTART IDENTITY`.
+    pub restart_identity: bool,
+}
+
+impl TruncateMessage {
+    /// The message for `relation`, one of the tables `truncate` empties, at
+    /// position `commit_idx` (see [`Truncate::tables`]).
+    pub fn new(
+        truncate: &Truncate,
+        relation: &Relation,
+        commit_idx: u32,
+        database_name: &str,
+        consumer: &ConsumerRef,
+    ) -> TruncateMessage {
+        TruncateMessage {
+            record: Row::new(),
+            changes: None,
+            action: "truncate",
+            metadata: TruncateMetadata {
+                common: Metadata {
+                    table_schema: relation.schema.clone(),
+                    table_name: relation.name.clone(),
+                    commit_timestamp: timestamp_text(truncate.commit_timestamp),
+                    commit_lsn: truncate.commit_lsn,
+                    commit_idx,
+                    idempotency_key: idempotency_key(truncate.commit_lsn, commit_idx),
+                    record_pks: Vec::new(),
+                    database_name: database_name.to_string(),
+                    transaction_annotations: None,
+                    enrichment: None,
+                    consumer: consumer.clone(),
+                },
+                truncate: TruncateOptions {
+                    cascade: truncate.cascade,
+                    restart_identity: truncate.restart_identity,
+                },
+            },
+        }
+    }
+}
+
+/// `metadata.commit_timestamp`: ISO-8601 in UTC with microseconds.
+fn timestamp_text(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// The idempotency key of a change: `Base64("<commit_lsn>:<commit_idx>")`,

@@ -20,6 +20,10 @@ pub const SLOT_CONFIRMED_LAG: &str = "weft_replication_slot_confirmed_lag_bytes"
 /// a trap, timeout, out of memory or bad output isolated to the change;
 /// `transient`; `permanent`).
 pub const FUNCTION_FAILURES: &str = "weft_function_failures_total";
+/// Unchanged TOAST values delivered as the placeholder `"unchanged_toast"`
+/// because the table's replica identity is not FULL. Labels: `database`,
+/// `table` (`schema.table`).
+pub const UNCHANGED_TOAST_VALUES: &str = "weft_unchanged_toast_values_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -44,6 +48,11 @@ pub fn install() -> &'static PrometheusHandle {
         metrics::describe_counter!(
             FUNCTION_FAILURES,
             "changes a sink's function failed on, by sink, function, kind and reason"
+        );
+        metrics::describe_counter!(
+            UNCHANGED_TOAST_VALUES,
+            metrics::Unit::Count,
+            "unchanged TOAST values delivered as \"unchanged_toast\" (replica identity not FULL)"
         );
         handle
     })

@@ -381,6 +381,7 @@ fn source_config(
             }
         })?;
     Ok(crate::source::SourceConfig {
+        name: database.name.clone(),
         connection,
         slot_name: database.slot.name.clone(),
         create_slot_if_not_exists: database.slot.create_if_not_exists,

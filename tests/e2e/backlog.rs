@@ -30,26 +30,11 @@ fn insert_each(pg: &PgCluster, ids: std::ops::RangeInclusive<i64>) {
     ));
 }
 
-/// The value of gauge `name` for slot `slot` at `/metrics`, if exported.
-fn slot_gauge(weft: &WeftProcess, name: &str, slot: &str) -> Option<f64> {
-    let text = crate::harness::weft::http()
-        .get(weft.url("/metrics"))
-        .send()
-        .ok()?
-        .text()
-        .ok()?;
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(name)?;
-        rest.contains(&format!("slot=\"{slot}\""))
-            .then(|| rest.rsplit(' ').next()?.parse().ok())?
-    })
-}
-
 /// Waits until gauge `name` of `slot` satisfies `ok`, and returns it.
 fn wait_for_gauge(weft: &WeftProcess, name: &str, slot: &str, ok: impl Fn(f64) -> bool) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let value = slot_gauge(weft, name, slot);
+        let value = weft.metric(name, &[("slot", slot)]);
         if let Some(value) = value.filter(|v| ok(*v)) {
             return value;
         }

@@ -117,8 +117,13 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
         let workload = scope.spawn(|| {
             let (mut ok, mut failed, mut round) = (0, 0, 0u64);
             while writing.load(Ordering::Relaxed) {
-                let (o, f) =
-                    concurrent_workload(&pg, seed + round, 3, 10_000_000 * (round as i64 + 1) * 4);
+                let (o, f) = concurrent_workload(
+                    &pg,
+                    seed + round,
+                    3,
+                    10_000_000 * (round as i64 + 1) * 4,
+                    &[],
+                );
                 ok += o;
                 failed += f;
                 round += 1;

@@ -20,6 +20,8 @@ mod schema_changes;
 mod setup_errors;
 mod source;
 mod tls;
+mod toast;
+mod truncate;
 mod types;
 mod webhook;
 mod workload;

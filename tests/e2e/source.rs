@@ -425,40 +425,6 @@ async fn values_render_exactly_like_to_jsonb_in_utc() {
     source.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unchanged_toast_values_are_marked_or_taken_from_the_full_old_row() {
-    let pg = PgCluster::start();
-    pg.psql(
-        "CREATE TABLE docs (id int PRIMARY KEY, body text, n int);
-         CREATE TABLE docs_full (id int PRIMARY KEY, body text, n int);
-         ALTER TABLE docs_full REPLICA IDENTITY FULL;",
-    );
-    let mut source = Running::start(config(&pg.url("postgres"), "slot_u", "pub_u", &[]));
-    wait_for_slot(&pg, "slot_u").await;
-    // md5 chains do not compress, so the value is stored out of line.
-    let big = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 400) g)";
-    pg.psql(&format!(
-        "INSERT INTO docs VALUES (1, {big}, 0); INSERT INTO docs_full VALUES (1, {big}, 0);"
-    ));
-    pg.psql("UPDATE docs SET n = 1; UPDATE docs_full SET n = 1;");
-    let txns = source.transactions(2).await;
-    let body = txns[0].changes[0].new.as_ref().unwrap()["body"].clone();
-    assert_eq!(body.as_str().unwrap().len(), 400 * 32);
-    let [plain, full] = &txns[1].changes[..] else {
-        panic!("{:?}", txns[1])
-    };
-    assert_eq!(
-        plain.new.as_ref().unwrap()["body"],
-        json!("unchanged_toast")
-    );
-    assert_eq!(full.new.as_ref().unwrap()["body"], body);
-    assert_eq!(
-        full.changes().unwrap().keys().collect::<Vec<_>>(),
-        vec!["n"]
-    );
-    source.stop().await.unwrap();
-}
-
 /// Measures decode-to-channel throughput (debug build) and checks order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_many_changes_in_order() {

@@ -16,20 +16,23 @@
 //! transaction's size; random inserts, updates and
 //! deletes over three tables in transactions of 1 to 10,000 rows from two
 //! concurrent sessions, some with rolled-back savepoints, some rolled back
-//! whole; 100 kB TOAST values, and updates that leave them unchanged; a
-//! Postgres restart in the middle. Then everything is drained (acked) and
-//! compared: every committed change exactly once per idempotency key, in
-//! commit order per row, with the right values.
-//!
-//! TODO(schema changes): ADD/DROP/RENAME/ALTER TYPE of a column mid-stream
-//! belongs here once the source handles them (another part of issue 3).
+//! whole; 100 kB TOAST values, and updates that leave them unchanged;
+//! column changes while the workload runs ([`SCHEMA_CHANGES`]: ADD, ALTER
+//! TYPE, then after the restart RENAME, ALTER TYPE, DROP), each inside a
+//! transaction between updates of the table's rows; a Postgres restart in
+//! the middle. Then everything is drained (acked) and compared: every
+//! committed change exactly once per idempotency key, in commit order per
+//! row, with the right values (after an ALTER TYPE, the new type's
+//! rendering: numbers are compared digit for digit).
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
 use crate::harness::oracle::{
-    Drained, SCHEMA, assert_matches_oracle, audit_count, concurrent_workload, oracle, tail,
+    Drained, SCHEMA, SchemaChange, Seen, assert_matches_oracle, audit_count, concurrent_workload,
+    oracle, tail,
 };
 use crate::harness::postgres::{PgCluster, PgOptions};
 use crate::harness::weft::WeftProcess;
@@ -54,6 +57,76 @@ sinks:
 "#,
         port = pg.port(),
     )
+}
+
+/// The column changes of the workload: `[before the restart, after it]`.
+const SCHEMA_CHANGES: [&[SchemaChange]; 2] = [
+    &[
+        SchemaChange {
+            table: "accounts",
+            alter: "ADD COLUMN tier int DEFAULT 7",
+        },
+        SchemaChange {
+            table: "lines",
+            alter: "ALTER COLUMN qty TYPE numeric(10,2)",
+        },
+    ],
+    &[
+        SchemaChange {
+            table: "accounts",
+            alter: "RENAME COLUMN flags TO attrs",
+        },
+        SchemaChange {
+            table: "accounts",
+            alter: "ALTER COLUMN balance TYPE numeric(14,4)",
+        },
+        SchemaChange {
+            table: "accounts",
+            alter: "DROP COLUMN tier",
+        },
+    ],
+];
+
+/// The images of `table`'s changes in the oracle.
+fn images<'a>(
+    expected: &'a std::collections::BTreeMap<(String, String), Vec<Seen>>,
+    table: &'a str,
+) -> impl Iterator<Item = &'a serde_json::Value> {
+    expected
+        .iter()
+        .filter(move |((t, _), _)| t == table)
+        .flat_map(|(_, changes)| changes.iter().map(|c| &c.image))
+}
+
+/// Checks that the workload wrote (and so the comparison covered) rows
+/// under every schema the changes made, so none went unchecked.
+fn assert_every_schema_was_checked(
+    expected: &std::collections::BTreeMap<(String, String), Vec<Seen>>,
+) {
+    let has = |image: &serde_json::Value, column: &str| image.get(column).is_some();
+    let shapes: BTreeSet<(bool, bool)> = images(expected, "accounts")
+        .map(|image| (has(image, "attrs"), has(image, "tier")))
+        .collect();
+    assert_eq!(
+        shapes.len(),
+        4,
+        "accounts rows under each of flags, flags+tier, attrs+tier, attrs: {shapes:?}"
+    );
+    // numeric(10,2) prints its scale; int does not.
+    let qty_scales: BTreeSet<bool> = images(expected, "lines")
+        .filter_map(|image| image.get("qty").filter(|q| !q.is_null()))
+        .map(|qty| qty.to_string().ends_with(".00"))
+        .collect();
+    assert_eq!(qty_scales.len(), 2, "lines.qty as int and as numeric(10,2)");
+    let balance_scales: BTreeSet<usize> = images(expected, "accounts")
+        .filter_map(|image| image.get("balance"))
+        .filter_map(|b| Some(b.to_string().split_once('.')?.1.len()))
+        .collect();
+    assert_eq!(
+        balance_scales,
+        BTreeSet::from([2, 4]),
+        "balance as numeric(12,2) and numeric(14,4)"
+    );
 }
 
 /// weft's peak resident set size so far, in KiB.
@@ -164,18 +237,17 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
         "the big transactions went through the spill path"
     );
 
-    // Random mixed workload, with a Postgres restart in the middle.
-    let (ok1, failed1) = concurrent_workload(&pg, seed, 8, 10_000_000);
+    // Random mixed workload with column changes, and a Postgres restart in
+    // the middle.
+    let (ok1, failed1) = concurrent_workload(&pg, seed, 8, 10_000_000, SCHEMA_CHANGES[0]);
     pg.restart();
-    let (ok2, failed2) = concurrent_workload(&pg, seed + 100, 8, 50_000_000);
+    let (ok2, failed2) = concurrent_workload(&pg, seed + 100, 8, 50_000_000, SCHEMA_CHANGES[1]);
     eprintln!(
         "workload: {} transactions committed or rolled back, {} rejected ({:?} so far)",
         ok1 + ok2,
         failed1 + failed2,
         started.elapsed()
     );
-    // TODO(schema changes): ALTER TABLE ... ADD/DROP/RENAME/ALTER TYPE
-    // mid-stream, once the source supports them.
 
     let expected_total = audit_count(&pg);
     drained.drain(&weft, "all", 1000, expected_total, Duration::from_secs(180));
@@ -187,6 +259,7 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
         "more messages than committed changes"
     );
     assert_matches_oracle(&drained, &expected, "pull sink");
+    assert_every_schema_was_checked(&expected);
     eprintln!(
         "workload checked: {count} changes on {} rows, {} redeliveries with the same key, in {:?}",
         expected.len(),

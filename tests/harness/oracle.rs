@@ -6,6 +6,10 @@
 //! sink delivered and checks it as it goes: one image per idempotency key,
 //! per-row commit order. Text values longer than 4 kB are compared by
 //! SHA-256 on both sides.
+//!
+//! Schema changes ([`SchemaChange`]) need nothing special: the trigger's
+//! `to_jsonb` image has the columns and types of the moment the row was
+//! written, which is what weft must deliver.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -291,14 +295,73 @@ fn sizes(rng: &mut StdRng, count: usize) -> Vec<i64> {
     sizes
 }
 
-/// Two concurrent sessions run `count` random transactions each.
+/// A column change (ADD, DROP, RENAME, ALTER TYPE) made while the workload
+/// runs. Each keeps the workload's SQL valid: its inserts name no columns
+/// and its updates only `balance`, `updated_at`, `kind`, `ok`, `doc`, `qty`
+/// and `note`.
+#[derive(Debug, Clone, Copy)]
+pub struct SchemaChange {
+    /// The altered table.
+    pub table: &'static str,
+    /// What follows `ALTER TABLE <table>`.
+    pub alter: &'static str,
+}
+
+/// Updates of some rows of `table`, written just before and after a
+/// schema change in its transaction.
+fn touch(table: &str) -> &'static str {
+    match table {
+        "accounts" => {
+            "UPDATE accounts SET updated_at = now() WHERE id IN (SELECT id FROM accounts ORDER BY random() LIMIT 20);"
+        }
+        "events" => {
+            "UPDATE events SET ok = NOT ok WHERE id IN (SELECT id FROM events ORDER BY random() LIMIT 20);"
+        }
+        "lines" => {
+            "UPDATE lines SET qty = qty + 1 WHERE (order_id, line) IN (SELECT order_id, line FROM lines ORDER BY random() LIMIT 20);"
+        }
+        other => panic!("no touch for table {other}"),
+    }
+}
+
+/// Makes `change` in one transaction between updates of the table's rows,
+/// so rows right before and after it, on both schemas, are checked. A lock
+/// timeout or deadlock with the workload is retried.
+fn apply_schema_change(pg: &PgCluster, change: SchemaChange) {
+    let touch = touch(change.table);
+    let sql = format!(
+        "BEGIN; SET LOCAL lock_timeout = '2s'; {touch} ALTER TABLE {} {}; {touch} COMMIT;",
+        change.table, change.alter
+    );
+    for _ in 0..30 {
+        match pg.try_psql_in("postgres", &sql) {
+            Ok(_) => return,
+            Err(e) if e.contains("lock timeout") || e.contains("deadlock") => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("schema change {change:?} failed: {e}"),
+        }
+    }
+    panic!("schema change {change:?} did not get its locks in 30 attempts");
+}
+
+/// Two concurrent sessions run `count` random transactions each, while a
+/// third makes `schema_changes` in order, at random moments.
 pub fn concurrent_workload(
     pg: &PgCluster,
     seed: u64,
     count: usize,
     id_base: i64,
+    schema_changes: &[SchemaChange],
 ) -> (usize, usize) {
     std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut rng = StdRng::seed_from_u64(seed + 1000);
+            for &change in schema_changes {
+                std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
+                apply_schema_change(pg, change);
+            }
+        });
         let workers: Vec<_> = (0..2)
             .map(|worker| {
                 scope.spawn(move || {

@@ -4,9 +4,11 @@ use weft::source::{PgConnectOptions, SourceConfig};
 
 /// Streams `tables` (all tables when empty) from the database at `url`
 /// through `slot` and `publication`, creating both. Heartbeats are off so
-/// that tests see only their own transactions.
+/// that tests see only their own transactions. The database is named after
+/// the slot in metrics and health.
 pub fn source_config(url: &str, slot: &str, publication: &str, tables: &[&str]) -> SourceConfig {
     SourceConfig {
+        name: slot.into(),
         connection: PgConnectOptions::from_url(url).expect("a valid test URL"),
         slot_name: slot.into(),
         create_slot_if_not_exists: true,

@@ -229,6 +229,32 @@ impl WeftProcess {
         all
     }
 
+    /// The value of metric `name` at `/metrics` in the series whose labels
+    /// include `labels`, if weft exports it.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let text = http().get(self.url("/metrics")).send().ok()?.text().ok()?;
+        text.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+            let (series, value) = rest.rsplit_once("} ")?;
+            let has = |(key, value): &(&str, &str)| {
+                series
+                    .split(',')
+                    .any(|pair| pair == format!("{key}=\"{value}\""))
+            };
+            labels.iter().all(has).then(|| value.trim().parse().ok())?
+        })
+    }
+
+    /// `GET /api/health`: every entity's checks.
+    pub fn health(&self) -> Value {
+        http()
+            .get(self.url("/api/health"))
+            .send()
+            .expect("GET /api/health")
+            .json()
+            .expect("/api/health returns JSON")
+    }
+
     /// `ack` or `nack` (`verb`) on the pull API; returns the HTTP status and body.
     pub fn settle(&self, sink: &str, verb: &str, ack_ids: &[&str]) -> (u16, Value) {
         let response = http()

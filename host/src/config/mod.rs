@@ -40,7 +40,7 @@ pub use http_endpoint::HttpEndpointConfig;
 pub use model::{
     ActionSet, DatabaseConfig, FunctionConfig, FunctionGrants, FunctionKind, FunctionLimits,
     LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig, SlotConfig, SourceConfig,
-    TableRef,
+    TableRef, TruncatePolicy,
 };
 
 use document::Document;

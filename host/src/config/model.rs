@@ -382,6 +382,11 @@ pub struct SinkConfig<D = DestinationConfig> {
         deserialize_with = "bounds::in_range::<_, u32, 0, 1_000_000>"
     )]
     pub quarantine_after_traps: u32,
+    /// What the sink gets for a TRUNCATE of one of its tables: nothing
+    /// (`skip`, the default, as Sequin) or a `truncate` message per table
+    /// (`deliver`).
+    #[serde(default)]
+    pub truncate: TruncatePolicy,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
 }
@@ -400,6 +405,19 @@ pub enum LoadSheddingPolicy {
     /// Discard the sink's new messages while the backlog is full; each
     /// discard is logged and counted. Other sinks are not affected.
     DiscardOnFull,
+}
+
+/// What a sink does with a TRUNCATE of a table it takes (`truncate:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", expecting = "skip or deliver")]
+pub enum TruncatePolicy {
+    /// No message; a warning is logged (Sequin's messages have no truncate
+    /// action, so its consumers see nothing new).
+    #[default]
+    Skip,
+    /// One message with `action: "truncate"` per truncated table, in commit
+    /// order among the table's changes (see `docs/replication.md`).
+    Deliver,
 }
 
 /// Default `max_memory_mb` of a sink (Sequin's).
@@ -448,6 +466,7 @@ impl<D> SinkConfig<D> {
             max_backlog_messages: self.max_backlog_messages,
             load_shedding_policy: self.load_shedding_policy,
             quarantine_after_traps: self.quarantine_after_traps,
+            truncate: self.truncate,
             destination,
         }
     }

@@ -283,7 +283,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
-         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `destination` (line 14, column 17)"
+         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `truncate`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -1294,5 +1294,35 @@ fn load_shedding_defaults_to_pause_and_discarding_needs_a_bound() {
             "    load_shedding_policy: drop\n    destination: {type: sequin_stream}\n"
         ))
         .contains("unknown variant `drop`"),
+    );
+}
+
+#[test]
+fn truncate_defaults_to_skip_and_names_its_values() {
+    let config = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(config.sinks[0].truncate, TruncatePolicy::Skip);
+    let deliver = load(&with_sink(
+        "    truncate: deliver\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(deliver.sinks[0].truncate, TruncatePolicy::Deliver);
+    assert_eq!(
+        error(&with_sink(
+            "    truncate: cascade\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].truncate: unknown variant `cascade`, expected `skip` or `deliver` (line 14, column 15)"
+    );
+    let redis = error(&with_sink(
+        "    truncate: deliver\n    destination: {type: redis_string, host: localhost}\n",
+    ));
+    assert!(
+        redis.starts_with("sinks[0].truncate: deliver is not possible on a redis_string sink"),
+        "{redis}"
+    );
+    assert!(
+        load(&with_sink(
+            "    truncate: deliver\n    destination: {type: redis_stream, host: localhost, stream_key: k}\n",
+        ))
+        .is_ok()
     );
 }

@@ -12,6 +12,7 @@ use super::document::{DatabaseDoc, Document};
 use super::http_endpoint::HttpEndpointConfig;
 use super::model::{
     DatabaseConfig, FunctionConfig, FunctionKind, LoadSheddingPolicy, PgConnection, SinkConfig,
+    TruncatePolicy,
 };
 use super::path::DocPath;
 use super::{Config, pg_url};
@@ -515,7 +516,15 @@ fn check_push_settings(
                     problems.add(path.key("destination").key(key), problem);
                 }
             }
-            DestinationConfig::RedisString(_) | DestinationConfig::RedisStream(_) => {}
+            DestinationConfig::RedisString(_) => {
+                if sink.truncate == TruncatePolicy::Deliver {
+                    problems.add(
+                        path.key("truncate"),
+                        "deliver is not possible on a redis_string sink: a truncate message has no row key to SET or DEL; use `truncate: skip` (the default), and clear the table's keys yourself",
+                    );
+                }
+            }
+            DestinationConfig::RedisStream(_) => {}
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {
                     problems.add(

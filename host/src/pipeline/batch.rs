@@ -76,7 +76,7 @@ impl Batch {
                 }
             }
             SourceEvent::Truncate(truncate) => {
-                if self.take_position(truncate.commit_lsn, truncate.commit_idx) {
+                if self.take_position(truncate.commit_lsn, truncate.last_idx()) {
                     self.taken.truncates.push(truncate);
                 }
             }

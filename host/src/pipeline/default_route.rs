@@ -25,13 +25,21 @@ pub fn default_route(
     metadata: &Metadata,
     group_id: &str,
 ) -> Route {
+    route(sink_type, action.as_str(), metadata, group_id)
+}
+
+/// The default route of a truncate message (see `pipeline::truncate`): a
+/// change's, with `truncate` as the action in subjects and routing keys.
+/// Config validation keeps truncate messages away from redis_string sinks.
+pub fn truncate_route(sink_type: &str, metadata: &Metadata, group_id: &str) -> Route {
+    route(sink_type, "truncate", metadata, group_id)
+}
+
+fn route(sink_type: &str, action: &str, metadata: &Metadata, group_id: &str) -> Route {
     let subject = || {
         format!(
-            "sequin.{}.{}.{}.{}",
-            metadata.database_name,
-            metadata.table_schema,
-            metadata.table_name,
-            action.as_str()
+            "sequin.{}.{}.{}.{action}",
+            metadata.database_name, metadata.table_schema, metadata.table_name,
         )
     };
     match sink_type {
@@ -49,7 +57,7 @@ pub fn default_route(
                 metadata.table_name,
                 metadata.record_pks.join("-")
             )),
-            action: Some(if action == Action::Delete {
+            action: Some(if action == Action::Delete.as_str() {
                 KeyAction::Del
             } else {
                 KeyAction::Set

@@ -23,8 +23,9 @@
 //! in the store for a retry or dead-lettered (see [`sink`]), and the loop
 //! releases due held changes after each batch and once a second.
 //!
-//! TRUNCATE has no message form (Sequin's messages have no truncate action):
-//! it is skipped with a warning and counted in [`Pipeline::truncates_skipped`].
+//! TRUNCATE is skipped or delivered as a message per table, by each sink's
+//! `truncate` option (see [`truncate`]); skips are counted in
+//! [`Pipeline::truncates_skipped`].
 
 mod backlog;
 mod batch;
@@ -33,6 +34,7 @@ pub mod chain;
 pub mod default_route;
 pub mod routing_keys;
 mod sink;
+mod truncate;
 
 pub use backlog::{Admitted, BacklogGuard};
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
@@ -104,7 +106,7 @@ impl Pipeline {
         }
     }
 
-    /// How many TRUNCATEs were skipped since the pipeline started.
+    /// How many TRUNCATEs some sink skipped since the pipeline started.
     pub fn truncates_skipped(&self) -> u64 {
         self.truncates_skipped
     }
@@ -166,20 +168,11 @@ impl Pipeline {
         cursors: &mut HashMap<String, Lsn>,
         shutdown: &CancellationToken,
     ) -> Result<bool, PipelineError> {
-        for truncate in &taken.truncates {
-            self.truncates_skipped += 1;
-            let tables: Vec<String> = truncate
-                .relations
-                .iter()
-                .map(|r| r.qualified_name())
-                .collect();
-            warn!(
-                tables = %tables.join(", "),
-                commit_lsn = %truncate.commit_lsn,
-                skipped_total = self.truncates_skipped,
-                "TRUNCATE skipped: sinks receive no message for it (see docs/replication.md)"
-            );
-        }
+        truncate::warn_skipped(
+            self.sinks.iter().map(SinkPipeline::config),
+            &taken.truncates,
+            &mut self.truncates_skipped,
+        );
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
         let mut any_message = false;
         let mut any_held = false;
@@ -204,6 +197,12 @@ impl Pipeline {
                     }
                 }
             };
+            truncate::add_messages(
+                &mut sink_batch.messages,
+                sink.config(),
+                &taken.truncates,
+                cursor,
+            );
             if let Some(backlog) = sink.backlog_mut() {
                 let messages = std::mem::take(&mut sink_batch.messages);
                 sink_batch.messages = match backlog.admit(&self.store, messages, shutdown).await? {

@@ -95,6 +95,11 @@ impl SinkPipeline {
         &self.breaker
     }
 
+    /// The sink's config.
+    pub fn config(&self) -> &SinkConfig {
+        &self.config
+    }
+
     /// Whether this sink takes `change` (its tables and actions; the filter
     /// function comes later, in the chain).
     pub fn accepts(&self, change: &Change) -> bool {

@@ -18,6 +18,8 @@
 //! * [`slot_stats`]: the slot's retained WAL and confirmed lag, as metrics.
 //! * [`stream`]: one replication session: decode, order, emit, confirm.
 //! * [`tls`]: `sslmode` and certificate verification for both connections.
+//! * [`unchanged_toast`]: metric and health warning for unchanged TOAST
+//!   values shown as `"unchanged_toast"`.
 
 pub mod heartbeat;
 pub mod pgoutput;
@@ -30,6 +32,7 @@ pub mod stream;
 pub mod tls;
 pub mod type_catalog;
 pub mod types;
+pub mod unchanged_toast;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,6 +47,9 @@ use crate::lsn::Lsn;
 /// Where and how to replicate from.
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
+    /// The database's `name` in the config: the `database` label of its
+    /// metrics and the entity of its health checks.
+    pub name: String,
     /// How to reach the database.
     pub connection: PgConnectOptions,
     /// The logical replication slot to stream from.

@@ -20,6 +20,9 @@
 //! resolved through the catalog (`type_catalog.rs`) on each Relation
 //! message, and again when a composite value no longer fits its known
 //! definition.
+//!
+//! Unchanged TOAST values that no full old row fills in are shown as
+//! [`UNCHANGED_TOAST`] and reported (see [`super::unchanged_toast`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +33,7 @@ use super::SourceError;
 use super::pgoutput::{RelationColumn, Tuple, TupleValue};
 use super::type_catalog::TypeCatalog;
 use super::types::{self, StaleComposite, TypeKind};
+use super::unchanged_toast::UnchangedToastReport;
 use crate::change::{Column, Relation, Row};
 
 /// What sequin shows for an unchanged TOAST value the server did not send.
@@ -82,8 +86,7 @@ impl TrackedRelation {
         for ((column, kind), value) in columns.iter().zip(&self.kinds).zip(tuple) {
             let json = match value {
                 TupleValue::Null => Value::Null,
-                TupleValue::UnchangedToast => fallback
-                    .and_then(|old| old.get(&column.name).cloned())
+                TupleValue::UnchangedToast => from_old_row(&column.name, fallback)
                     .unwrap_or_else(|| Value::String(UNCHANGED_TOAST.into())),
                 TupleValue::Text(bytes) | TupleValue::Binary(bytes) => {
                     let text = String::from_utf8_lossy(bytes);
@@ -105,14 +108,30 @@ impl TrackedRelation {
     }
 }
 
+/// The value of an unchanged TOAST column `column`, from the old row when
+/// the server sent a full one; `None` when only the placeholder is left.
+fn from_old_row(column: &str, fallback: Option<&Row>) -> Option<Value> {
+    fallback.and_then(|old| old.get(column).cloned())
+}
+
 /// The relations known on this replication connection, by OID.
-#[derive(Default)]
 pub struct Relations {
     by_oid: HashMap<u32, TrackedRelation>,
     types: TypeCatalog,
+    unchanged_toast: UnchangedToastReport,
 }
 
 impl Relations {
+    /// No relations yet, on the database configured as `database` (the
+    /// name its placeholder reports carry).
+    pub fn new(database: &str) -> Self {
+        Relations {
+            by_oid: HashMap::new(),
+            types: TypeCatalog::default(),
+            unchanged_toast: UnchangedToastReport::new(database),
+        }
+    }
+
     /// The relation with this OID, if a Relation message described it.
     pub fn get(&self, oid: u32) -> Option<&TrackedRelation> {
         self.by_oid.get(&oid)
@@ -148,6 +167,7 @@ impl Relations {
                 .collect(),
             primary_key,
         };
+        self.unchanged_toast.identity(&relation, replica_identity);
         let tracked = TrackedRelation {
             relation: Arc::new(relation),
             kinds,
@@ -157,11 +177,39 @@ impl Relations {
     }
 
     /// Renders a tuple of relation `oid` as a row (see
-    /// [`TrackedRelation::row`]). When a composite value does not fit its
+    /// [`TrackedRelation::row`]) and reports the unchanged TOAST values it
+    /// shows as placeholders. When a composite value does not fit its
     /// type's known definition (the type was altered; pgoutput does not say
     /// so), the relation's column types are read again and the tuple is
     /// rendered with them.
     pub async fn row(
+        &mut self,
+        client: &tokio_postgres::Client,
+        oid: u32,
+        tuple: &Tuple,
+        fallback: Option<&Row>,
+    ) -> Result<Row, SourceError> {
+        let row = self.render(client, oid, tuple, fallback).await?;
+        let tracked = &self.by_oid[&oid];
+        let placeholders: Vec<&str> = tracked
+            .relation
+            .columns
+            .iter()
+            .zip(tuple)
+            .filter(|(column, value)| {
+                matches!(value, TupleValue::UnchangedToast)
+                    && from_old_row(&column.name, fallback).is_none()
+            })
+            .map(|(column, _)| column.name.as_str())
+            .collect();
+        if !placeholders.is_empty() {
+            self.unchanged_toast
+                .placeholders(&tracked.relation, &placeholders);
+        }
+        Ok(row)
+    }
+
+    async fn render(
         &mut self,
         client: &tokio_postgres::Client,
         oid: u32,

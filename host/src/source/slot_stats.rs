@@ -12,7 +12,8 @@ use crate::metrics::{SLOT_CONFIRMED_LAG, SLOT_SIZE};
 /// How often the slot's position is read.
 pub const INTERVAL: Duration = Duration::from_secs(5);
 
-/// Polls the slot `slot` of `database` through `client` until aborted.
+/// Polls the slot `slot` of `database` (its name in the config, the
+/// metrics' `database` label) through `client` until aborted.
 /// A failed read is logged at debug level and retried at the next tick: the
 /// replication session notices a lost connection itself.
 pub fn spawn(

@@ -159,13 +159,13 @@ impl<'a> Session<'a> {
             }
             stats_task = Some(super::slot_stats::spawn(
                 Arc::clone(&client),
-                config.connection.database.clone(),
+                config.name.clone(),
                 config.slot_name.clone(),
             ));
             let mut session = Session {
                 replication,
                 client: Arc::clone(&client),
-                relations: Relations::default(),
+                relations: Relations::new(&config.name),
                 spill_dir: &config.spill_dir,
                 heartbeat_session,
                 decoder: Decoder::new(),
@@ -501,7 +501,7 @@ impl<'a> Session<'a> {
                             restart_identity,
                         } => {
                             more.insert(0, pending.relation);
-                            SourceEvent::Truncate(Truncate {
+                            let truncate = Truncate {
                                 relations: more,
                                 cascade,
                                 restart_identity,
@@ -509,7 +509,10 @@ impl<'a> Session<'a> {
                                 commit_idx: idx,
                                 xid,
                                 commit_timestamp,
-                            })
+                            };
+                            // One position per table (see Truncate::tables).
+                            idx = truncate.last_idx();
+                            SourceEvent::Truncate(truncate)
                         }
                     };
                     idx += 1;
@@ -632,7 +635,8 @@ impl Session<'_> {
             xid: open.xid,
             commit_timestamp: open.commit_timestamp,
         };
-        open.next_idx += 1;
+        // One position per table (see Truncate::tables).
+        open.next_idx = truncate.last_idx() + 1;
         self.emit(SourceEvent::Truncate(truncate)).await
     }
 }
