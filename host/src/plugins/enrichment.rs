@@ -10,6 +10,7 @@ use wasmtime::component::{Component, Linker};
 use super::bindings::enrichment as world;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
 use super::source_query::SourceQuery;
 use super::transform::function_error;
 use super::{FunctionError, Limits, PluginError};
@@ -78,6 +79,9 @@ impl EnrichmentFunction {
             .enumerate()
             .map(|(index, outcome)| match outcome {
                 Ok(None) => Ok(Ok(None)),
+                Ok(Some(text)) if text.len() > MAX_OUTPUT_BYTES => {
+                    Ok(Err(output_too_big(text.len())))
+                }
                 Ok(Some(text)) => serde_json::from_str(&text)
                     .map(|value| Ok(Some(value)))
                     .map_err(|e| PluginError::InvalidJson {

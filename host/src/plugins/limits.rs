@@ -23,6 +23,19 @@ pub const DEFAULT_TABLES: usize = 16;
 /// Default cap on linear memories per component instance.
 pub const DEFAULT_MEMORIES: usize = 4;
 
+/// The largest output a function may return for one change (a transform's
+/// payload, an enrichment's JSON): 16 MiB. A bigger one fails that change
+/// permanently, so one runaway output cannot flood the store and the sinks.
+pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+
+/// The per-change error for an output of `len` bytes over [`MAX_OUTPUT_BYTES`].
+pub(crate) fn output_too_big(len: usize) -> super::FunctionError {
+    super::FunctionError::Permanent(format!(
+        "the function returned {len} bytes for this change, more than the {} MiB a function may return per change; return less (e.g. drop big columns)",
+        MAX_OUTPUT_BYTES >> 20
+    ))
+}
+
 /// Resource caps for one function's instances.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {

@@ -382,6 +382,36 @@ fn the_sandbox_grants_no_files_env_args_or_network() {
 }
 
 #[test]
+fn deep_recursion_is_a_trap_and_the_host_stack_is_untouched() {
+    let mut function = hostile(&Limits::default());
+    let error = run(&mut function, "recurse").expect_err("the guest's stack runs out");
+    // A Rust guest's shadow stack lives in linear memory: running out of it
+    // is an out-of-bounds access; wasm's own call stack would be
+    // "call stack exhausted". Either way a trap, and the host goes on.
+    assert!(matches!(error, PluginError::Trap { .. }), "{error:?}");
+    assert!(error.to_string().contains("trapped: wasm trap"), "{error}");
+    run(&mut function, "count").expect("a fresh instance after the trap");
+}
+
+#[test]
+fn an_output_over_the_cap_fails_only_that_change() {
+    let mut function = hostile(&Limits::default());
+    let outcomes = function
+        .transform(&[
+            message(Action::Insert, json!({"id": 1, "do": "huge"}), None),
+            message(Action::Insert, json!({"id": 2, "do": "echo"}), None),
+        ])
+        .expect("the call itself succeeds");
+    match &outcomes[0] {
+        Err(FunctionError::Permanent(reason)) => {
+            assert!(reason.contains("more than the 16 MiB"), "{reason}")
+        }
+        other => panic!("expected a permanent error, got {other:?}"),
+    }
+    assert!(outcomes[1].is_ok());
+}
+
+#[test]
 fn bytes_payloads_and_guest_errors_map_to_host_types() {
     let mut function = hostile(&Limits::default());
     let batch = [

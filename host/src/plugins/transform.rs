@@ -8,6 +8,7 @@ use wasmtime::component::{Component, Linker};
 use super::bindings::{transform as world, types};
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
 use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
 
@@ -104,6 +105,12 @@ impl TransformFunction {
             .into_iter()
             .enumerate()
             .map(|(index, outcome)| match outcome {
+                Ok(types::Payload::Json(text)) if text.len() > MAX_OUTPUT_BYTES => {
+                    Ok(Err(output_too_big(text.len())))
+                }
+                Ok(types::Payload::Bytes(bytes)) if bytes.data.len() > MAX_OUTPUT_BYTES => {
+                    Ok(Err(output_too_big(bytes.data.len())))
+                }
                 Ok(types::Payload::Json(text)) => serde_json::from_str(&text)
                     .map(|v| Ok(Payload::Json(v)))
                     .map_err(|e| PluginError::InvalidJson {

@@ -1,7 +1,8 @@
 //! A transform that misbehaves on demand, for the host's sandbox tests.
 //!
 //! The record's `do` column picks the behaviour per change:
-//! `loop` spins forever, `alloc` allocates without bound, `panic` panics,
+//! `loop` spins forever, `alloc` allocates without bound, `recurse`
+//! recurses without end, `huge` returns a 17 MiB payload, `panic` panics,
 //! `snoop` reports what the sandbox lets it see, `count` returns how many
 //! changes this instance has handled, anything else echoes the record.
 //! Config `fail_init` makes `init` fail with its value.
@@ -44,6 +45,11 @@ impl Transform for Hostile {
                     hoard.push(black_box(vec![1u8; 1 << 20]));
                 }
             }
+            Some("recurse") => Ok(Payload::Json(json!(recurse(black_box(1))))),
+            Some("huge") => Ok(Payload::Bytes {
+                content_type: "application/octet-stream".into(),
+                data: vec![7u8; 17 << 20],
+            }),
             Some("panic") => panic!("hostile guest panicked on purpose"),
             Some("snoop") => Ok(Payload::Json(snoop())),
             Some("count") => Ok(Payload::Json(
@@ -65,6 +71,14 @@ impl Transform for Hostile {
             _ => Ok(Payload::Json(Value::Object(change.record()?.clone()))),
         }
     }
+}
+
+/// Recurses until the stack runs out; the frame keeps a buffer so that
+/// the compiler cannot turn it into a loop.
+#[allow(unconditional_recursion)] // the point: it never returns
+fn recurse(depth: u64) -> u64 {
+    let frame = black_box([depth; 64]);
+    recurse(depth + 1) + frame[depth as usize % 64]
 }
 
 fn snoop() -> Value {
