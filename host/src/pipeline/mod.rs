@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::PullApiState;
 use crate::change::SourceEvent;
@@ -134,6 +134,7 @@ impl Pipeline {
                 event = events.recv() => event,
                 _ = held_tick.tick() => {
                     self.release_held(&shutdown).await;
+                    self.cool_down(&shutdown).await;
                     continue;
                 }
             };
@@ -236,7 +237,30 @@ impl Pipeline {
             self.confirm(commit.end_lsn);
         }
         self.release_held(shutdown).await;
+        self.cool_down(shutdown).await;
         Ok(true)
+    }
+
+    /// Pauses for what the sinks owe for trapping function calls (see
+    /// [`sink::TRAP_COOLDOWN_FACTOR`]), after everything is stored.
+    async fn cool_down(&mut self, shutdown: &CancellationToken) {
+        let owed = self
+            .sinks
+            .iter_mut()
+            .map(SinkPipeline::take_cooldown)
+            .max()
+            .unwrap_or_default();
+        if owed.is_zero() {
+            return;
+        }
+        debug!(
+            pause_ms = owed.as_millis() as u64,
+            "pausing after trapping function calls"
+        );
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(owed) => {}
+        }
     }
 
     /// Runs each sink's due held changes through its functions again,

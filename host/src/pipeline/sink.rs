@@ -52,7 +52,17 @@ pub struct SinkPipeline {
     backlog: Option<BacklogGuard>,
     retry: RetryPolicy,
     breaker: Breaker,
+    /// Time the sink owes for function calls that trapped (see
+    /// [`TRAP_COOLDOWN_FACTOR`]); the pipeline pauses for it.
+    cooldown: Duration,
 }
+
+/// After a chain run in which a function trapped (or timed out, ran out of
+/// memory, returned bad output), the sink's pipeline pauses this many times
+/// as long as the run took. A hostile function so gets at most a third of
+/// a core, leaving the rest to other tenants, until the breaker
+/// quarantines it; runs without traps are never slowed.
+pub const TRAP_COOLDOWN_FACTOR: u32 = 2;
 
 /// A change on its way through a sink: its message and group.
 struct Pending {
@@ -77,6 +87,7 @@ impl SinkPipeline {
             retry,
             config,
             chain,
+            cooldown: Duration::ZERO,
         }
     }
 
@@ -88,6 +99,12 @@ impl SinkPipeline {
     /// The sink's name.
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Takes the pause the sink owes for trapping function calls (zero if
+    /// none); the caller pauses the stream for it after storing the batch.
+    pub fn take_cooldown(&mut self) -> Duration {
+        std::mem::take(&mut self.cooldown)
     }
 
     /// The sink's quarantine breaker (shared with the API).
@@ -250,7 +267,14 @@ impl SinkPipeline {
             return Ok(settled);
         }
         let messages: Vec<Message> = pending.iter().map(|p| p.message.clone()).collect();
+        let started = std::time::Instant::now();
         let outcomes = self.chain.run(messages).await?;
+        if outcomes
+            .iter()
+            .any(|o| matches!(o, ChainOutcome::Failed { trapped: true, .. }))
+        {
+            self.cooldown += started.elapsed() * TRAP_COOLDOWN_FACTOR;
+        }
         let mut blocked: HashSet<String> = HashSet::new();
         for (pending, outcome) in pending.into_iter().zip(outcomes) {
             if blocked.contains(&pending.group_id) {

@@ -198,3 +198,24 @@ async fn past_max_retry_count_a_transient_failure_is_dead_lettered() {
     assert_eq!(fixed.release_held(&store, 100).await.unwrap(), 2);
     assert_eq!(stored_ids(&store), vec![(10, json!(1)), (10, json!(2))]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_runs_with_a_trap_owe_a_cooldown() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("weft.db")).unwrap();
+    let mut sink = sink(dir.path(), "    destination: {type: sequin_stream}\n", true);
+    let clean = change(10, 0, 1, "echo");
+    sink.process(&[&clean], &store).await.unwrap();
+    assert_eq!(sink.take_cooldown(), Duration::ZERO);
+    let poison = change(20, 0, 2, "panic");
+    let started = std::time::Instant::now();
+    let batch = sink.process(&[&poison], &store).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(batch.dead_letters.len(), 1);
+    let owed = sink.take_cooldown();
+    assert!(
+        owed > Duration::ZERO && owed <= took * TRAP_COOLDOWN_FACTOR,
+        "owed {owed:?} for a run of {took:?}"
+    );
+    assert_eq!(sink.take_cooldown(), Duration::ZERO, "taken once");
+}
