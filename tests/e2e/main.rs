@@ -10,6 +10,7 @@ mod crash;
 mod databases;
 mod first_slice;
 mod functions;
+mod hostile;
 mod idle;
 mod kafka;
 mod nats;

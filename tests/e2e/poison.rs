@@ -46,34 +46,6 @@ sinks:
     )
 }
 
-/// Receives and acks `sink`'s messages until `count` arrived or `timeout`
-/// passed; returns their payloads in the order received.
-fn drain(weft: &WeftProcess, sink: &str, count: usize, timeout: Duration) -> Vec<Value> {
-    let deadline = Instant::now() + timeout;
-    let mut got = Vec::new();
-    while got.len() < count && Instant::now() < deadline {
-        let batch = weft.receive(sink, 1000, 1000);
-        let ids: Vec<&str> = batch
-            .iter()
-            .map(|m| m["ack_id"].as_str().unwrap())
-            .collect();
-        if !ids.is_empty() {
-            assert_eq!(weft.settle(sink, "ack", &ids).0, 200);
-        }
-        got.extend(batch.iter().map(|m| m["data"].clone()));
-    }
-    got
-}
-
-fn get_json(weft: &WeftProcess, path: &str) -> Value {
-    http()
-        .get(weft.url(path))
-        .send()
-        .expect("GET")
-        .json()
-        .expect("JSON body")
-}
-
 /// The `id` column of each payload (the hostile transform echoes the
 /// record; the upcase one keeps the message shape).
 fn ids(payloads: &[Value]) -> Vec<i64> {
@@ -101,16 +73,16 @@ fn a_batch_of_1000_with_3_poison_changes_dead_letters_exactly_those_3() {
         "INSERT INTO items SELECT g, CASE WHEN g IN (100, 500, 900) THEN 'panic' ELSE 'echo' END \
          FROM generate_series(1, 1000) g",
     );
-    let delivered = drain(&weft, "poisoned", 997, Duration::from_secs(120));
+    let delivered = weft.drain("poisoned", 997, Duration::from_secs(120));
     let expected: Vec<i64> = (1..=1000).filter(|id| !poison.contains(id)).collect();
     assert_eq!(ids(&delivered), expected, "log:\n{}", weft.log_text());
     assert_eq!(
-        drain(&weft, "neighbour", 1000, Duration::from_secs(60)).len(),
+        weft.drain("neighbour", 1000, Duration::from_secs(60)).len(),
         1000,
         "the neighbour gets every change"
     );
 
-    let letters = get_json(&weft, "/api/sinks/poisoned/dead_letters");
+    let letters = weft.get_json("/api/sinks/poisoned/dead_letters");
     assert_eq!(letters["count"], 3, "{letters}");
     let mut dead_ids = BTreeSet::new();
     for letter in letters["data"].as_array().unwrap() {
@@ -151,13 +123,13 @@ fn a_batch_of_1000_with_3_poison_changes_dead_letters_exactly_those_3() {
         .send()
         .unwrap();
     assert_eq!(replay.status().as_u16(), 200);
-    let replayed = drain(&weft, "poisoned", 3, Duration::from_secs(60));
+    let replayed = weft.drain("poisoned", 3, Duration::from_secs(60));
     assert_eq!(ids(&replayed), poison.to_vec(), "log:\n{}", weft.log_text());
     for payload in &replayed {
         assert_eq!(payload["record"]["do"], "PANIC", "{payload}");
     }
     assert_eq!(
-        get_json(&weft, "/api/sinks/poisoned/dead_letters")["count"],
+        weft.get_json("/api/sinks/poisoned/dead_letters")["count"],
         0
     );
 }
@@ -174,11 +146,11 @@ fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
     pg.psql("INSERT INTO items VALUES (2, 'panic')");
     pg.psql("INSERT INTO items VALUES (3, 'panic')");
     assert_eq!(
-        ids(&drain(&weft, "poisoned", 1, Duration::from_secs(60))),
+        ids(&weft.drain("poisoned", 1, Duration::from_secs(60))),
         [1]
     );
     let deadline = Instant::now() + Duration::from_secs(60);
-    while get_json(&weft, "/api/sinks/poisoned/quarantine")["quarantined"] != true {
+    while weft.get_json("/api/sinks/poisoned/quarantine")["quarantined"] != true {
         assert!(
             Instant::now() < deadline,
             "no quarantine:\n{}",
@@ -186,12 +158,12 @@ fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let quarantine = get_json(&weft, "/api/sinks/poisoned/quarantine");
+    let quarantine = weft.get_json("/api/sinks/poisoned/quarantine");
     assert_eq!(
         quarantine["quarantine"]["function"], "hostile",
         "{quarantine}"
     );
-    let health = get_json(&weft, "/api/health");
+    let health = weft.get_json("/api/health");
     let sink = health["entities"]
         .as_array()
         .unwrap()
@@ -212,10 +184,7 @@ fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
     // and the slot go on.
     pg.psql("INSERT INTO items SELECT g, 'echo' FROM generate_series(4, 8) g");
     pg.psql("UPDATE items SET \"do\" = 'echo again' WHERE id = 4");
-    assert_eq!(
-        drain(&weft, "neighbour", 9, Duration::from_secs(60)).len(),
-        9
-    );
+    assert_eq!(weft.drain("neighbour", 9, Duration::from_secs(60)).len(), 9);
     pg.wait_for_slot_to_confirm_all(SLOT);
     assert!(
         weft.receive("poisoned", 100, 1500).is_empty(),
@@ -228,16 +197,16 @@ fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
         .unwrap();
     assert_eq!(lifted.status().as_u16(), 200);
     // Held changes go through in order; the id 4 update follows its insert.
-    let after = drain(&weft, "poisoned", 6, Duration::from_secs(60));
+    let after = weft.drain("poisoned", 6, Duration::from_secs(60));
     assert_eq!(ids(&after), [4, 5, 6, 7, 8, 4], "log:\n{}", weft.log_text());
     assert_eq!(after[5]["do"], "echo again");
     assert_eq!(
-        get_json(&weft, "/api/sinks/poisoned/quarantine")["quarantined"],
+        weft.get_json("/api/sinks/poisoned/quarantine")["quarantined"],
         false
     );
     // The two changes it trapped on are dead letters.
     assert_eq!(
-        get_json(&weft, "/api/sinks/poisoned/dead_letters")["count"],
+        weft.get_json("/api/sinks/poisoned/dead_letters")["count"],
         2
     );
 }

@@ -255,6 +255,35 @@ impl WeftProcess {
             .expect("/api/health returns JSON")
     }
 
+    /// `GET path` on weft's API, as JSON (panics unless it is JSON).
+    pub fn get_json(&self, path: &str) -> Value {
+        http()
+            .get(self.url(path))
+            .send()
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+            .json()
+            .unwrap_or_else(|e| panic!("GET {path}: not JSON: {e}"))
+    }
+
+    /// Receives and acks `sink`'s messages until `count` arrived or
+    /// `timeout` passed; returns their `data` in the order received.
+    pub fn drain(&self, sink: &str, count: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut got = Vec::new();
+        while got.len() < count && Instant::now() < deadline {
+            let batch = self.receive(sink, 1000, 1000);
+            let ids: Vec<&str> = batch
+                .iter()
+                .map(|m| m["ack_id"].as_str().expect("an ack_id"))
+                .collect();
+            if !ids.is_empty() {
+                assert_eq!(self.settle(sink, "ack", &ids).0, 200, "ack failed");
+            }
+            got.extend(batch.iter().map(|m| m["data"].clone()));
+        }
+        got
+    }
+
     /// `ack` or `nack` (`verb`) on the pull API; returns the HTTP status and body.
     pub fn settle(&self, sink: &str, verb: &str, ack_ids: &[&str]) -> (u16, Value) {
         let response = http()
