@@ -70,6 +70,14 @@ impl Relation {
     pub fn qualified_name(&self) -> String {
         format!("{}.{}", self.schema, self.name)
     }
+
+    /// The primary-key values of `row`, as strings, in key order.
+    pub fn key_of(&self, row: &Row) -> Vec<String> {
+        self.primary_key
+            .iter()
+            .map(|column| row.get(column).map(json_key_text).unwrap_or_default())
+            .collect()
+    }
 }
 
 /// A row's values as JSON, in column order, each rendered as Postgres's
@@ -97,7 +105,39 @@ pub struct Change {
     /// replica identity changed or is FULL. Under REPLICA IDENTITY FULL it is
     /// the whole row; otherwise only the identity columns.
     pub old: Option<Row>,
+    /// Set on a `read` change a backfill emitted: it goes to that
+    /// backfill's sink only, with a key derived from the backfill.
+    pub backfill: Option<Arc<BackfillTag>>,
 }
+
+/// Which backfill emitted a `read` change, and for which sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackfillTag {
+    /// The backfill's id.
+    pub id: String,
+    /// The sink it fills.
+    pub sink: String,
+}
+
+/// A backfill watermark seen on the stream: a `pg_logical_emit_message`
+/// with prefix [`WATERMARK_PREFIX`], at its position in commit order.
+#[derive(Debug, Clone)]
+pub struct Watermark {
+    /// The message's content (see `crate::backfill`).
+    pub content: String,
+    /// The LSN of the commit record of its transaction.
+    pub commit_lsn: Lsn,
+    /// Its position within the transaction; rows a backfill emits at this
+    /// watermark take the positions after it.
+    pub commit_idx: u32,
+    /// The transaction id.
+    pub xid: u32,
+    /// When the transaction committed.
+    pub commit_timestamp: DateTime<Utc>,
+}
+
+/// The `pg_logical_emit_message` prefix of backfill watermarks.
+pub const WATERMARK_PREFIX: &str = "weft:backfill";
 
 impl Change {
     /// The row the message shows as `record`: the new row, or the old row for
@@ -130,12 +170,7 @@ impl Change {
 
     /// The primary-key values of the row, as strings, in key order.
     pub fn primary_key_values(&self) -> Vec<String> {
-        let record = self.record();
-        self.relation
-            .primary_key
-            .iter()
-            .map(|column| record.get(column).map(json_key_text).unwrap_or_default())
-            .collect()
+        self.relation.key_of(self.record())
     }
 }
 
@@ -202,6 +237,9 @@ pub enum SourceEvent {
         /// The server's WAL position when it went idle.
         wal_end: Lsn,
     },
+    /// A backfill watermark; the pipeline turns it into the backfill's
+    /// `read` changes at this position (see `crate::backfill`).
+    Watermark(Watermark),
 }
 
 /// A TRUNCATE of one or more tables in a committed transaction.

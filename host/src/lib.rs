@@ -12,11 +12,13 @@
 //!   [`change::Change`]s.
 //! * [`plugins`] hosts user functions as WebAssembly components.
 //! * [`pipeline`] runs each sink's function chain and hands messages to sinks.
+//! * [`backfill`] replays existing rows into a sink alongside live changes.
 //! * [`store`] is weft's durable state (SQLite).
 //! * [`api`] serves the HTTP APIs.
 //! * [`health`] holds the health checks of databases, slots, sinks and plugins.
 
 pub mod api;
+pub mod backfill;
 pub mod change;
 pub mod config;
 pub mod health;

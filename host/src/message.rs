@@ -88,7 +88,10 @@ impl Message {
                 commit_timestamp: timestamp_text(change.commit_timestamp),
                 commit_lsn: change.commit_lsn,
                 commit_idx: change.commit_idx,
-                idempotency_key: idempotency_key(change.commit_lsn, change.commit_idx),
+                idempotency_key: match &change.backfill {
+                    Some(tag) => backfill_idempotency_key(&tag.id, &change.primary_key_values()),
+                    None => idempotency_key(change.commit_lsn, change.commit_idx),
+                },
                 record_pks: change.primary_key_values(),
                 database_name: database_name.to_string(),
                 transaction_annotations: None,
@@ -180,6 +183,15 @@ fn timestamp_text(at: chrono::DateTime<chrono::Utc>) -> String {
 /// as Sequin computes it. Stable across restarts and redeliveries.
 pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", commit_lsn.0, commit_idx))
+}
+
+/// The idempotency key of a backfill's `read` message, as Sequin computes
+/// it: `Base64("<backfill id>:<pk values joined by ':'>")`. Stable for the
+/// row within one backfill, so a chunk read again after a crash is
+/// recognised as a duplicate; a new backfill gives new keys.
+pub fn backfill_idempotency_key(backfill_id: &str, primary_key: &[String]) -> String {
+    base64::engine::general_purpose::STANDARD
+        .encode(format!("{backfill_id}:{}", primary_key.join(":")))
 }
 
 #[cfg(test)]

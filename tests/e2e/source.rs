@@ -82,7 +82,8 @@ impl Running {
                     commit_lsn,
                     end_lsn,
                 }),
-                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) => {}
+                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) | SourceEvent::Watermark(_) => {
+                }
             }
         }
         assert!(changes.is_empty(), "changes without a commit: {changes:?}");

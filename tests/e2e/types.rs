@@ -422,7 +422,8 @@ impl Running {
             match event {
                 SourceEvent::Change(change) => changes.push(change),
                 SourceEvent::Commit { .. } => commits += 1,
-                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) => {}
+                SourceEvent::Idle { .. } | SourceEvent::Truncate(_) | SourceEvent::Watermark(_) => {
+                }
             }
         }
         changes

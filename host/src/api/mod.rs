@@ -5,6 +5,7 @@
 //! use the management API's shape, `{"summary", "validation_errors"}`, see
 //! [`ApiError`].
 
+mod backfills;
 mod dead_letters;
 mod error;
 mod params;
@@ -19,6 +20,7 @@ use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::backfill::BackfillLauncher;
 use crate::message::ConsumerRef;
 use crate::pipeline::Breaker;
 use crate::sinks::delivery::DeliveryWaker;
@@ -36,6 +38,7 @@ pub struct PullApiState {
     sinks: Arc<RwLock<HashMap<String, SequinStream>>>,
     push_sinks: Arc<RwLock<HashMap<String, DeliveryWaker>>>,
     breakers: Arc<RwLock<HashMap<String, Breaker>>>,
+    backfills: Arc<RwLock<Option<BackfillLauncher>>>,
     shutdown: CancellationToken,
 }
 
@@ -49,6 +52,7 @@ impl PullApiState {
             sinks: Arc::default(),
             push_sinks: Arc::default(),
             breakers: Arc::default(),
+            backfills: Arc::default(),
             shutdown,
         }
     }
@@ -96,6 +100,22 @@ impl PullApiState {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(name.to_string(), waker);
+    }
+
+    /// Serves backfills through `launcher`.
+    pub fn set_backfills(&self, launcher: BackfillLauncher) {
+        *self
+            .backfills
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(launcher);
+    }
+
+    /// The backfill launcher, once set.
+    pub fn backfills(&self) -> Option<BackfillLauncher> {
+        self.backfills
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Knows the quarantine breaker of the sink `name`.
@@ -148,7 +168,8 @@ impl PullApiState {
 
 /// The pull API under both `/api/http_pull_consumers/{name}/` and
 /// `/api/sequin_streams/{name}/`, dead letters under
-/// `/api/sinks/{sink}/dead_letters`, a sink's quarantine at
+/// `/api/sinks/{sink}/dead_letters`, backfills under
+/// `/api/sinks/{sink}/backfills`, a sink's quarantine at
 /// `/api/sinks/{sink}/quarantine`, plus `GET /health` (liveness),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
 /// `GET /metrics` (Prometheus text format).
@@ -170,6 +191,14 @@ pub fn router(state: PullApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
+        .route(
+            "/api/sinks/{name}/backfills",
+            get(backfills::list).post(backfills::create),
+        )
+        .route(
+            "/api/sinks/{name}/backfills/{id}",
+            get(backfills::get).delete(backfills::cancel),
+        )
         .route(
             "/api/sinks/{name}/quarantine",
             get(quarantine::get).delete(quarantine::reset),

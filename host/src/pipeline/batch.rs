@@ -96,6 +96,8 @@ impl Batch {
                     self.idle_at = Some(wal_end);
                 }
             }
+            // The pipeline turns watermarks into changes before batching.
+            SourceEvent::Watermark(_) => {}
         }
     }
 
@@ -167,6 +169,7 @@ mod tests {
             commit_timestamp: chrono::Utc::now(),
             new: Some(serde_json::Map::new()),
             old: None,
+            backfill: None,
         })
     }
 

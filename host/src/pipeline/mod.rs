@@ -50,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::PullApiState;
+use crate::backfill::{Backfills, ChunkStored, Watermarks};
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
 use crate::store::Store;
@@ -81,6 +82,9 @@ pub struct Pipeline {
     pull_api: PullApiState,
     limits: BatchLimits,
     truncates_skipped: u64,
+    watermarks: Watermarks,
+    /// Backfill chunks emitted but not yet stored with their transaction.
+    chunks: Vec<ChunkStored>,
 }
 
 impl Pipeline {
@@ -103,6 +107,34 @@ impl Pipeline {
             pull_api,
             limits,
             truncates_skipped: 0,
+            watermarks: Watermarks::new(Backfills::new()),
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Emits the chunks of backfills registered in `backfills` at their
+    /// watermarks (see [`crate::backfill`]).
+    pub fn with_backfills(mut self, backfills: Backfills) -> Self {
+        self.watermarks = Watermarks::new(backfills);
+        self
+    }
+
+    /// Adds `event` to `batch`; a backfill watermark adds its chunk's rows.
+    fn push(&mut self, batch: &mut Batch, event: SourceEvent) {
+        match event {
+            SourceEvent::Watermark(watermark) => {
+                let (reads, chunk) = self.watermarks.on_watermark(&watermark);
+                for read in reads {
+                    batch.push(SourceEvent::Change(read));
+                }
+                self.chunks.extend(chunk);
+            }
+            event => {
+                if let SourceEvent::Change(change) = &event {
+                    self.watermarks.observe(change);
+                }
+                batch.push(event);
+            }
         }
     }
 
@@ -139,11 +171,11 @@ impl Pipeline {
                 }
             };
             let Some(event) = event else { break };
-            batch.push(event);
+            self.push(&mut batch, event);
             // Take whatever else is already waiting, up to the batch limits.
             while !batch.is_full(&self.limits) {
                 match events.try_recv() {
-                    Ok(event) => batch.push(event),
+                    Ok(event) => self.push(&mut batch, event),
                     Err(_) => break,
                 }
             }
@@ -234,6 +266,7 @@ impl Pipeline {
             }
         }
         if let Some(commit) = taken.commit {
+            self.record_stored_chunks(commit.commit_lsn).await?;
             self.confirm(commit.end_lsn);
         }
         self.release_held(shutdown).await;
@@ -261,6 +294,26 @@ impl Pipeline {
             _ = shutdown.cancelled() => {}
             _ = tokio::time::sleep(owed) => {}
         }
+    }
+
+    /// Records the progress of backfill chunks whose transaction (at or
+    /// before `committed`) is now stored.
+    async fn record_stored_chunks(&mut self, committed: Lsn) -> Result<(), PipelineError> {
+        if self.chunks.is_empty() {
+            return Ok(());
+        }
+        let (stored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.chunks)
+            .into_iter()
+            .partition(|chunk| chunk.commit_lsn <= committed);
+        self.chunks = pending;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            stored
+                .into_iter()
+                .try_for_each(|chunk| chunk.record(&store))
+        })
+        .await??;
+        Ok(())
     }
 
     /// Runs each sink's due held changes through its functions again,
@@ -328,6 +381,7 @@ mod tests {
             commit_timestamp: chrono::Utc::now(),
             new: Some(new),
             old: None,
+            backfill: None,
         })
     }
 

@@ -117,9 +117,15 @@ impl SinkPipeline {
         &self.config
     }
 
-    /// Whether this sink takes `change` (its tables and actions; the filter
-    /// function comes later, in the chain).
+    /// Whether this sink takes `change` (its tables and actions, and only
+    /// its own backfills' reads; the filter function comes later, in the
+    /// chain).
     pub fn accepts(&self, change: &Change) -> bool {
+        if let Some(tag) = &change.backfill
+            && tag.sink != self.config.name
+        {
+            return false;
+        }
         self.config.accepts(
             &change.relation.schema,
             &change.relation.name,

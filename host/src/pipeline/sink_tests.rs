@@ -42,6 +42,7 @@ fn change(lsn: u64, idx: u32, id: i64, what: &str) -> Change {
         commit_timestamp: chrono::Utc::now(),
         new: Some(Row::from(new)),
         old: None,
+        backfill: None,
     }
 }
 

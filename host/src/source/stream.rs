@@ -31,7 +31,9 @@ use super::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
 use super::relation::Relations;
 use super::spill::{PendingChange, PendingKind, SPILL_THRESHOLD_BYTES, TransactionBuffer};
 use super::{SourceConfig, SourceError, slot};
-use crate::change::{Action, Change, Relation, Row, SourceEvent, Truncate};
+use crate::change::{
+    Action, Change, Relation, Row, SourceEvent, Truncate, WATERMARK_PREFIX, Watermark,
+};
 use crate::lsn::Lsn;
 
 /// Status updates go out at least this often, keeping the walsender's
@@ -444,9 +446,10 @@ impl<'a> Session<'a> {
                     {
                         tracing::debug!(latency_ms = latency.as_millis() as u64, %lsn, "heartbeat round trip");
                     }
+                } else if prefix == WATERMARK_PREFIX {
+                    return self.watermark(content).await;
                 } else {
-                    // Seam for backfill watermarks (a later issue).
-                    tracing::debug!(%prefix, %lsn, "logical message");
+                    tracing::debug!(%prefix, %lsn, "logical message ignored");
                 }
             }
             LogicalMessage::Origin { .. } | LogicalMessage::Type { .. } => {}
@@ -494,6 +497,7 @@ impl<'a> Session<'a> {
                             commit_timestamp,
                             new,
                             old,
+                            backfill: None,
                         }),
                         PendingKind::Truncate {
                             mut more,
@@ -544,6 +548,27 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// Emits a backfill watermark at its position in its transaction. One
+    /// outside a plain transaction (non-transactional, or in a streamed
+    /// one) is not weft's: backfills write theirs in their own transaction.
+    async fn watermark(&mut self, content: bytes::Bytes) -> Result<Option<Stop>, SourceError> {
+        let Some(open) = self.open.as_mut() else {
+            return Ok(None);
+        };
+        if open.skip {
+            return Ok(None);
+        }
+        let watermark = Watermark {
+            content: String::from_utf8_lossy(&content).into_owned(),
+            commit_lsn: open.commit_lsn,
+            commit_idx: open.next_idx,
+            xid: open.xid,
+            commit_timestamp: open.commit_timestamp,
+        };
+        open.next_idx += 1;
+        self.emit(SourceEvent::Watermark(watermark)).await
+    }
+
     async fn change(
         &mut self,
         xid: Option<u32>,
@@ -579,6 +604,7 @@ impl<'a> Session<'a> {
             commit_timestamp: open.commit_timestamp,
             new,
             old,
+            backfill: None,
         };
         open.next_idx += 1;
         self.emit(SourceEvent::Change(change)).await

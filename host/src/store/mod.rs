@@ -11,6 +11,7 @@
 //! access, which is what SQLite does to writers anyway and spares us
 //! `SQLITE_BUSY` handling between our own connections.
 
+mod backfills;
 mod codec;
 mod delivery;
 mod held;
@@ -26,6 +27,7 @@ use rusqlite::{Connection, OpenFlags, params};
 use crate::lsn::Lsn;
 use crate::plugins::{Payload, Route};
 
+pub use backfills::{Backfill, BackfillState};
 pub use delivery::{DeadLetter, FailedStage, StoredMessage};
 pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
 pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, ReceiveLimits};

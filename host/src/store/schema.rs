@@ -118,6 +118,26 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         ON held_changes (sink, group_id, commit_lsn, commit_idx);
     ALTER TABLE dead_letters ADD COLUMN stage TEXT NOT NULL DEFAULT 'delivery';
     "#,
+    // 5: backfills and their progress. `cursor` is the primary key of the
+    // last row stored, as a JSON array of the key columns' text values
+    // (NULL before the first chunk): a restart resumes after it.
+    r#"
+    CREATE TABLE backfills (
+        id              TEXT PRIMARY KEY,
+        sink            TEXT NOT NULL,
+        table_schema    TEXT NOT NULL,
+        table_name      TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        cursor          TEXT,
+        rows_processed  INTEGER NOT NULL DEFAULT 0,
+        rows_estimated  INTEGER,
+        last_error      TEXT,
+        created_at      INTEGER NOT NULL,
+        updated_at      INTEGER NOT NULL,
+        completed_at    INTEGER
+    ) STRICT;
+    CREATE INDEX backfills_sink ON backfills (sink, created_at);
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

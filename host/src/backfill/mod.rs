@@ -1,0 +1,143 @@
+//! Backfills: existing rows of a table replayed into a sink as `read`
+//! messages while live changes keep flowing, without ever delivering an old
+//! row after a newer change (the watermark method of Netflix's DBLog, as
+//! Sequin and Debezium use it).
+//!
+//! A [`runner`] reads the table in keyset-paginated chunks. Each chunk is
+//! bracketed by two watermarks written into the WAL with
+//! `pg_logical_emit_message`: *low* before the chunk's `SELECT`, *high*
+//! after it. On the replication stream, the pipeline's [`Watermarks`]
+//! notes which rows of the table changed between the two; at the high
+//! watermark it emits the chunk's rows minus those (the change events
+//! already carry a version at least as new), as `read` changes at the high
+//! watermark's position. From there they are ordinary changes: the sink's
+//! functions run on them and their group is their row's, so per-row order
+//! holds. The backfill's cursor (the last key of the chunk) is stored when
+//! the chunk's transaction is, so a restart resumes after the last stored
+//! chunk; a chunk in flight at a crash is read again (same idempotency
+//! keys, `crate::message::backfill_idempotency_key`).
+//!
+//! [`Backfills`] ties the two sides together: the runner registers each
+//! chunk under a fresh token before writing its low watermark and hands
+//! over the rows before the high one; watermarks with unknown tokens (from
+//! before a restart, or another weft) are ignored.
+
+pub mod launcher;
+pub mod runner;
+mod watermarks;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::change::{BackfillTag, Relation, Row};
+
+pub use launcher::BackfillLauncher;
+pub use watermarks::{ChunkStored, Watermarks};
+
+/// What a watermark message says (its JSON content).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatermarkContent {
+    /// The chunk's token.
+    pub token: String,
+    /// `low` or `high`.
+    pub mark: Mark,
+}
+
+/// Which side of a chunk a watermark is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mark {
+    /// Written before the chunk's query.
+    Low,
+    /// Written after it.
+    High,
+}
+
+/// A chunk between its watermarks.
+struct PendingChunk {
+    tag: Arc<BackfillTag>,
+    relation: Arc<Relation>,
+    /// The rows and their keys, once the query ran.
+    rows: Option<Vec<(Vec<String>, Row)>>,
+    /// The last key read (the next chunk starts after it).
+    cursor: Option<Vec<String>>,
+    /// Whether this was the last chunk.
+    done: bool,
+    /// Told when the chunk's rows are stored.
+    stored: Option<oneshot::Sender<()>>,
+}
+
+/// The chunks in flight between runners and pipelines. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Backfills {
+    pending: Arc<Mutex<HashMap<String, PendingChunk>>>,
+}
+
+impl Backfills {
+    /// An empty registry.
+    pub fn new() -> Backfills {
+        Backfills::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PendingChunk>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers chunk `token` of backfill `tag` on `relation`; returns the
+    /// receiver told when its rows are stored.
+    pub(crate) fn expect(
+        &self,
+        token: &str,
+        tag: Arc<BackfillTag>,
+        relation: Arc<Relation>,
+    ) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(
+            token.to_string(),
+            PendingChunk {
+                tag,
+                relation,
+                rows: None,
+                cursor: None,
+                done: false,
+                stored: Some(tx),
+            },
+        );
+        rx
+    }
+
+    /// Hands over chunk `token`'s rows (key, row), in key order.
+    pub(crate) fn fill(
+        &self,
+        token: &str,
+        rows: Vec<(Vec<String>, Row)>,
+        cursor: Option<Vec<String>>,
+        done: bool,
+    ) {
+        if let Some(chunk) = self.lock().get_mut(token) {
+            chunk.rows = Some(rows);
+            chunk.cursor = cursor;
+            chunk.done = done;
+        }
+    }
+
+    /// Forgets chunk `token` (given up by its runner).
+    pub(crate) fn forget(&self, token: &str) {
+        self.lock().remove(token);
+    }
+
+    /// The table of chunk `token`, if it is registered.
+    fn relation_of(&self, token: &str) -> Option<Arc<Relation>> {
+        self.lock().get(token).map(|c| Arc::clone(&c.relation))
+    }
+
+    /// Takes chunk `token` at its high watermark.
+    fn take(&self, token: &str) -> Option<PendingChunk> {
+        self.lock().remove(token)
+    }
+}

@@ -1,0 +1,342 @@
+//! Reads one backfill's table in keyset-paginated chunks, each between a
+//! low and a high watermark (see the module above), and waits for each
+//! chunk to be stored before the next: a slow sink slows the backfill
+//! instead of filling memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{Backfills, Mark, WatermarkContent};
+use crate::change::{BackfillTag, Column, Relation, Row, WATERMARK_PREFIX};
+use crate::source::PgConnectOptions;
+use crate::store::{Backfill, BackfillState, Store};
+
+/// Rows per chunk at first; it adapts to keep each query near [`TARGET_QUERY_TIME`].
+const FIRST_CHUNK_ROWS: usize = 1000;
+const MIN_CHUNK_ROWS: usize = 10;
+const MAX_CHUNK_ROWS: usize = 10_000;
+/// The time one chunk's query should take.
+const TARGET_QUERY_TIME: Duration = Duration::from_millis(500);
+/// How long a chunk may take to be stored before it is read again.
+const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
+/// Attempts at a failing chunk before the backfill fails.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// Why a backfill could not start or continue.
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillError {
+    /// The database could not be reached or queried.
+    #[error("{0}")]
+    Database(String),
+    /// The table does not exist.
+    #[error("table {0} does not exist; check the name (schema-qualified, as Postgres stores it)")]
+    NoTable(String),
+    /// The table has no primary key to paginate by.
+    #[error(
+        "table {0} has no primary key; a backfill pages through a table by its primary key: add one (ALTER TABLE ... ADD PRIMARY KEY)"
+    )]
+    NoPrimaryKey(String),
+}
+
+fn db_error(error: impl std::fmt::Display) -> BackfillError {
+    BackfillError::Database(error.to_string())
+}
+
+/// The table as a backfill reads it: its relation and key column types.
+pub(crate) struct Table {
+    pub(crate) relation: Arc<Relation>,
+    /// `format_type` of each primary-key column, in key order.
+    key_types: Vec<String>,
+}
+
+/// Opens a query connection with the session settings weft's rendering assumes.
+pub(crate) async fn connect(options: &PgConnectOptions) -> Result<Client, BackfillError> {
+    let (client, _connection) = options.connect_query().await.map_err(db_error)?;
+    client
+        .batch_execute(
+            "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'postgres'; \
+             SET extra_float_digits = 3; SET bytea_output = 'hex'",
+        )
+        .await
+        .map_err(db_error)?;
+    Ok(client)
+}
+
+/// Looks up `schema.table`: columns, primary key, and the planner's row estimate.
+pub(crate) async fn describe(
+    client: &Client,
+    schema: &str,
+    table: &str,
+) -> Result<(Table, Option<u64>), BackfillError> {
+    let name = format!("{schema}.{table}");
+    let found = client
+        .query_opt(
+            "SELECT c.oid, greatest(c.reltuples, 0)::bigint FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| BackfillError::NoTable(name.clone()))?;
+    let oid: u32 = found.get(0);
+    let estimate: i64 = found.get(1);
+    let key_rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+             FROM pg_index i
+             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+             WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+            &[&oid],
+        )
+        .await
+        .map_err(db_error)?;
+    if key_rows.is_empty() {
+        return Err(BackfillError::NoPrimaryKey(name));
+    }
+    let primary_key: Vec<String> = key_rows.iter().map(|r| r.get(0)).collect();
+    let key_types = key_rows.iter().map(|r| r.get(1)).collect();
+    let columns = client
+        .query(
+            "SELECT attname::text, atttypid, atttypmod FROM pg_attribute
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            &[&oid],
+        )
+        .await
+        .map_err(db_error)?
+        .iter()
+        .map(|r| {
+            let name: String = r.get(0);
+            Column {
+                is_identity_key: primary_key.contains(&name),
+                name,
+                type_oid: r.get(1),
+                type_modifier: r.get(2),
+            }
+        })
+        .collect();
+    let relation = Arc::new(Relation {
+        oid,
+        schema: schema.to_string(),
+        name: table.to_string(),
+        columns,
+        primary_key,
+    });
+    Ok((
+        Table {
+            relation,
+            key_types,
+        },
+        Some(estimate as u64),
+    ))
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// One chunk: rows after `cursor` in key order, each with its JSON key
+/// (as changes carry it) and row, plus the last row's key as text.
+async fn read_chunk(
+    client: &Client,
+    table: &Table,
+    cursor: Option<&[String]>,
+    limit: usize,
+) -> Result<(Vec<(Vec<String>, Row)>, Option<Vec<String>>), BackfillError> {
+    let relation = &table.relation;
+    let keys: Vec<String> = relation
+        .primary_key
+        .iter()
+        .map(|k| quote_ident(k))
+        .collect();
+    let key_text: Vec<String> = keys.iter().map(|k| format!("t.{k}::text")).collect();
+    let after = match cursor {
+        None => String::new(),
+        Some(_) => {
+            let params: Vec<String> = table
+                .key_types
+                .iter()
+                .enumerate()
+                .map(|(i, ty)| format!("${}::text::{ty}", i + 1))
+                .collect();
+            let columns: Vec<String> = keys.iter().map(|k| format!("t.{k}")).collect();
+            format!("WHERE ({}) > ({})", columns.join(", "), params.join(", "))
+        }
+    };
+    let sql = format!(
+        "SELECT to_jsonb(t)::text, {} FROM ONLY {}.{} t {after} ORDER BY {} LIMIT {limit}",
+        key_text.join(", "),
+        quote_ident(&relation.schema),
+        quote_ident(&relation.name),
+        keys.iter()
+            .map(|k| format!("t.{k}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = cursor
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    let rows = client.query(&sql, &params).await.map_err(db_error)?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut last = None;
+    for row in &rows {
+        let text: String = row.get(0);
+        let mut value: Row = serde_json::from_str(&text).map_err(db_error)?;
+        // to_jsonb orders keys its own way; messages list columns in table order.
+        let mut ordered = Row::new();
+        for column in &relation.columns {
+            if let Some(v) = value.remove(&column.name) {
+                ordered.insert(column.name.clone(), v);
+            }
+        }
+        last = Some((1..=keys.len()).map(|i| row.get::<_, String>(i)).collect());
+        out.push((relation.key_of(&ordered), ordered));
+    }
+    Ok((out, last))
+}
+
+async fn emit_watermark(client: &Client, token: &str, mark: Mark) -> Result<(), BackfillError> {
+    let content = serde_json::to_string(&WatermarkContent {
+        token: token.to_string(),
+        mark,
+    })
+    .expect("a watermark serialises");
+    client
+        .execute(
+            "SELECT pg_logical_emit_message(true, $1, $2)",
+            &[&WATERMARK_PREFIX, &content],
+        )
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// Runs `backfill` until it completes, fails, or `cancel` fires.
+pub async fn run(
+    backfill: Backfill,
+    connection: PgConnectOptions,
+    backfills: Backfills,
+    store: Store,
+    cancel: CancellationToken,
+) {
+    let id = backfill.id.clone();
+    let mut attempts = 0;
+    let mut cursor = backfill.cursor.clone();
+    loop {
+        match run_chunks(&backfill, &mut cursor, &connection, &backfills, &cancel).await {
+            Ok(()) => return,
+            Err(error) => {
+                attempts += 1;
+                if attempts >= MAX_ATTEMPTS {
+                    warn!(backfill = %id, %error, "backfill failed");
+                    let _ =
+                        store.end_backfill(&id, BackfillState::Failed, Some(&error.to_string()));
+                    return;
+                }
+                warn!(backfill = %id, %error, attempt = attempts, "backfill chunk failed; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1 << attempts.min(5))) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn run_chunks(
+    backfill: &Backfill,
+    cursor: &mut Option<Vec<String>>,
+    connection: &PgConnectOptions,
+    backfills: &Backfills,
+    cancel: &CancellationToken,
+) -> Result<(), BackfillError> {
+    let client = connect(connection).await?;
+    let (table, _) = describe(&client, &backfill.table_schema, &backfill.table_name).await?;
+    let tag = Arc::new(BackfillTag {
+        id: backfill.id.clone(),
+        sink: backfill.sink.clone(),
+    });
+    info!(backfill = %backfill.id, sink = %backfill.sink, table = %table.relation.qualified_name(), "backfill running");
+    let mut chunk_rows = FIRST_CHUNK_ROWS;
+    loop {
+        if cancel.is_cancelled() {
+            return Ok(());
+        }
+        let token = uuid::Uuid::new_v4().to_string();
+        let stored = backfills.expect(&token, Arc::clone(&tag), Arc::clone(&table.relation));
+        let read = async {
+            emit_watermark(&client, &token, Mark::Low).await?;
+            let started = Instant::now();
+            let (rows, last) = read_chunk(&client, &table, cursor.as_deref(), chunk_rows).await?;
+            let took = started.elapsed();
+            let done = rows.len() < chunk_rows;
+            let next = last.or_else(|| cursor.clone());
+            backfills.fill(&token, rows, next.clone(), done);
+            emit_watermark(&client, &token, Mark::High).await?;
+            Ok::<_, BackfillError>((next, done, took))
+        };
+        let (next, done, took) = match read.await {
+            Ok(read) => read,
+            Err(error) => {
+                backfills.forget(&token);
+                return Err(error);
+            }
+        };
+        chunk_rows = adapt(chunk_rows, took);
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => {
+                backfills.forget(&token);
+                return Ok(());
+            }
+            outcome = tokio::time::timeout(CHUNK_STORED_TIMEOUT, stored) => outcome,
+        };
+        match outcome {
+            Ok(Ok(())) => {
+                *cursor = next;
+                if done {
+                    info!(backfill = %backfill.id, "backfill completed");
+                    return Ok(());
+                }
+            }
+            // Dropped by the pipeline (its window was not seen) or never
+            // stored in time: read the same chunk again.
+            Ok(Err(_)) | Err(_) => {
+                backfills.forget(&token);
+                warn!(backfill = %backfill.id, "backfill chunk was not stored; reading it again");
+            }
+        }
+    }
+}
+
+/// The next chunk size: halved when the query took more than twice the
+/// target, doubled when it took less than half.
+fn adapt(rows: usize, took: Duration) -> usize {
+    if took > TARGET_QUERY_TIME * 2 {
+        (rows / 2).max(MIN_CHUNK_ROWS)
+    } else if took < TARGET_QUERY_TIME / 2 {
+        (rows * 2).min(MAX_CHUNK_ROWS)
+    } else {
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_size_adapts_within_bounds() {
+        assert_eq!(adapt(1000, Duration::from_millis(10)), 2000);
+        assert_eq!(adapt(10_000, Duration::from_millis(10)), 10_000);
+        assert_eq!(adapt(1000, Duration::from_secs(2)), 500);
+        assert_eq!(adapt(10, Duration::from_secs(2)), 10);
+        assert_eq!(adapt(1000, Duration::from_millis(500)), 1000);
+    }
+}

@@ -1,0 +1,280 @@
+//! Backfills and their progress (see `crate::backfill`): what to read,
+//! where it got to, and its state, so that a restart resumes each active
+//! backfill after the last row it stored.
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::{Store, StoreError, now_ms};
+
+/// Where a backfill is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillState {
+    /// Reading chunks.
+    Active,
+    /// Every row was read.
+    Completed,
+    /// Stopped on an error (see `last_error`).
+    Failed,
+    /// Cancelled through the API.
+    Cancelled,
+}
+
+impl BackfillState {
+    fn as_str(self) -> &'static str {
+        match self {
+            BackfillState::Active => "active",
+            BackfillState::Completed => "completed",
+            BackfillState::Failed => "failed",
+            BackfillState::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, StoreError> {
+        Ok(match text {
+            "active" => BackfillState::Active,
+            "completed" => BackfillState::Completed,
+            "failed" => BackfillState::Failed,
+            "cancelled" => BackfillState::Cancelled,
+            other => {
+                return Err(StoreError::Corrupt {
+                    what: "backfill state",
+                    detail: other.to_string(),
+                });
+            }
+        })
+    }
+}
+
+/// A backfill as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Backfill {
+    /// Its id.
+    pub id: String,
+    /// The sink it fills.
+    pub sink: String,
+    /// The table's schema.
+    pub table_schema: String,
+    /// The table's name.
+    pub table_name: String,
+    /// Where it is.
+    pub state: BackfillState,
+    /// The primary key of the last row stored (the key columns' text
+    /// values), or `None` before the first chunk.
+    pub cursor: Option<Vec<String>>,
+    /// Rows read and stored so far.
+    pub rows_processed: u64,
+    /// The table's estimated row count when the backfill started.
+    pub rows_estimated: Option<u64>,
+    /// Why it failed.
+    pub last_error: Option<String>,
+    /// When it was created (ms since the Unix epoch).
+    pub created_at: i64,
+    /// When it last changed (ms since the Unix epoch).
+    pub updated_at: i64,
+    /// When it completed, failed or was cancelled.
+    pub completed_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, sink, table_schema, table_name, state, cursor, rows_processed, \
+     rows_estimated, last_error, created_at, updated_at, completed_at";
+
+type RawBackfill = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<i64>,
+    Option<String>,
+    i64,
+    i64,
+    Option<i64>,
+);
+
+fn raw(row: &Row<'_>) -> rusqlite::Result<RawBackfill> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(8)?,
+        row.get(9)?,
+        row.get(10)?,
+        row.get(11)?,
+    ))
+}
+
+fn parse(raw: RawBackfill) -> Result<Backfill, StoreError> {
+    let cursor = raw
+        .5
+        .map(|text| {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                what: "backfill cursor",
+                detail: e.to_string(),
+            })
+        })
+        .transpose()?;
+    Ok(Backfill {
+        id: raw.0,
+        sink: raw.1,
+        table_schema: raw.2,
+        table_name: raw.3,
+        state: BackfillState::parse(&raw.4)?,
+        cursor,
+        rows_processed: raw.6 as u64,
+        rows_estimated: raw.7.map(|n| n.max(0) as u64),
+        last_error: raw.8,
+        created_at: raw.9,
+        updated_at: raw.10,
+        completed_at: raw.11,
+    })
+}
+
+impl Store {
+    /// Records a new active backfill of `schema.table` into `sink`.
+    pub fn create_backfill(
+        &self,
+        id: &str,
+        sink: &str,
+        schema: &str,
+        table: &str,
+        rows_estimated: Option<u64>,
+    ) -> Result<Backfill, StoreError> {
+        let now = now_ms();
+        let conn = self.lock();
+        conn.prepare_cached(
+            "INSERT INTO backfills (id, sink, table_schema, table_name, state, rows_estimated, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?6)",
+        )?
+        .execute(params![id, sink, schema, table, rows_estimated.map(|n| n as i64), now])?;
+        drop(conn);
+        self.backfill(id)?.ok_or_else(|| StoreError::Corrupt {
+            what: "backfill",
+            detail: format!("{id} vanished after insert"),
+        })
+    }
+
+    /// The backfill `id`.
+    pub fn backfill(&self, id: &str) -> Result<Option<Backfill>, StoreError> {
+        let conn = self.lock();
+        let row = conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM backfills WHERE id = ?1"))?
+            .query_row(params![id], raw)
+            .optional()?;
+        row.map(parse).transpose()
+    }
+
+    /// Every backfill of `sink`, oldest first; all sinks' with `None`.
+    pub fn backfills(&self, sink: Option<&str>) -> Result<Vec<Backfill>, StoreError> {
+        let conn = self.lock();
+        let rows = conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM backfills WHERE ?1 IS NULL OR sink = ?1 ORDER BY created_at, id"
+            ))?
+            .query_map(params![sink], raw)?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter().map(parse).collect()
+    }
+
+    /// Records that the backfill `id` stored `rows` more rows up to the key
+    /// `cursor`, and completed when `done`. Does nothing unless it is
+    /// active (a cancel wins over a chunk in flight). Returns whether it
+    /// was recorded.
+    pub fn record_backfill_progress(
+        &self,
+        id: &str,
+        cursor: Option<&[String]>,
+        rows: u64,
+        done: bool,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let cursor = cursor.map(|c| serde_json::to_string(c).expect("strings serialise"));
+        let conn = self.lock();
+        let updated = conn
+            .prepare_cached(
+                "UPDATE backfills
+                 SET cursor = coalesce(?2, cursor), rows_processed = rows_processed + ?3,
+                     state = CASE WHEN ?4 THEN 'completed' ELSE state END,
+                     completed_at = CASE WHEN ?4 THEN ?5 ELSE completed_at END,
+                     updated_at = ?5
+                 WHERE id = ?1 AND state = 'active'",
+            )?
+            .execute(params![id, cursor, rows as i64, done, now])?;
+        Ok(updated == 1)
+    }
+
+    /// Ends the backfill `id` as `state` (failed or cancelled) with
+    /// `error`, if it is active; returns whether it was.
+    pub fn end_backfill(
+        &self,
+        id: &str,
+        state: BackfillState,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let conn = self.lock();
+        let updated = conn
+            .prepare_cached(
+                "UPDATE backfills SET state = ?2, last_error = ?3, completed_at = ?4, updated_at = ?4
+                 WHERE id = ?1 AND state = 'active'",
+            )?
+            .execute(params![id, state.as_str(), error, now])?;
+        Ok(updated == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_accumulates_until_completed_and_a_cancel_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        store
+            .create_backfill("b1", "s", "public", "items", Some(10))
+            .unwrap();
+        let keys = ["4".to_string()];
+        assert!(
+            store
+                .record_backfill_progress("b1", Some(&keys), 4, false)
+                .unwrap()
+        );
+        assert!(store.record_backfill_progress("b1", None, 0, true).unwrap());
+        let done = store.backfill("b1").unwrap().unwrap();
+        assert_eq!(done.state, BackfillState::Completed);
+        assert_eq!(done.cursor, Some(vec!["4".to_string()]));
+        assert_eq!(done.rows_processed, 4);
+        assert!(done.completed_at.is_some());
+        assert!(
+            !store
+                .record_backfill_progress("b1", None, 1, false)
+                .unwrap(),
+            "a completed backfill takes no more progress"
+        );
+
+        store
+            .create_backfill("b2", "s", "public", "items", None)
+            .unwrap();
+        assert!(
+            store
+                .end_backfill("b2", BackfillState::Cancelled, None)
+                .unwrap()
+        );
+        assert!(
+            !store
+                .record_backfill_progress("b2", None, 5, false)
+                .unwrap()
+        );
+        assert_eq!(store.backfills(Some("s")).unwrap().len(), 2);
+        assert!(store.backfills(Some("other")).unwrap().is_empty());
+    }
+}
