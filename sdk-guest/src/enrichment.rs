@@ -15,7 +15,7 @@ crate::wit_conversions!(crate::bindings::enrichment::weft::plugin::types);
 ///
 /// Implement [`Enrichment::enrich`] for per-change work, or override
 /// [`Enrichment::enrich_batch`] to look data up once per batch (e.g. one
-/// [`source_query`] for all the batch's keys).
+/// [`source_query`] or one [`http_fetch`] for all the batch's keys).
 ///
 /// ```ignore
 /// use weft_sdk_guest::enrichment::source_query;
