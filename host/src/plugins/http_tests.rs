@@ -339,7 +339,7 @@ fn a_slow_server_times_out_within_the_call_budget_and_the_guest_handles_it() {
         "{reason}"
     );
     assert!(
-        elapsed >= Duration::from_millis(400) && elapsed < Duration::from_millis(600),
+        elapsed >= Duration::from_millis(400) && elapsed < Duration::from_secs(1),
         "the request used the call's budget less the reserve: {elapsed:?}"
     );
     assert_eq!(api.requests(), 1);
