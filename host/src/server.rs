@@ -13,7 +13,10 @@ use crate::api::PullApiState;
 use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
-use crate::plugins::{EngineSettings, Limits, PluginEngine, SourceQuery};
+use crate::plugins::{
+    AllowedHost, EngineSettings, Grants, Limits, OutboundHttp, PluginEngine, PluginError,
+    SourceQuery,
+};
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::Store;
@@ -279,13 +282,22 @@ fn sink_pipeline(
     };
     if let Some(name) = &sink.enrichment {
         let f = function(name);
-        let source_query = if f.grants.source_query {
-            Some(source_query(config, sink, f)?)
-        } else {
-            None
+        let grants = Grants {
+            source_query: if f.grants.source_query {
+                Some(source_query(config, sink, f)?)
+            } else {
+                None
+            },
+            http: f
+                .grants
+                .http
+                .as_ref()
+                .map(|grant| outbound_http(f, grant))
+                .transpose()
+                .map_err(failed(f))?,
         };
         let loaded = engine
-            .load_enrichment(&f.name, &f.file, &f.config, &plugin_limits(f), source_query)
+            .load_enrichment(&f.name, &f.file, &f.config, &plugin_limits(f), grants)
             .map_err(failed(f))?;
         chain.enrichment = Some(Named::new(&f.name, loaded));
     }
@@ -339,6 +351,24 @@ fn source_query(
         std::time::Duration::from_millis(function.limits.timeout_ms),
         tokio::runtime::Handle::current(),
     ))
+}
+
+/// The outbound-http capability of `function`, limited to its allow-list.
+fn outbound_http(
+    function: &FunctionConfig,
+    grant: &crate::config::HttpGrant,
+) -> Result<OutboundHttp, PluginError> {
+    let allow = grant
+        .allow_hosts
+        .iter()
+        .map(|entry| AllowedHost::parse(entry))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|reason| {
+            // Config validation already refused bad entries.
+            PluginError::Settings(format!("grants.http.allow_hosts: {reason}"))
+        })?;
+    OutboundHttp::new(&function.name, allow, tokio::runtime::Handle::current())
+        .map_err(PluginError::Settings)
 }
 
 /// The sandbox settings of a function, from its config.

@@ -15,7 +15,7 @@ crate::wit_conversions!(crate::bindings::enrichment::weft::plugin::types);
 ///
 /// Implement [`Enrichment::enrich`] for per-change work, or override
 /// [`Enrichment::enrich_batch`] to look data up once per batch (e.g. one
-/// [`source_query`] for all the batch's keys).
+/// [`source_query`] or one [`http_fetch`] for all the batch's keys).
 ///
 /// ```ignore
 /// use weft_sdk_guest::enrichment::source_query;
@@ -76,6 +76,86 @@ pub fn source_query(sql: &str, params: &[Option<String>]) -> Result<Vec<Value>, 
             "source query returned something other than a JSON array",
         )),
     }
+}
+
+/// An HTTP request for [`http_fetch`]: method, absolute `http`/`https` URL,
+/// headers and an optional body.
+pub use crate::bindings::enrichment::weft::plugin::outbound_http::Request as HttpRequest;
+/// The response to an [`http_fetch`], whatever its status: status code,
+/// headers (lower-case names) and the whole body.
+pub use crate::bindings::enrichment::weft::plugin::outbound_http::Response as HttpResponse;
+
+impl HttpRequest {
+    /// A `GET` of `url` with no headers.
+    pub fn get(url: impl Into<String>) -> Self {
+        HttpRequest {
+            method: "GET".into(),
+            url: url.into(),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// A `POST` of `body` as JSON (`content-type: application/json`) to `url`.
+    pub fn post_json(url: impl Into<String>, body: &Value) -> Self {
+        HttpRequest {
+            method: "POST".into(),
+            url: url.into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: Some(body.to_string().into_bytes()),
+        }
+    }
+
+    /// This request with one more header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl HttpResponse {
+    /// The body parsed as JSON; an error (permanent: the same body would
+    /// fail again) if it is not JSON.
+    pub fn json(&self) -> Result<Value, Error> {
+        serde_json::from_slice(&self.body)
+            .map_err(|e| Error::permanent(format!("HTTP response body is not JSON: {e}")))
+    }
+
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// Sends an HTTP request to a host the function's config allows and returns
+/// the whole response (a 4xx or 5xx status is a response, not an error).
+///
+/// Only available when the function's config grants it
+/// (`grants: {http: {allow_hosts: [api.example.com]}}`); a component that
+/// calls this without the grant is refused when weft loads it. The host
+/// refuses, without connecting, a URL whose host (and port, if the entry
+/// names one) is not on the list. A request may take what is left of the
+/// call's `timeout_ms` (waiting counts against it) less a tenth kept for
+/// handling the outcome; bodies are capped at 1 MiB; redirects are returned,
+/// not followed. Make one request per batch where the API allows it.
+///
+/// Every failure (host not allowed, no connection, timeout, body too
+/// large) comes back as a transient [`Error`] with the host's reason, so the
+/// change is retried later rather than dead-lettered.
+///
+/// ```ignore
+/// use weft_sdk_guest::enrichment::{http_fetch, HttpRequest};
+///
+/// let response = http_fetch(HttpRequest::get("https://api.example.com/rates?ccy=EUR")
+///     .header("accept", "application/json"))?;
+/// if !response.is_success() {
+///     return Err(Error::transient(format!("rates API answered {}", response.status)));
+/// }
+/// let rates = response.json()?;
+/// ```
+pub fn http_fetch(request: HttpRequest) -> Result<HttpResponse, Error> {
+    crate::bindings::enrichment::weft::plugin::outbound_http::fetch(&request)
+        .map_err(|reason| Error::transient(format!("HTTP request failed: {reason}")))
 }
 
 thread_local! {

@@ -2,7 +2,7 @@
 //! read-only source query), filter and transform on a pull sink; routing is
 //! refused on a pull sink at start. Also the source-query capability itself
 //! against a real Postgres: read-only, bound parameters, statement timeout,
-//! row cap.
+//! row cap; and an enrichment calling an allowed HTTP API on loopback.
 
 use std::process::Command;
 use std::time::Duration;
@@ -245,4 +245,115 @@ fn the_source_query_is_read_only_bound_and_bounded() {
         query.query_blocking("SELECT 1 AS one", &[]).unwrap(),
         r#"[{"one":1}]"#
     );
+}
+
+/// A lookup API on 127.0.0.1: `GET /lookup?ids=1,2` answers
+/// `{"1": {"name": "n1"}, ...}`; the ids it was asked for are recorded.
+struct LookupApi {
+    addr: std::net::SocketAddr,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl LookupApi {
+    fn start() -> LookupApi {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let recorded = std::sync::Arc::clone(&asked);
+        let app = axum::Router::new().route(
+            "/lookup",
+            axum::routing::get(
+                move |axum::extract::Query(query): axum::extract::Query<
+                    std::collections::HashMap<String, String>,
+                >| async move {
+                    let ids = query.get("ids").cloned().unwrap_or_default();
+                    recorded.lock().unwrap().push(ids.clone());
+                    let found: serde_json::Map<String, Value> = ids
+                        .split(',')
+                        .map(|id| (id.to_string(), json!({"name": format!("n{id}")})))
+                        .collect();
+                    axum::Json(Value::Object(found))
+                },
+            ),
+        );
+        runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        LookupApi {
+            addr,
+            asked,
+            _runtime: runtime,
+        }
+    }
+}
+
+#[test]
+fn an_enrichment_calls_an_allowed_http_api_on_the_pull_sink() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE orders (id int PRIMARY KEY, item text)");
+    let api = LookupApi::start();
+    let config = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: postgres
+    username: postgres
+    slot: {{ name: weft_http, create_if_not_exists: true }}
+    publication: {{ name: weft_http, create_if_not_exists: true }}
+functions:
+  - name: lookup
+    type: enrichment
+    file: {enrichment}
+    config: {{ url: "http://{addr}/lookup" }}
+    grants: {{ http: {{ allow_hosts: ["{addr}"] }} }}
+sinks:
+  - name: orders
+    database: shop
+    source: {{ include_tables: [public.orders] }}
+    enrichment: lookup
+    destination: {{ type: sequin_stream, ack_wait_ms: 5000 }}
+"#,
+        port = pg.port(),
+        addr = api.addr,
+        enrichment = guests::wasm("weft_http_enrichment").display(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_http");
+
+    pg.psql("INSERT INTO orders VALUES (1, 'pen'), (2, 'ink'), (3, 'cap')");
+    let got = weft.receive_at_least("orders", 3, Duration::from_secs(60));
+    let mut enriched: Vec<(i64, Value)> = got
+        .iter()
+        .map(|m| {
+            (
+                m["data"]["record"]["id"].as_i64().unwrap(),
+                m["data"]["metadata"]["enrichment"].clone(),
+            )
+        })
+        .collect();
+    enriched.sort_by_key(|(id, _)| *id);
+    assert_eq!(
+        enriched,
+        vec![
+            (1, json!({"http": {"name": "n1"}})),
+            (2, json!({"http": {"name": "n2"}})),
+            (3, json!({"http": {"name": "n3"}})),
+        ],
+        "log:\n{}",
+        weft.log_text()
+    );
+    let asked = api.asked.lock().unwrap().clone();
+    let mut ids: Vec<&str> = asked.iter().flat_map(|ids| ids.split(',')).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, ["1", "2", "3"], "requests: {asked:?}");
 }

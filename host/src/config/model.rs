@@ -189,10 +189,10 @@ pub struct FunctionConfig {
 }
 
 /// `grants:` of a function: the host capabilities it may import.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a grants mapping, e.g. `{source_query: true}`"
+    expecting = "a grants mapping, e.g. `{source_query: true}` or `{http: {allow_hosts: [api.example.com]}}`"
 )]
 pub struct FunctionGrants {
     /// A read-only, parameterised query on the sink's source database
@@ -200,13 +200,29 @@ pub struct FunctionGrants {
     /// call, with the function's `timeout_ms` as statement timeout.
     #[serde(default)]
     pub source_query: bool,
+    /// Outbound HTTP requests to the listed hosts only
+    /// (`weft:plugin/outbound-http`).
+    #[serde(default)]
+    pub http: Option<HttpGrant>,
 }
 
 impl FunctionGrants {
     /// Whether any capability is granted.
     pub fn any(&self) -> bool {
-        self.source_query
+        self.source_query || self.http.is_some()
     }
+}
+
+/// `grants.http:` of a function: where it may send HTTP requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an http grant, e.g. `{allow_hosts: [api.example.com, \"127.0.0.1:8080\"]}`"
+)]
+pub struct HttpGrant {
+    /// The hosts requests may go to: `host` (any port) or `host:port` (that
+    /// port only; IPv6 in brackets, `[::1]:8080`). Not empty.
+    pub allow_hosts: Vec<String>,
 }
 
 /// The four kinds of function, as in Sequin.

@@ -810,6 +810,74 @@ fn ssl_fields_become_connection_parameters() {
 }
 
 #[test]
+fn http_grants_are_read_and_their_allow_lists_checked() {
+    let with = |grants: &str| {
+        format!(
+            "{DATABASE}functions:
+  - name: lookup
+    type: enrichment
+    file: up.wasm
+    grants: {grants}
+sinks:
+  - name: a
+    database: main
+    enrichment: lookup
+    destination: {{type: sequin_stream}}
+"
+        )
+    };
+    let config = load(&with(
+        r#"{http: {allow_hosts: [api.example.com, "127.0.0.1:8080", "[::1]:9000"]}}"#,
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let grants = &config.function("lookup").unwrap().grants;
+    assert!(!grants.source_query);
+    assert_eq!(
+        grants.http.as_ref().unwrap().allow_hosts,
+        ["api.example.com", "127.0.0.1:8080", "[::1]:9000"]
+    );
+
+    assert!(
+        error(&with("{http: {allow_hosts: []}}"))
+            .starts_with("functions[0].grants.http.allow_hosts: is empty"),
+        "{}",
+        error(&with("{http: {allow_hosts: []}}"))
+    );
+    let bad = errors(&with(
+        r#"{http: {allow_hosts: [ok.example.com, "https://api.example.com/v1", "h:99999"]}}"#,
+    ))
+    .join("\n");
+    assert!(
+        bad.contains("functions[0].grants.http.allow_hosts[1]: `https://api.example.com/v1` is not a host")
+            && bad.contains("functions[0].grants.http.allow_hosts[2]: `h:99999`: the port must be a number from 1 to 65535")
+            && !bad.contains("allow_hosts[0]"),
+        "{bad}"
+    );
+    assert!(
+        error(&with("{http: {hosts: [a]}}")).contains(
+            "functions[0].grants.http.hosts: unknown field `hosts`, expected `allow_hosts`"
+        ),
+        "{}",
+        error(&with("{http: {hosts: [a]}}"))
+    );
+    let on_filter = format!(
+        "{DATABASE}functions:
+  - name: f
+    type: filter
+    file: up.wasm
+    grants: {{http: {{allow_hosts: [a.example]}}}}
+"
+    );
+    assert!(
+        error(&on_filter).starts_with(
+            "functions[0].grants: only enrichment functions may be granted capabilities, and this is a filter function"
+        ),
+        "{}",
+        error(&on_filter)
+    );
+}
+
+#[test]
 fn grants_recycling_and_deterministic_mode_are_read_and_checked() {
     let enrichment = format!(
         "{DATABASE}functions:
@@ -839,10 +907,11 @@ sinks:
         "functions[0].grants: only enrichment functions may be granted capabilities, and this is a \
          transform function; remove `grants` (line 5, column 13)"
     );
-    let unknown = enrichment.replace("source_query: true", "http: true");
+    let unknown = enrichment.replace("source_query: true", "files: true");
     assert!(
-        error(&unknown)
-            .contains("functions[0].grants.http: unknown field `http`, expected `source_query`"),
+        error(&unknown).contains(
+            "functions[0].grants.files: unknown field `files`, expected `source_query` or `http`"
+        ),
         "{}",
         error(&unknown)
     );

@@ -330,6 +330,21 @@ fn resolve_functions(
             );
         }
         function.file = file;
+        if let Some(http) = &function.grants.http {
+            let path = list.index(i).key("grants").key("http").key("allow_hosts");
+            if http.allow_hosts.is_empty() {
+                problems.add(
+                    path.clone(),
+                    "is empty: list the hosts the function may call, e.g. `[api.example.com]`, \
+                     or remove `http` to grant no HTTP at all",
+                );
+            }
+            for (j, entry) in http.allow_hosts.iter().enumerate() {
+                if let Err(reason) = crate::plugins::AllowedHost::parse(entry) {
+                    problems.add(path.index(j), reason);
+                }
+            }
+        }
         if function.grants.any() && function.kind != FunctionKind::Enrichment {
             problems.add(
                 list.index(i).key("grants"),

@@ -9,7 +9,7 @@ use super::*;
 use crate::change::Action;
 use crate::lsn::Lsn;
 use crate::plugins::tests::{config, engine, guest, message};
-use crate::plugins::{Limits, PluginError, SourceQuery};
+use crate::plugins::{Grants, Limits, PluginError, SourceQuery};
 
 fn row(record: Value) -> Message {
     message(Action::Insert, record, None)
@@ -53,7 +53,10 @@ fn chain_runs_enrichment_filter_transform_routing_with_one_outcome_per_change() 
             &guest("weft-customer-enrichment"),
             &config(&[]),
             &Limits::default(),
-            Some(unreachable_source_query(&runtime)),
+            Grants {
+                source_query: Some(unreachable_source_query(&runtime)),
+                ..Grants::default()
+            },
         )
         .expect("a granted enrichment loads");
     let filter = engine()
@@ -211,7 +214,7 @@ fn an_enrichment_importing_an_ungranted_capability_is_refused_at_load() {
             &guest("weft-customer-enrichment"),
             &config(&[]),
             &Limits::default(),
-            None,
+            Grants::default(),
         )
         .unwrap_err();
     match &error {

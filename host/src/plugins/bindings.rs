@@ -32,7 +32,8 @@ pub(crate) mod routing {
     });
 }
 
-/// The `enrichment` world, with its `source-query` capability import.
+/// The `enrichment` world, with its capability imports (`source-query`,
+/// `outbound-http`).
 pub(crate) mod enrichment {
     wasmtime::component::bindgen!({
         world: "enrichment",
@@ -43,5 +44,6 @@ pub(crate) mod enrichment {
     });
 }
 
+pub(crate) use enrichment::weft::plugin::outbound_http;
 pub(crate) use enrichment::weft::plugin::source_query;
 pub(crate) use transform::weft::plugin::types;

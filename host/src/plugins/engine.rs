@@ -17,11 +17,10 @@ use wasmtime::component::{Component, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{ComponentCache, Origin};
-use super::enrichment::EnrichmentFunction;
+use super::enrichment::{EnrichmentFunction, Grants};
 use super::filter::FilterFunction;
 use super::instance::GuestState;
 use super::routing::RoutingFunction;
-use super::source_query::{self, SourceQuery};
 use super::transform::TransformFunction;
 use super::{Limits, PluginError};
 
@@ -124,6 +123,11 @@ impl PluginEngine {
             |state| state,
         )
         .map_err(|e| PluginError::Settings(format!("cannot link source-query: {e:#}")))?;
+        super::bindings::outbound_http::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|e| PluginError::Settings(format!("cannot link outbound-http: {e:#}")))?;
 
         let cache = ComponentCache::open(&settings.cache_dir, &engine).map_err(|source| {
             PluginError::CacheDir {
@@ -195,7 +199,7 @@ impl PluginEngine {
     }
 
     /// Loads the enrichment component at `wasm_path` as `name`, granting it
-    /// `source_query` if given; see [`PluginEngine::load_transform`]. A
+    /// the capabilities in `grants`; see [`PluginEngine::load_transform`]. A
     /// component that imports a capability it is not granted is refused with
     /// [`PluginError::Ungranted`].
     pub fn load_enrichment(
@@ -204,22 +208,17 @@ impl PluginEngine {
         wasm_path: &Path,
         config: &BTreeMap<String, String>,
         limits: &Limits,
-        source_query: Option<SourceQuery>,
+        grants: Grants,
     ) -> Result<EnrichmentFunction, PluginError> {
-        let granted: &[&str] = if source_query.is_some() {
-            &[source_query::IMPORT_NAME]
-        } else {
-            &[]
-        };
         let loaded = self.load_component(
             name,
             wasm_path,
             limits,
             "enrichment",
             &["init", "enrich"],
-            granted,
+            &grants.imports(),
         )?;
-        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, source_query)
+        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, grants)
     }
 
     pub(crate) fn inner(&self) -> &EngineInner {

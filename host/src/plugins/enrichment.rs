@@ -1,6 +1,7 @@
 //! The enrichment kind: extra JSON per change, which lands in the message's
 //! `metadata.enrichment`. Enrichment functions are the only kind that may be
-//! granted capabilities (see [`super::source_query`]).
+//! granted capabilities (see [`super::source_query`] and
+//! [`super::outbound_http`]).
 
 use std::collections::BTreeMap;
 
@@ -11,10 +12,35 @@ use super::bindings::enrichment as world;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
 use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
-use super::source_query::SourceQuery;
+use super::outbound_http::{self, OutboundHttp};
+use super::source_query::{self, SourceQuery};
 use super::transform::function_error;
 use super::{FunctionError, Limits, PluginError};
 use crate::message::Message;
+
+/// The host capabilities granted to one enrichment function; none by
+/// default.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// `weft:plugin/source-query`: read-only queries on the source database.
+    pub source_query: Option<SourceQuery>,
+    /// `weft:plugin/outbound-http`: HTTP requests to the allowed hosts.
+    pub http: Option<OutboundHttp>,
+}
+
+impl Grants {
+    /// The full names of the imports these grants allow.
+    pub(crate) fn imports(&self) -> Vec<&'static str> {
+        let mut imports = Vec::new();
+        if self.source_query.is_some() {
+            imports.push(source_query::IMPORT_NAME);
+        }
+        if self.http.is_some() {
+            imports.push(outbound_http::IMPORT_NAME);
+        }
+        imports
+    }
+}
 
 /// A loaded enrichment component with its live instance.
 pub struct EnrichmentFunction {
@@ -36,7 +62,7 @@ impl EnrichmentFunction {
         loaded: LoadedComponent,
         config: &BTreeMap<String, String>,
         limits: &Limits,
-        source_query: Option<SourceQuery>,
+        grants: Grants,
     ) -> Result<Self, PluginError> {
         Ok(EnrichmentFunction {
             instance: GuestInstance::new(
@@ -45,7 +71,10 @@ impl EnrichmentFunction {
                 loaded,
                 config,
                 limits,
-                InstanceOptions { source_query },
+                InstanceOptions {
+                    source_query: grants.source_query,
+                    outbound_http: grants.http,
+                },
             )?,
         })
     }
@@ -63,7 +92,7 @@ impl EnrichmentFunction {
 
     /// Enriches a batch: per message, the JSON for `metadata.enrichment`
     /// (`None`: no enrichment) or an error, in order. Blocks, also on the
-    /// source query if granted; call it from `spawn_blocking` or a plain
+    /// granted capabilities (source query, HTTP); call it from `spawn_blocking` or a plain
     /// thread, never on an async worker thread.
     pub fn enrich(
         &mut self,

@@ -83,7 +83,8 @@ pub enum PluginError {
     /// The component imports host capabilities its config does not grant.
     #[error(
         "plugin `{plugin}`: {path} imports capabilities it is not granted: {}; \
-         grant them on the function in the config (e.g. `grants: {{source_query: true}}`, \
+         grant them on the function in the config (`grants: {{source_query: true}}` for \
+         source-query, `grants: {{http: {{allow_hosts: [...]}}}}` for outbound-http; \
          enrichment functions only) or rebuild the component without them",
         imports.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
     )]

@@ -7,7 +7,7 @@
 //! turns wasmtime failures into typed [`PluginError`]s.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Store, Trap};
@@ -18,6 +18,7 @@ use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::limits::InstanceLimiter;
 use super::message::to_wit_change;
+use super::outbound_http::OutboundHttp;
 use super::sandbox::{self, GuestOutput, Stream};
 use super::source_query::SourceQuery;
 use super::{Limits, PluginError};
@@ -31,6 +32,14 @@ pub(crate) struct GuestState {
     stderr: GuestOutput,
     /// The granted source-query capability, if any.
     pub(crate) source_query: Option<SourceQuery>,
+    /// The granted outbound-http capability, if any.
+    pub(crate) outbound_http: Option<OutboundHttp>,
+    /// When the current call's time budget runs out (set with the epoch
+    /// deadline): host calls that wait, such as HTTP requests, bound
+    /// themselves by it.
+    pub(crate) call_deadline: Instant,
+    /// The function's time budget per call.
+    pub(crate) call_timeout: Duration,
 }
 
 /// What an instance gets beyond the sandbox's defaults.
@@ -38,6 +47,8 @@ pub(crate) struct GuestState {
 pub(crate) struct InstanceOptions {
     /// The source-query capability, for enrichment functions granted it.
     pub(crate) source_query: Option<SourceQuery>,
+    /// The outbound-http capability, for enrichment functions granted it.
+    pub(crate) outbound_http: Option<OutboundHttp>,
 }
 
 impl WasiView for GuestState {
@@ -231,6 +242,9 @@ impl<B: WorldBindings> GuestInstance<B> {
             limiter: InstanceLimiter::new(&self.limits),
             stderr: self.stderr.clone(),
             source_query: self.options.source_query.clone(),
+            outbound_http: self.options.outbound_http.clone(),
+            call_deadline: Instant::now(),
+            call_timeout: self.limits.call_timeout,
         };
         if let Some(inputs) = &self.deterministic {
             inputs.reset_for(&[]);
@@ -273,13 +287,20 @@ impl<B: WorldBindings> GuestInstance<B> {
 }
 
 /// Sets the CPU deadline for the next call and clears per-call state.
+///
+/// The epoch keeps ticking while the guest waits in a host call, so that
+/// time counts against the deadline too; `call_deadline` lets such host
+/// calls stop waiting in time.
 fn arm(store: &mut Store<GuestState>, timeout: Duration, tick: Duration) {
+    let armed_at = Instant::now();
     // +1: the next tick may come right away, so `n` ticks guarantee only
     // `(n - 1) * tick` of running time.
     let ticks = timeout.as_nanos().div_ceil(tick.as_nanos()) as u64 + 1;
     store.set_epoch_deadline(ticks);
     store.epoch_deadline_trap();
-    store.data_mut().limiter.memory_exceeded = None;
+    let state = store.data_mut();
+    state.limiter.memory_exceeded = None;
+    state.call_deadline = armed_at + timeout;
     store.data().stderr.clear_tail();
 }
 

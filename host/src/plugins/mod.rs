@@ -21,8 +21,8 @@
 //! [`limits`] (memory, CPU and table caps), `sandbox` (WASI context and guest
 //! output to logs), `instance` (instance lifecycle and failure
 //! classification), [`transform`], [`filter`], [`routing`] and
-//! [`enrichment`] (typed bindings per world), [`source_query`] (the
-//! capability an enrichment may be granted) and `deterministic` (clocks and
+//! [`enrichment`] (typed bindings per world), [`source_query`] and
+//! [`outbound_http`] (the capabilities an enrichment may be granted) and `deterministic` (clocks and
 //! random derived from the change, for replayable output).
 
 mod bindings;
@@ -35,19 +35,23 @@ pub mod filter;
 mod instance;
 pub mod limits;
 mod message;
+pub mod outbound_http;
 pub mod routing;
 mod sandbox;
 pub mod source_query;
 pub mod transform;
 
 #[cfg(test)]
+mod http_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 pub use engine::{EngineSettings, PluginEngine};
-pub use enrichment::EnrichmentFunction;
+pub use enrichment::{EnrichmentFunction, Grants};
 pub use error::{FunctionError, PluginError};
 pub use filter::FilterFunction;
 pub use limits::Limits;
+pub use outbound_http::{AllowedHost, OutboundHttp};
 pub use routing::{KeyAction, Route, RoutingFunction};
 pub use source_query::SourceQuery;
 pub use transform::{Payload, TransformFunction};

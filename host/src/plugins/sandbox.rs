@@ -4,8 +4,8 @@
 //! go to `tracing` (target `weft::plugins::guest`) tagged with the plugin's
 //! name, line by line and rate-limited. Denied: files (no preopened
 //! directories), environment variables, arguments, stdin (empty), sockets and
-//! name lookup. Capabilities a user grants to enrichment functions will be
-//! added here, one testable unit each.
+//! name lookup. Capabilities a user grants to enrichment functions are WIT
+//! imports of their own, not WASI: see `source_query` and `outbound_http`.
 
 use std::collections::VecDeque;
 use std::io;
