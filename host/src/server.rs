@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
+use crate::backfill::{BackfillLauncher, Backfills};
 use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
@@ -176,6 +177,8 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         );
     }
 
+    let backfills = Backfills::new();
+    let mut backfill_targets = Vec::new();
     for database in &config.databases {
         let sinks: Vec<&SinkConfig> = config
             .sinks
@@ -191,6 +194,11 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .map(|sink| sink_pipeline(&config, &engine, sink))
             .collect::<Result<Vec<_>, _>>()?;
         let source_config = source_config(database, &sinks, &data_dir)?;
+        backfill_targets.extend(
+            sinks
+                .iter()
+                .map(|sink| ((*sink).clone(), source_config.connection.clone())),
+        );
         // Events can carry big rows (TOAST values): a short queue keeps
         // memory bounded while the pipeline stores a batch.
         let (events_tx, events_rx) = mpsc::channel(1024);
@@ -201,7 +209,8 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             durable_tx,
             pull_api.clone(),
             BatchLimits::default(),
-        );
+        )
+        .with_backfills(backfills.clone());
         let name = database.name.clone();
         let span = info_span!("source", database = %name, slot = %database.slot.name);
         let source_shutdown = shutdown.clone();
@@ -230,6 +239,14 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             }
             .instrument(info_span!("pipeline", database = %database.name)),
         );
+    }
+
+    let launcher =
+        BackfillLauncher::new(store.clone(), backfills, backfill_targets, shutdown.clone());
+    pull_api.set_backfills(launcher.clone());
+    let resumed = launcher.resume_all().map_err(ServerError::Store)?;
+    if resumed > 0 {
+        info!(resumed, "active backfills resumed");
     }
 
     let signals = shutdown.clone();

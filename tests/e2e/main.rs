@@ -4,6 +4,7 @@
 #[path = "../harness/mod.rs"]
 mod harness;
 
+mod backfill;
 mod backlog;
 mod config_errors;
 mod crash;

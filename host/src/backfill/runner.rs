@@ -75,7 +75,8 @@ pub(crate) async fn describe(
     let name = format!("{schema}.{table}");
     let found = client
         .query_opt(
-            "SELECT c.oid, greatest(c.reltuples, 0)::bigint FROM pg_class c
+            "SELECT c.oid, CASE WHEN c.reltuples < 0 THEN NULL ELSE c.reltuples::bigint END
+             FROM pg_class c
              JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
             &[&schema, &table],
@@ -84,7 +85,8 @@ pub(crate) async fn describe(
         .map_err(db_error)?
         .ok_or_else(|| BackfillError::NoTable(name.clone()))?;
     let oid: u32 = found.get(0);
-    let estimate: i64 = found.get(1);
+    // The planner's estimate: unknown (NULL) until the table is analysed.
+    let estimate: Option<i64> = found.get(1);
     let key_rows = client
         .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
@@ -132,7 +134,7 @@ pub(crate) async fn describe(
             relation,
             key_types,
         },
-        Some(estimate as u64),
+        estimate.map(|n| n.max(0) as u64),
     ))
 }
 
