@@ -248,6 +248,17 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     if resumed > 0 {
         info!(resumed, "active backfills resumed");
     }
+    let publication_of = config
+        .sinks
+        .iter()
+        .filter_map(|sink| {
+            let database = config.databases.iter().find(|d| d.name == sink.database)?;
+            Some((sink.name.clone(), database.publication.name.clone()))
+        })
+        .collect();
+    launcher
+        .start_initial(publication_of)
+        .map_err(ServerError::Store)?;
 
     let signals = shutdown.clone();
     tokio::spawn(async move {

@@ -300,3 +300,37 @@ fn bad_backfill_requests_get_clear_errors_and_a_backfill_can_be_cancelled() {
     let listed = weft.get_json("/api/sinks/items/backfills");
     assert_eq!(listed["data"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn initial_backfill_runs_once_when_the_sink_is_created() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql("INSERT INTO items SELECT g, g FROM generate_series(1, 500) g");
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, "    initial_backfill: true\n"));
+    let reads = weft.drain("items", 500, Duration::from_secs(60));
+    let ids: BTreeSet<i64> = reads
+        .iter()
+        .filter(|m| m["action"] == "read")
+        .map(|m| m["record"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=500).collect(), "log:\n{}", weft.log_text());
+    let listed = weft.get_json("/api/sinks/items/backfills");
+    let id = listed["data"][0]["id"].as_str().unwrap().to_string();
+    wait_for_state(&weft, &id, "completed", Duration::from_secs(60));
+
+    // Not on later starts: the sink exists now.
+    weft.restart();
+    pg.psql("INSERT INTO items VALUES (501, 501)");
+    let after = weft.drain("items", 1, Duration::from_secs(30));
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0]["action"], "insert");
+    assert!(weft.receive("items", 100, 1000).is_empty());
+    assert_eq!(
+        weft.get_json("/api/sinks/items/backfills")["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::Backfills;
 use super::runner::{self, BackfillError};
 use crate::change::Action;
-use crate::config::SinkConfig;
+use crate::config::{InitialBackfill, SinkConfig, TableRef};
 use crate::source::PgConnectOptions;
 use crate::store::{Backfill, BackfillState, Store, StoreError};
 
@@ -20,8 +20,8 @@ pub enum LaunchError {
     /// No such sink.
     #[error("no sink named {0:?}; check the sink's name in the config")]
     UnknownSink(String),
-    /// The table is not `schema.table`.
-    #[error("table {0:?} is not schema-qualified; write it as schema.table, e.g. public.orders")]
+    /// The table is not `schema.table` (the reason, naming it).
+    #[error("table {0}")]
     BadTable(String),
     /// The sink does not take this table's `read` changes.
     #[error(
@@ -103,10 +103,8 @@ impl BackfillLauncher {
             .targets
             .get(sink)
             .ok_or_else(|| LaunchError::UnknownSink(sink.to_string()))?;
-        let (schema, name) = table
-            .split_once('.')
-            .filter(|(s, t)| !s.is_empty() && !t.is_empty())
-            .ok_or_else(|| LaunchError::BadTable(table.to_string()))?;
+        let parsed = TableRef::parse(table).map_err(LaunchError::BadTable)?;
+        let (schema, name) = (parsed.schema.as_str(), parsed.table.as_str());
         if !target.config.accepts(schema, name, Action::Read) {
             return Err(LaunchError::NotInSink {
                 sink: sink.to_string(),
@@ -121,6 +119,78 @@ impl BackfillLauncher {
             .create_backfill(&id, sink, schema, name, estimate)?;
         self.spawn(backfill.clone());
         Ok(backfill)
+    }
+
+    /// Starts the `initial_backfill` of each sink that has never stored
+    /// anything and has no backfill yet (its first start): the listed
+    /// tables, or with `true` every table of the database's `publication`
+    /// the sink receives. Runs in the background; failures are logged.
+    pub fn start_initial(&self, publication_of: HashMap<String, String>) -> Result<(), StoreError> {
+        for (sink, target) in self.targets.iter() {
+            let tables = match &target.config.initial_backfill {
+                None | Some(InitialBackfill::All(false)) => continue,
+                Some(InitialBackfill::Tables(tables)) => Some(tables.clone()),
+                Some(InitialBackfill::All(true)) => target.config.source.include_tables.clone(),
+            };
+            if self.store.sink_cursor(sink)?.is_some()
+                || !self.store.backfills(Some(sink))?.is_empty()
+            {
+                continue;
+            }
+            let (launcher, sink) = (self.clone(), sink.clone());
+            let publication = publication_of.get(&sink).cloned().unwrap_or_default();
+            tokio::spawn(async move {
+                let tables = match tables {
+                    Some(tables) => tables.iter().map(ToString::to_string).collect(),
+                    None => launcher.publication_tables(&sink, &publication).await,
+                };
+                for table in tables {
+                    match launcher.create(&sink, &table).await {
+                        Ok(backfill) => {
+                            tracing::info!(%sink, %table, id = %backfill.id, "initial backfill started")
+                        }
+                        Err(error) => {
+                            tracing::warn!(%sink, %table, %error, "initial backfill not started")
+                        }
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The tables of `publication` that `sink` receives `read` changes of,
+    /// as `schema.table`; waits (up to a minute) for the source to create
+    /// the publication if it does not exist yet.
+    async fn publication_tables(&self, sink: &str, publication: &str) -> Vec<String> {
+        let Some(target) = self.targets.get(sink) else {
+            return Vec::new();
+        };
+        for _ in 0..60 {
+            if let Ok(client) = runner::connect(&target.connection).await
+                && let Ok(rows) = client
+                    .query(
+                        "SELECT schemaname::text, tablename::text FROM pg_publication_tables
+                         WHERE pubname = $1 ORDER BY 1, 2",
+                        &[&publication],
+                    )
+                    .await
+                && !rows.is_empty()
+            {
+                return rows
+                    .iter()
+                    .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+                    .filter(|(schema, table)| target.config.accepts(schema, table, Action::Read))
+                    .map(|(schema, table)| TableRef { schema, table }.to_string())
+                    .collect();
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Vec::new(),
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            }
+        }
+        tracing::warn!(%sink, %publication, "initial backfill: the publication lists no tables");
+        Vec::new()
     }
 
     /// Resumes every active backfill of a known sink (after a restart).

@@ -39,8 +39,8 @@ pub use error::{ConfigError, ConfigIssue, Location};
 pub use http_endpoint::HttpEndpointConfig;
 pub use model::{
     ActionSet, DatabaseConfig, FunctionConfig, FunctionGrants, FunctionKind, FunctionLimits,
-    HttpGrant, LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig, SlotConfig,
-    SourceConfig, TableRef, TruncatePolicy,
+    HttpGrant, InitialBackfill, LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig,
+    SlotConfig, SourceConfig, TableRef, TruncatePolicy,
 };
 
 use document::Document;

@@ -403,8 +403,23 @@ pub struct SinkConfig<D = DestinationConfig> {
     /// (`deliver`).
     #[serde(default)]
     pub truncate: TruncatePolicy,
+    /// Backfill these tables when the sink is created (its first start):
+    /// `true` for every table the sink receives, or a list of
+    /// `schema.table`. Default none.
+    #[serde(default)]
+    pub initial_backfill: Option<InitialBackfill>,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
+}
+
+/// `initial_backfill:` of a sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged, expecting = "true, false, or a list of schema.table names")]
+pub enum InitialBackfill {
+    /// `true`: every table the sink receives; `false`: none.
+    All(bool),
+    /// These tables.
+    Tables(Vec<TableRef>),
 }
 
 /// What a sink does when its backlog is full (Sequin's names).
@@ -483,6 +498,7 @@ impl<D> SinkConfig<D> {
             load_shedding_policy: self.load_shedding_policy,
             quarantine_after_traps: self.quarantine_after_traps,
             truncate: self.truncate,
+            initial_backfill: self.initial_backfill,
             destination,
         }
     }

@@ -283,7 +283,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
-         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `truncate`, `destination` (line 14, column 17)"
+         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `truncate`, `initial_backfill`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
@@ -1032,6 +1032,38 @@ fn max_memory_mb_defaults_to_128_and_is_bounded() {
             "    max_memory_mb: 0\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].max_memory_mb: must be between 1 and 65536, got 0 (line 14, column 20)"
+    );
+}
+
+#[test]
+fn initial_backfill_is_true_or_a_list_of_tables() {
+    use crate::config::InitialBackfill;
+    let none = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(none.sinks[0].initial_backfill, None);
+    let all = load(&with_sink(
+        "    initial_backfill: true\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        all.sinks[0].initial_backfill,
+        Some(InitialBackfill::All(true))
+    );
+    let listed = load(&with_sink(
+        "    initial_backfill: [public.orders]\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        listed.sinks[0].initial_backfill,
+        Some(InitialBackfill::Tables(vec![
+            TableRef::parse("public.orders").unwrap()
+        ]))
+    );
+    let bad = error(&with_sink(
+        "    initial_backfill: yes please\n    destination: {type: sequin_stream}\n",
+    ));
+    assert!(
+        bad.contains("true, false, or a list of schema.table names"),
+        "{bad}"
     );
 }
 
