@@ -194,11 +194,13 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .map(|sink| sink_pipeline(&config, &engine, sink))
             .collect::<Result<Vec<_>, _>>()?;
         let source_config = source_config(database, &sinks, &data_dir)?;
-        backfill_targets.extend(
-            sinks
-                .iter()
-                .map(|sink| ((*sink).clone(), source_config.connection.clone())),
-        );
+        backfill_targets.extend(sinks.iter().map(|sink| {
+            (
+                (*sink).clone(),
+                source_config.connection.clone(),
+                database.slot.name.clone(),
+            )
+        }));
         // Events can carry big rows (TOAST values): a short queue keeps
         // memory bounded while the pipeline stores a batch.
         let (events_tx, events_rx) = mpsc::channel(1024);

@@ -1,7 +1,8 @@
 //! Backfills of a sink (see [`crate::backfill`]):
 //! `POST /api/sinks/{sink}/backfills` with `{"table": "schema.table"}`
 //! starts one, `GET` lists them, `GET …/{id}` shows one with its progress,
-//! `DELETE …/{id}` cancels it.
+//! `POST …/{id}/pause` and `…/resume` pause and resume it, `DELETE …/{id}`
+//! cancels it.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -34,6 +35,7 @@ fn launch_error(error: LaunchError) -> ApiError {
             StatusCode::BAD_GATEWAY
         }
         LaunchError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        LaunchError::WrongState { .. } => StatusCode::CONFLICT,
         _ => StatusCode::UNPROCESSABLE_ENTITY,
     };
     ApiError::new(status, error.to_string())
@@ -89,6 +91,30 @@ pub(super) async fn get(
         .filter(|b| b.sink == sink)
         .ok_or_else(|| launch_error(LaunchError::UnknownBackfill { sink, id }))?;
     Ok(Json(render(&found)))
+}
+
+/// `POST …/backfills/{id}/pause`.
+pub(super) async fn pause(
+    State(state): State<PullApiState>,
+    Path((sink, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let launcher = launcher(&state, &sink)?;
+    let backfill = launcher
+        .pause_or_resume(&sink, &id, false)
+        .map_err(launch_error)?;
+    Ok(Json(render(&backfill)))
+}
+
+/// `POST …/backfills/{id}/resume`.
+pub(super) async fn resume(
+    State(state): State<PullApiState>,
+    Path((sink, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let launcher = launcher(&state, &sink)?;
+    let backfill = launcher
+        .pause_or_resume(&sink, &id, true)
+        .map_err(launch_error)?;
+    Ok(Json(render(&backfill)))
 }
 
 /// `DELETE …/backfills/{id}`: cancels it.

@@ -200,6 +200,14 @@ pub fn router(state: PullApiState) -> Router {
             get(backfills::get).delete(backfills::cancel),
         )
         .route(
+            "/api/sinks/{name}/backfills/{id}/pause",
+            post(backfills::pause),
+        )
+        .route(
+            "/api/sinks/{name}/backfills/{id}/resume",
+            post(backfills::resume),
+        )
+        .route(
             "/api/sinks/{name}/quarantine",
             get(quarantine::get).delete(quarantine::reset),
         )

@@ -44,6 +44,16 @@ pub enum LaunchError {
         /// The backfill id.
         id: String,
     },
+    /// The backfill is not in the state the request needs.
+    #[error("backfill {id} is {}; this needs it {}", state.as_str(), wanted.as_str())]
+    WrongState {
+        /// The backfill id.
+        id: String,
+        /// Its state.
+        state: BackfillState,
+        /// The state the request needs.
+        wanted: BackfillState,
+    },
     /// The store failed.
     #[error("store: {0}")]
     Store(#[from] StoreError),
@@ -52,6 +62,8 @@ pub enum LaunchError {
 struct Target {
     config: SinkConfig,
     connection: PgConnectOptions,
+    /// The database's replication slot: watermarks count only once it exists.
+    slot: String,
 }
 
 /// Starts and stops backfills. Cheap to clone.
@@ -71,17 +83,27 @@ impl std::fmt::Debug for BackfillLauncher {
 }
 
 impl BackfillLauncher {
-    /// A launcher for `sinks`, each with its database's connection; runners
+    /// A launcher for `sinks`, each with its database's connection and
+    /// replication slot; runners
     /// stop at `shutdown`.
     pub fn new(
         store: Store,
         backfills: Backfills,
-        sinks: Vec<(SinkConfig, PgConnectOptions)>,
+        sinks: Vec<(SinkConfig, PgConnectOptions, String)>,
         shutdown: CancellationToken,
     ) -> BackfillLauncher {
         let targets = sinks
             .into_iter()
-            .map(|(config, connection)| (config.name.clone(), Target { config, connection }))
+            .map(|(config, connection, slot)| {
+                (
+                    config.name.clone(),
+                    Target {
+                        config,
+                        connection,
+                        slot,
+                    },
+                )
+            })
             .collect();
         BackfillLauncher {
             store,
@@ -224,6 +246,47 @@ impl BackfillLauncher {
         Ok(self.store.backfill(id)?.unwrap_or(backfill))
     }
 
+    /// Pauses the active backfill `id` of `sink` (`resume: false`) or
+    /// resumes it after a pause (`resume: true`); returns it as it is now.
+    pub fn pause_or_resume(
+        &self,
+        sink: &str,
+        id: &str,
+        resume: bool,
+    ) -> Result<Backfill, LaunchError> {
+        let unknown = || LaunchError::UnknownBackfill {
+            sink: sink.to_string(),
+            id: id.to_string(),
+        };
+        let backfill = self
+            .store
+            .backfill(id)?
+            .filter(|b| b.sink == sink)
+            .ok_or_else(unknown)?;
+        let (from, to) = if resume {
+            (BackfillState::Paused, BackfillState::Active)
+        } else {
+            (BackfillState::Active, BackfillState::Paused)
+        };
+        if !self.store.move_backfill(id, from, to)? {
+            return Err(LaunchError::WrongState {
+                id: id.to_string(),
+                state: backfill.state,
+                wanted: from,
+            });
+        }
+        if resume {
+            let resumed = self.store.backfill(id)?.ok_or_else(unknown)?;
+            self.spawn(resumed.clone());
+            Ok(resumed)
+        } else {
+            if let Some(token) = self.lock().remove(id) {
+                token.cancel();
+            }
+            Ok(self.store.backfill(id)?.unwrap_or(backfill))
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
         self.running
             .lock()
@@ -237,8 +300,9 @@ impl BackfillLauncher {
         let cancel = self.shutdown.child_token();
         self.lock().insert(backfill.id.clone(), cancel.clone());
         let span = tracing::info_span!("backfill", id = %backfill.id, sink = %backfill.sink);
-        let (connection, backfills, store, running) = (
+        let (connection, slot, backfills, store, running) = (
             target.connection.clone(),
+            target.slot.clone(),
             self.backfills.clone(),
             self.store.clone(),
             Arc::clone(&self.running),
@@ -246,11 +310,15 @@ impl BackfillLauncher {
         tokio::spawn(
             async move {
                 let id = backfill.id.clone();
-                runner::run(backfill, connection, backfills, store, cancel).await;
-                running
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .remove(&id);
+                runner::run(backfill, connection, slot, backfills, store, cancel.clone()).await;
+                // A pause or cancel already removed this runner's entry,
+                // and a resume may have put a new one there.
+                if !cancel.is_cancelled() {
+                    running
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .remove(&id);
+                }
             }
             .instrument(span),
         );

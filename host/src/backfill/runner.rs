@@ -23,6 +23,8 @@ const MAX_CHUNK_ROWS: usize = 10_000;
 const TARGET_QUERY_TIME: Duration = Duration::from_millis(500);
 /// How long a chunk may take to be stored before it is read again.
 const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a runner waits for the database's replication slot to exist.
+const SLOT_WAIT: Duration = Duration::from_secs(120);
 /// Attempts at a failing chunk before the backfill fails.
 const MAX_ATTEMPTS: u32 = 5;
 
@@ -224,6 +226,7 @@ async fn emit_watermark(client: &Client, token: &str, mark: Mark) -> Result<(), 
 pub async fn run(
     backfill: Backfill,
     connection: PgConnectOptions,
+    slot: String,
     backfills: Backfills,
     store: Store,
     cancel: CancellationToken,
@@ -232,7 +235,16 @@ pub async fn run(
     let mut attempts = 0;
     let mut cursor = backfill.cursor.clone();
     loop {
-        match run_chunks(&backfill, &mut cursor, &connection, &backfills, &cancel).await {
+        match run_chunks(
+            &backfill,
+            &mut cursor,
+            &connection,
+            &slot,
+            &backfills,
+            &cancel,
+        )
+        .await
+        {
             Ok(()) => return,
             Err(error) => {
                 attempts += 1;
@@ -256,10 +268,34 @@ async fn run_chunks(
     backfill: &Backfill,
     cursor: &mut Option<Vec<String>>,
     connection: &PgConnectOptions,
+    slot: &str,
     backfills: &Backfills,
     cancel: &CancellationToken,
 ) -> Result<(), BackfillError> {
     let client = connect(connection).await?;
+    // A watermark written before the slot exists is never streamed: on a
+    // first start, wait for the source to create it.
+    let deadline = Instant::now() + SLOT_WAIT;
+    while client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(db_error)?
+        .is_none()
+    {
+        if Instant::now() > deadline {
+            return Err(BackfillError::Database(format!(
+                "replication slot {slot} does not exist after {}s; the backfill waits for the source to create it",
+                SLOT_WAIT.as_secs()
+            )));
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
     let (table, _) = describe(&client, &backfill.table_schema, &backfill.table_name).await?;
     let tag = Arc::new(BackfillTag {
         id: backfill.id.clone(),

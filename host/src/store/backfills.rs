@@ -13,6 +13,8 @@ use super::{Store, StoreError, now_ms};
 pub enum BackfillState {
     /// Reading chunks.
     Active,
+    /// Stopped through the API until resumed.
+    Paused,
     /// Every row was read.
     Completed,
     /// Stopped on an error (see `last_error`).
@@ -22,9 +24,11 @@ pub enum BackfillState {
 }
 
 impl BackfillState {
-    fn as_str(self) -> &'static str {
+    /// The state's name in the store and the API.
+    pub fn as_str(self) -> &'static str {
         match self {
             BackfillState::Active => "active",
+            BackfillState::Paused => "paused",
             BackfillState::Completed => "completed",
             BackfillState::Failed => "failed",
             BackfillState::Cancelled => "cancelled",
@@ -34,6 +38,7 @@ impl BackfillState {
     fn parse(text: &str) -> Result<Self, StoreError> {
         Ok(match text {
             "active" => BackfillState::Active,
+            "paused" => BackfillState::Paused,
             "completed" => BackfillState::Completed,
             "failed" => BackfillState::Failed,
             "cancelled" => BackfillState::Cancelled,
@@ -211,8 +216,25 @@ impl Store {
         Ok(updated == 1)
     }
 
+    /// Moves the backfill `id` from state `from` to `to` (pause: active →
+    /// paused, resume: paused → active); returns whether it was in `from`.
+    pub fn move_backfill(
+        &self,
+        id: &str,
+        from: BackfillState,
+        to: BackfillState,
+    ) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let updated = conn
+            .prepare_cached(
+                "UPDATE backfills SET state = ?3, updated_at = ?4 WHERE id = ?1 AND state = ?2",
+            )?
+            .execute(params![id, from.as_str(), to.as_str(), now_ms()])?;
+        Ok(updated == 1)
+    }
+
     /// Ends the backfill `id` as `state` (failed or cancelled) with
-    /// `error`, if it is active; returns whether it was.
+    /// `error`, if it is active or paused; returns whether it was.
     pub fn end_backfill(
         &self,
         id: &str,
@@ -224,7 +246,7 @@ impl Store {
         let updated = conn
             .prepare_cached(
                 "UPDATE backfills SET state = ?2, last_error = ?3, completed_at = ?4, updated_at = ?4
-                 WHERE id = ?1 AND state = 'active'",
+                 WHERE id = ?1 AND state IN ('active', 'paused')",
             )?
             .execute(params![id, state.as_str(), error, now])?;
         Ok(updated == 1)
@@ -276,5 +298,35 @@ mod tests {
         );
         assert_eq!(store.backfills(Some("s")).unwrap().len(), 2);
         assert!(store.backfills(Some("other")).unwrap().is_empty());
+
+        store
+            .create_backfill("b3", "s", "public", "items", None)
+            .unwrap();
+        assert!(
+            store
+                .move_backfill("b3", BackfillState::Active, BackfillState::Paused)
+                .unwrap()
+        );
+        assert!(
+            !store
+                .record_backfill_progress("b3", None, 5, false)
+                .unwrap(),
+            "a paused backfill records no progress"
+        );
+        assert!(
+            !store
+                .move_backfill("b3", BackfillState::Active, BackfillState::Paused)
+                .unwrap()
+        );
+        assert!(
+            store
+                .move_backfill("b3", BackfillState::Paused, BackfillState::Active)
+                .unwrap()
+        );
+        assert!(
+            store
+                .end_backfill("b3", BackfillState::Cancelled, None)
+                .unwrap()
+        );
     }
 }
