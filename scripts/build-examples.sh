@@ -13,7 +13,8 @@
 # under <cache>/examples, never in the git tree, and is reused when present:
 #
 #   tools/bin     wasm-tools, wit-bindgen (cargo install --locked)
-#   npm/          @bytecodealliance/componentize-js (npm, exact version)
+#   npm/          @bytecodealliance/componentize-js (npm ci of the lock in
+#                 examples/js/even-filter)
 #   venv/         componentize-py (pip, exact version)
 #   adapter/      the WASI preview1 reactor adapter, written out of the
 #                 crates.io crate wasi-preview1-component-adapter-provider
@@ -85,16 +86,20 @@ cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" \
     --no-default-features --features component,validate,print
 cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_CLI_VERSION" --no-default-features --features c
 
+# The JS example's package.json and package-lock.json pin componentize-js
+# and everything it pulls in; `npm ci` installs exactly that lock.
 npm_dir="$cache/npm"
+js_src="$WEFT_ROOT/examples/js/even-filter"
 componentize_js="$npm_dir/node_modules/.bin/componentize-js"
-if ! [ -x "$componentize_js" ] ||
-    [ "$("$componentize_js" --version 2>/dev/null)" != "$COMPONENTIZE_JS_VERSION" ]; then
-    say "installing @bytecodealliance/componentize-js $COMPONENTIZE_JS_VERSION (npm)"
+if ! [ -x "$componentize_js" ] || ! cmp -s "$js_src/package-lock.json" "$npm_dir/package-lock.json"; then
+    say "installing @bytecodealliance/componentize-js $COMPONENTIZE_JS_VERSION (npm ci)"
+    rm -rf "$npm_dir"
     mkdir -p "$npm_dir"
-    [ -f "$npm_dir/package.json" ] || echo '{"private": true}' >"$npm_dir/package.json"
-    (cd "$npm_dir" && npm install --silent --no-audit --no-fund --save-exact \
-        "@bytecodealliance/componentize-js@$COMPONENTIZE_JS_VERSION" >&2)
+    cp "$js_src/package.json" "$js_src/package-lock.json" "$npm_dir/"
+    (cd "$npm_dir" && npm ci --silent --no-audit --no-fund >&2)
 fi
+[ "$("$componentize_js" --version)" = "$COMPONENTIZE_JS_VERSION" ] ||
+    die "componentize-js is not $COMPONENTIZE_JS_VERSION: update examples/js/even-filter/package.json and its lock"
 
 venv="$cache/venv"
 if ! [ -x "$venv/bin/componentize-py" ] ||
@@ -150,7 +155,6 @@ if ! cmp -s "$rust_wasm" "$out/even_filter_rust.wasm"; then cp "$rust_wasm" "$ou
 
 # JavaScript: componentize-js (StarlingMonkey, SpiderMonkey in WASM). The
 # sandbox grants no HTTP, so the fetch/HTTP support is left out.
-js_src="$WEFT_ROOT/examples/js/even-filter"
 if stale "$out/even_filter_js.wasm" "$js_src" "$wit"; then
     say "building the JavaScript example"
     "$componentize_js" "$js_src/even-filter.js" --wit "$wit" --world-name filter \
