@@ -70,6 +70,7 @@ cargo_tool() {
     say "installing $crate $version (cargo install; several minutes once)"
     CARGO_TARGET_DIR="$tools/build" cargo install --quiet --locked --root "$tools" \
         "$crate" --version "$version" "$@" >&2
+    rm -rf "$tools/build" # ~700 MB of intermediate files, not needed again
 }
 
 say "checking the examples' toolchains"
