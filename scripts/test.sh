@@ -18,6 +18,11 @@ ensure_redis
 say "building the WebAssembly guests"
 scripts/build-guests.sh
 
+# The even-id filter in Rust, JavaScript, Python and C (tests/e2e/languages.rs);
+# installs the pinned toolchains under the build cache the first time.
+say "building the four-language examples"
+scripts/build-examples.sh
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 

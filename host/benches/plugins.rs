@@ -5,11 +5,13 @@
 //! ```sh
 //! cargo bench -p weft --bench plugins            # everything
 //! cargo bench -p weft --bench plugins -- quick   # fewer rounds
+//! cargo bench -p weft --bench plugins -- langs   # only the four-language filter
 //! ```
 //!
 //! Guests are built with `scripts/build-guests.sh` first (the trivial
 //! filter `host/tests/guests/insert-filter`, the JSON-rewriting transform
-//! `examples/rust/upcase-transform`).
+//! `examples/rust/upcase-transform`), and the four-language even-id filter
+//! (`examples/*/even-filter`) with `scripts/build-examples.sh`.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -28,6 +30,11 @@ fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let rounds = if quick { 3 } else { 7 };
     let round_time = Duration::from_millis(if quick { 150 } else { 400 });
+    if std::env::args().any(|a| a == "langs") {
+        print_header(rounds, round_time);
+        languages(rounds, round_time);
+        return;
+    }
     let guests = build_guests();
     let filter_wasm = guests.join("weft_insert_filter.wasm");
     let transform_wasm = guests.join("weft_upcase_transform.wasm");
@@ -52,20 +59,7 @@ fn main() {
         )
         .expect("load transform");
 
-    println!("# weft plugin benchmark");
-    println!("machine: {}", machine());
-    println!(
-        "load average at start: {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
-    println!(
-        "row: {} bytes of record JSON, {} columns; median of {rounds} rounds of >= {:?}",
-        serde_json::to_string(&sample(0).record).unwrap().len(),
-        sample(0).record.len(),
-        round_time
-    );
+    print_header(rounds, round_time);
     println!();
     println!("| function | batch | WASM ns/msg | native ns/msg | ratio |");
     println!("|---|---:|---:|---:|---:|");
@@ -217,6 +211,199 @@ fn main() {
         "| new instance from the pre-linked component (pooled), incl. `init` | {:.1} µs |",
         (with_new_instance - plain) / 1e3
     );
+    println!();
+    languages(rounds, round_time);
+}
+
+fn print_header(rounds: usize, round_time: Duration) {
+    println!("# weft plugin benchmark");
+    println!("machine: {}", machine());
+    println!(
+        "load average at start: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    println!(
+        "row: {} bytes of record JSON, {} columns; median of {rounds} rounds of >= {:?}",
+        serde_json::to_string(&sample(0).record).unwrap().len(),
+        sample(0).record.len(),
+        round_time
+    );
+}
+
+/// The even-id filter of `examples/*/even-filter` in each language: the
+/// per-message cost at each batch size next to the same logic natively, and
+/// each component's size and start-up costs.
+fn languages(rounds: usize, round_time: Duration) {
+    let examples = build_examples();
+    let cache = tempfile::tempdir().expect("temp dir");
+    let engine = PluginEngine::new(EngineSettings::new(cache.path())).expect("engine");
+    println!("## the even-id filter in four languages");
+    println!();
+    println!("Native: the same logic in Rust on the host's in-memory row (no JSON text).");
+    println!();
+    print!("| batch | native ns/msg |");
+    for (lang, _) in &examples {
+        print!(" {lang} ns/msg |");
+    }
+    println!();
+    println!("|---:|---:|{}", "---:|".repeat(examples.len()));
+    // The JavaScript guest outgrows the default 64 MiB at batches of 1000
+    // (see BENCHMARKS.md); every language gets the engine's maximum here.
+    let limits = Limits {
+        memory_bytes: 256 << 20,
+        ..Limits::default()
+    };
+    let mut filters: Vec<_> = examples
+        .iter()
+        .map(|(lang, path)| {
+            engine
+                .load_filter(&format!("even-{lang}"), path, &config(&[]), &limits)
+                .unwrap_or_else(|e| panic!("load the {lang} filter: {e}"))
+        })
+        .collect();
+    for size in BATCH_SIZES {
+        let batch: Vec<Message> = (0..size).map(sample).collect();
+        let native = per_message(rounds, round_time, size, || {
+            let outcomes: Vec<Result<bool, &str>> =
+                black_box(&batch).iter().map(native_even).collect();
+            black_box(outcomes);
+        });
+        print!("| {size} | {native:.0} |");
+        for filter in &mut filters {
+            let outcomes = filter.filter(&batch).expect("filter call");
+            assert!(
+                outcomes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, o)| o.as_ref().ok() == Some(&(i % 2 == 0))),
+                "{}: wrong outcomes",
+                filter.name()
+            );
+            let wasm = per_message(rounds, round_time, size, || {
+                black_box(filter.filter(black_box(&batch)).expect("filter call"));
+            });
+            print!(" {wasm:.0} |");
+        }
+        println!();
+    }
+    // The same batch of 100 with a 1-column row `{"id": i}`: the difference
+    // to the 9-column row is what parsing the record costs in each language;
+    // what remains is the crossing (13 strings and a list per change).
+    let narrow: Vec<Message> = (0..100)
+        .map(|i| {
+            let mut m = sample(i);
+            m.record = json!({"id": i}).as_object().unwrap().clone();
+            m
+        })
+        .collect();
+    let native = per_message(rounds, round_time, 100, || {
+        let outcomes: Vec<Result<bool, &str>> =
+            black_box(&narrow).iter().map(native_even).collect();
+        black_box(outcomes);
+    });
+    print!("| 100, 1-column row | {native:.0} |");
+    for filter in &mut filters {
+        let wasm = per_message(rounds, round_time, 100, || {
+            black_box(filter.filter(black_box(&narrow)).expect("filter call"));
+        });
+        print!(" {wasm:.0} |");
+    }
+    println!();
+    println!();
+    println!(
+        "| language | component KiB | cold start: compile, pre-link, instantiate, init (ms) | cached start, new engine (ms) | new instance from pre-linked, incl. init (µs) |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let one = vec![sample(0)];
+    for ((lang, path), filter) in examples.iter().zip(&mut filters) {
+        let cold_dir = tempfile::tempdir().expect("temp dir");
+        let cold_engine = PluginEngine::new(EngineSettings::new(cold_dir.path())).expect("engine");
+        let started = Instant::now();
+        drop(
+            cold_engine
+                .load_filter("cold", path, &config(&[]), &limits)
+                .expect("cold load"),
+        );
+        let cold = started.elapsed();
+        let mut cached = Vec::new();
+        for _ in 0..rounds {
+            let warm_engine =
+                PluginEngine::new(EngineSettings::new(cold_dir.path())).expect("engine");
+            let started = Instant::now();
+            drop(
+                warm_engine
+                    .load_filter("cached", path, &config(&[]), &limits)
+                    .expect("cached load"),
+            );
+            cached.push(started.elapsed());
+        }
+        cached.sort();
+        let mut recycling = engine
+            .load_filter(
+                "recycle",
+                path,
+                &config(&[]),
+                &Limits {
+                    recycle_after_calls: Some(1),
+                    ..limits.clone()
+                },
+            )
+            .expect("load filter");
+        let with_new_instance = per_message(rounds, round_time, 1, || {
+            black_box(recycling.filter(black_box(&one)).expect("call"));
+        });
+        let plain = per_message(rounds, round_time, 1, || {
+            black_box(filter.filter(black_box(&one)).expect("call"));
+        });
+        println!(
+            "| {lang} | {} | {:.0} | {:.2} | {:.0} |",
+            std::fs::metadata(path).unwrap().len() / 1024,
+            cold.as_secs_f64() * 1e3,
+            cached[cached.len() / 2].as_secs_f64() * 1e3,
+            (with_new_instance - plain) / 1e3
+        );
+    }
+    println!(
+        "load average at end: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
+/// The even-id filter natively: keep an even integer `id`, drop an odd one.
+fn native_even(message: &Message) -> Result<bool, &'static str> {
+    message
+        .record
+        .get("id")
+        .and_then(Value::as_i64)
+        .map(|id| id % 2 == 0)
+        .ok_or("record has no integer id")
+}
+
+/// Builds the four language examples with `scripts/build-examples.sh`;
+/// returns `(language, component)` pairs.
+fn build_examples() -> Vec<(&'static str, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let output = std::process::Command::new("bash")
+        .arg(root.join("scripts/build-examples.sh"))
+        .output()
+        .expect("run scripts/build-examples.sh");
+    assert!(
+        output.status.success(),
+        "scripts/build-examples.sh failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    ["rust", "js", "python", "c"]
+        .into_iter()
+        .zip(
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .map(PathBuf::from),
+        )
+        .collect()
 }
 
 fn row(name: &str, size: usize, wasm: f64, native: f64) {

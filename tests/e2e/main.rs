@@ -14,6 +14,7 @@ mod functions;
 mod hostile;
 mod idle;
 mod kafka;
+mod languages;
 mod nats;
 mod poison;
 mod rabbitmq;
