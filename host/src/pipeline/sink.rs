@@ -272,7 +272,13 @@ impl SinkPipeline {
         if pending.is_empty() {
             return Ok(settled);
         }
-        let messages: Vec<Message> = pending.iter().map(|p| p.message.clone()).collect();
+        let (messages, places): (Vec<Message>, Vec<(String, u32)>) = pending
+            .into_iter()
+            .map(|p| (p.message, (p.group_id, p.attempts)))
+            .unzip();
+        // A failure keeps the message as it was before any function ran.
+        // Without functions nothing can fail, so a big batch is not copied.
+        let originals = (!self.chain.is_empty()).then(|| messages.clone());
         let started = std::time::Instant::now();
         let outcomes = self.chain.run(messages).await?;
         if outcomes
@@ -282,16 +288,31 @@ impl SinkPipeline {
             self.cooldown += started.elapsed() * TRAP_COOLDOWN_FACTOR;
         }
         let mut blocked: HashSet<String> = HashSet::new();
-        for (pending, outcome) in pending.into_iter().zip(outcomes) {
-            if blocked.contains(&pending.group_id) {
-                settled.behind.push(hold(pending, None));
+        for (index, ((group_id, attempts), outcome)) in places.into_iter().zip(outcomes).enumerate()
+        {
+            let original = || Pending {
+                message: originals
+                    .as_ref()
+                    .map(|o| o[index].clone())
+                    .expect("only functions fail, and a chain with functions keeps the originals"),
+                group_id: group_id.clone(),
+                attempts,
+            };
+            if blocked.contains(&group_id) {
+                settled.behind.push(hold(original(), None));
                 continue;
             }
             match outcome {
-                ChainOutcome::Message(done) => match self.to_new_message(&pending, *done) {
-                    Ok(message) => settled.messages.push(message),
-                    Err(error) => settled.dead_letters.push(dead_letter(pending, error)),
-                },
+                ChainOutcome::Message(done) => {
+                    let position = (
+                        done.message.metadata.commit_lsn,
+                        done.message.metadata.commit_idx,
+                    );
+                    match self.to_new_message(position, &group_id, *done) {
+                        Ok(message) => settled.messages.push(message),
+                        Err(error) => settled.dead_letters.push(dead_letter(original(), error)),
+                    }
+                }
                 ChainOutcome::Dropped { .. } => {}
                 ChainOutcome::Failed {
                     function,
@@ -301,7 +322,7 @@ impl SinkPipeline {
                     trapped,
                 } => {
                     let error = format!("{kind} function {function}: {error}");
-                    let attempt = pending.attempts + 1;
+                    let attempt = attempts + 1;
                     metrics::counter!(
                         crate::metrics::FUNCTION_FAILURES,
                         "sink" => self.config.name.clone(),
@@ -316,14 +337,14 @@ impl SinkPipeline {
                     if transient && self.retry.may_retry(attempt) {
                         let delay = self.retry.delay(attempt);
                         debug!(sink = self.name(), %error, attempt, retry_in_ms = delay.as_millis() as u64, "function failed transiently; the change is held for a retry");
-                        blocked.insert(pending.group_id.clone());
-                        let mut pending = pending;
+                        blocked.insert(group_id.clone());
+                        let mut pending = original();
                         pending.attempts = attempt;
                         settled.retries.push(hold(pending, Some((error, delay))));
                     } else {
-                        warn!(sink = self.name(), idempotency_key = %pending.message.metadata.idempotency_key, attempts = attempt, %error, "function failed on a change; it is dead-lettered and its group proceeds");
-                        let mut pending = pending;
+                        let mut pending = original();
                         pending.attempts = attempt;
+                        warn!(sink = self.name(), idempotency_key = %pending.message.metadata.idempotency_key, attempts = attempt, %error, "function failed on a change; it is dead-lettered and its group proceeds");
                         settled.dead_letters.push(dead_letter(pending, error));
                     }
                 }
@@ -334,7 +355,12 @@ impl SinkPipeline {
 
     /// The stored message for a change the chain turned into `done`, or why
     /// the sink cannot carry it.
-    fn to_new_message(&self, pending: &Pending, done: ChainMessage) -> Result<NewMessage, String> {
+    fn to_new_message(
+        &self,
+        (commit_lsn, commit_idx): (Lsn, u32),
+        group_id: &str,
+        done: ChainMessage,
+    ) -> Result<NewMessage, String> {
         if let Payload::Bytes { content_type, .. } = &done.payload
             && !carries_bytes(self.chain.sink_type)
         {
@@ -354,14 +380,14 @@ impl SinkPipeline {
                 self.chain.sink_type,
                 done.message.action,
                 &done.message.metadata,
-                &pending.group_id,
+                group_id,
             ),
             done.route,
         );
         Ok(NewMessage {
-            commit_lsn: pending.message.metadata.commit_lsn,
-            commit_idx: pending.message.metadata.commit_idx,
-            group_id: pending.group_id.clone(),
+            commit_lsn,
+            commit_idx,
+            group_id: group_id.to_string(),
             idempotency_key: done.message.metadata.idempotency_key,
             payload: done.payload,
             route,
