@@ -65,6 +65,46 @@ fn drain_until_quiet(weft: &WeftProcess) -> Vec<Value> {
     all
 }
 
+/// Creates `items` with `rows` rows, `v` set to `v` (an SQL expression of `g`, the id).
+fn items_table(pg: &PgCluster, rows: i64, v: &str) {
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    pg.psql(&format!(
+        "INSERT INTO items SELECT g, {v} FROM generate_series(1, {rows}) g"
+    ));
+}
+
+/// Waits until the backfill `id` has stored some rows; returns its state.
+fn wait_for_progress(weft: &WeftProcess, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
+        if progress["rows_processed_count"].as_u64().unwrap() > 0 {
+            return progress;
+        }
+        assert!(Instant::now() < deadline, "no progress: {progress}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Drains into `delivered` until the backfill `id` completes, then until quiet.
+fn drain_until_completed(weft: &WeftProcess, id: &str, delivered: &mut Vec<Value>) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let done = loop {
+        delivered.extend(weft.drain("items", 5000, Duration::from_secs(1)));
+        let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
+        if progress["state"] == "completed" {
+            break progress;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not completed: {progress}\n{}",
+            weft.log_text()
+        );
+    };
+    delivered.extend(drain_until_quiet(weft));
+    done
+}
+
 /// Applies `messages` in delivery order: the state each row ends in.
 fn replay(messages: &[Value]) -> BTreeMap<i64, i64> {
     let mut state = BTreeMap::new();
@@ -118,10 +158,7 @@ fn churn(pg: &PgCluster, rows: i64, stop: &AtomicBool) -> usize {
 fn a_backfill_reads_every_row_while_changes_flow_and_never_delivers_a_stale_row() {
     let pg = PgCluster::start();
     let rows = 20_000;
-    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
-    pg.psql(&format!(
-        "INSERT INTO items SELECT g, 0 FROM generate_series(1, {rows}) g"
-    ));
+    items_table(&pg, rows, "0");
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(dir.path(), &config(&pg, ""));
     pg.wait_for_active_slot(SLOT);
@@ -175,10 +212,7 @@ fn a_backfill_reads_every_row_while_changes_flow_and_never_delivers_a_stale_row(
 fn a_backfill_killed_mid_way_resumes_from_its_cursor() {
     let pg = PgCluster::start();
     let rows = 60_000;
-    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
-    pg.psql(&format!(
-        "INSERT INTO items SELECT g, g FROM generate_series(1, {rows}) g"
-    ));
+    items_table(&pg, rows, "g");
     let dir = tempfile::tempdir().unwrap();
     // The backlog bound pauses the stream, and with it the backfill, until
     // the consumer drains: the kill lands mid-way for sure.
@@ -205,20 +239,7 @@ fn a_backfill_killed_mid_way_resumes_from_its_cursor() {
     let mut delivered = weft.drain("items", 1000, Duration::from_secs(10));
     weft.kill();
     weft.restart();
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let done = loop {
-        delivered.extend(weft.drain("items", 5000, Duration::from_secs(1)));
-        let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
-        if progress["state"] == "completed" {
-            break progress;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not completed: {progress}\n{}",
-            weft.log_text()
-        );
-    };
-    delivered.extend(drain_until_quiet(&weft));
+    let done = drain_until_completed(&weft, &id, &mut delivered);
     let read_ids: BTreeSet<i64> = delivered
         .iter()
         .map(|m| m["record"]["id"].as_i64().unwrap())
@@ -236,9 +257,8 @@ fn a_backfill_killed_mid_way_resumes_from_its_cursor() {
 #[test]
 fn bad_backfill_requests_get_clear_errors_and_a_backfill_can_be_cancelled() {
     let pg = PgCluster::start();
-    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    items_table(&pg, 10, "g");
     pg.psql("CREATE TABLE loose (v int)");
-    pg.psql("INSERT INTO items SELECT g, g FROM generate_series(1, 10) g");
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(
         dir.path(),
@@ -304,8 +324,7 @@ fn bad_backfill_requests_get_clear_errors_and_a_backfill_can_be_cancelled() {
 #[test]
 fn initial_backfill_runs_once_when_the_sink_is_created() {
     let pg = PgCluster::start();
-    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
-    pg.psql("INSERT INTO items SELECT g, g FROM generate_series(1, 500) g");
+    items_table(&pg, 500, "g");
     let dir = tempfile::tempdir().unwrap();
     let mut weft = WeftProcess::start(dir.path(), &config(&pg, "    initial_backfill: true\n"));
     let reads = weft.drain("items", 500, Duration::from_secs(60));
@@ -348,21 +367,14 @@ fn act(weft: &WeftProcess, id: &str, action: &str) -> (u16, Value) {
 fn a_paused_backfill_reads_nothing_until_resumed() {
     let pg = PgCluster::start();
     let rows = 30_000;
-    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
-    pg.psql(&format!(
-        "INSERT INTO items SELECT g, g FROM generate_series(1, {rows}) g"
-    ));
+    items_table(&pg, rows, "g");
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(dir.path(), &config(&pg, "    max_backlog_messages: 2000\n"));
     pg.wait_for_active_slot(SLOT);
     let (_, created) = start_backfill(&weft, "public.items");
     let id = created["id"].as_str().unwrap().to_string();
     let path = format!("/api/sinks/items/backfills/{id}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while weft.get_json(&path)["rows_processed_count"] == 0 {
-        assert!(Instant::now() < deadline, "no progress");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_progress(&weft, &id);
     let (status, paused) = act(&weft, &id, "pause");
     assert_eq!(
         (status, paused["state"].as_str()),
@@ -390,16 +402,7 @@ fn a_paused_backfill_reads_nothing_until_resumed() {
         (200, Some("active")),
         "{resumed}"
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while weft.get_json(&path)["state"] != "completed" {
-        delivered.extend(weft.drain("items", 5000, Duration::from_secs(1)));
-        assert!(
-            Instant::now() < deadline,
-            "not completed:\n{}",
-            weft.log_text()
-        );
-    }
-    delivered.extend(drain_until_quiet(&weft));
+    drain_until_completed(&weft, &id, &mut delivered);
     let ids: BTreeSet<i64> = delivered
         .iter()
         .map(|m| m["record"]["id"].as_i64().unwrap())

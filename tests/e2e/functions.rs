@@ -299,16 +299,7 @@ fn an_enrichment_calls_an_allowed_http_api_on_the_pull_sink() {
     pg.psql("CREATE TABLE orders (id int PRIMARY KEY, item text)");
     let api = LookupApi::start();
     let config = format!(
-        r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_http, create_if_not_exists: true }}
-    publication: {{ name: weft_http, create_if_not_exists: true }}
-functions:
+        r#"{databases}functions:
   - name: lookup
     type: enrichment
     file: {enrichment}
@@ -321,7 +312,7 @@ sinks:
     enrichment: lookup
     destination: {{ type: sequin_stream, ack_wait_ms: 5000 }}
 "#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_http"),
         addr = api.addr,
         enrichment = guests::wasm("weft_http_enrichment").display(),
     );

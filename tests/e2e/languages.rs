@@ -36,19 +36,10 @@ fn config(pg: &PgCluster) -> String {
         ));
     }
     format!(
-        r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: {SLOT}, create_if_not_exists: true }}
-    publication: {{ name: {SLOT}, create_if_not_exists: true }}
-functions:
+        r#"{databases}functions:
 {functions}sinks:
 {sinks}"#,
-        port = pg.port(),
+        databases = pg.databases_yaml(SLOT),
     )
 }
 

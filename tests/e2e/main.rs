@@ -11,7 +11,6 @@ mod crash;
 mod databases;
 mod first_slice;
 mod functions;
-mod hostile;
 mod idle;
 mod kafka;
 mod languages;
