@@ -227,17 +227,20 @@ impl BackfillLauncher {
         Ok(resumed)
     }
 
-    /// Cancels the backfill `id` of `sink`; returns it as it is now.
-    pub fn cancel(&self, sink: &str, id: &str) -> Result<Backfill, LaunchError> {
-        let unknown = || LaunchError::UnknownBackfill {
-            sink: sink.to_string(),
-            id: id.to_string(),
-        };
-        let backfill = self
-            .store
+    /// The backfill `id` of `sink`.
+    fn find(&self, sink: &str, id: &str) -> Result<Backfill, LaunchError> {
+        self.store
             .backfill(id)?
             .filter(|b| b.sink == sink)
-            .ok_or_else(unknown)?;
+            .ok_or_else(|| LaunchError::UnknownBackfill {
+                sink: sink.to_string(),
+                id: id.to_string(),
+            })
+    }
+
+    /// Cancels the backfill `id` of `sink`; returns it as it is now.
+    pub fn cancel(&self, sink: &str, id: &str) -> Result<Backfill, LaunchError> {
+        let backfill = self.find(sink, id)?;
         self.store
             .end_backfill(id, BackfillState::Cancelled, None)?;
         if let Some(token) = self.lock().remove(id) {
@@ -254,15 +257,7 @@ impl BackfillLauncher {
         id: &str,
         resume: bool,
     ) -> Result<Backfill, LaunchError> {
-        let unknown = || LaunchError::UnknownBackfill {
-            sink: sink.to_string(),
-            id: id.to_string(),
-        };
-        let backfill = self
-            .store
-            .backfill(id)?
-            .filter(|b| b.sink == sink)
-            .ok_or_else(unknown)?;
+        let backfill = self.find(sink, id)?;
         let (from, to) = if resume {
             (BackfillState::Paused, BackfillState::Active)
         } else {
@@ -276,7 +271,7 @@ impl BackfillLauncher {
             });
         }
         if resume {
-            let resumed = self.store.backfill(id)?.ok_or_else(unknown)?;
+            let resumed = self.find(sink, id)?;
             self.spawn(resumed.clone());
             Ok(resumed)
         } else {
