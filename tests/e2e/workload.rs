@@ -227,8 +227,12 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
         rss_big / 1024,
         started.elapsed()
     );
+    // Holding the big transaction would add at least its extra 90 MB; the
+    // allowance (a third of that) covers allocator arenas and caches that
+    // warm up over a longer stream (seen: 0 to 22 MiB on the CI machine).
+    let allowance_kib = 30 * 1024;
     assert!(
-        rss_big_stored < rss_small_stored + 16 * 1024 && rss_big < rss_small + 16 * 1024,
+        rss_big_stored < rss_small_stored + allowance_kib && rss_big < rss_small + allowance_kib,
         "weft's memory grew with the transaction: stored {rss_small_stored} → {rss_big_stored} KiB, drained {rss_small} → {rss_big} KiB"
     );
     assert!(
