@@ -25,6 +25,14 @@ pub const FUNCTION_FAILURES: &str = "weft_function_failures_total";
 /// `table` (`schema.table`).
 pub const UNCHANGED_TOAST_VALUES: &str = "weft_unchanged_toast_values_total";
 
+/// Rows a backfill has read and stored so far (survives restarts).
+/// Labels: `sink`, `table` (`schema.table`).
+pub const BACKFILL_ROWS_PROCESSED: &str = "weft_backfill_rows_processed";
+/// The planner's estimate of the rows a backfill reads. Labels: `sink`, `table`.
+pub const BACKFILL_ROWS_ESTIMATED: &str = "weft_backfill_rows_estimated";
+/// 1 while a backfill of the table is active, else 0. Labels: `sink`, `table`.
+pub const BACKFILL_ACTIVE: &str = "weft_backfill_active";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the recorder (once per process) and returns its handle.
@@ -53,6 +61,20 @@ pub fn install() -> &'static PrometheusHandle {
             UNCHANGED_TOAST_VALUES,
             metrics::Unit::Count,
             "unchanged TOAST values delivered as \"unchanged_toast\" (replica identity not FULL)"
+        );
+        metrics::describe_gauge!(
+            BACKFILL_ROWS_PROCESSED,
+            metrics::Unit::Count,
+            "rows the latest backfill of the table into the sink has read and stored"
+        );
+        metrics::describe_gauge!(
+            BACKFILL_ROWS_ESTIMATED,
+            metrics::Unit::Count,
+            "the planner's estimate of the rows that backfill reads"
+        );
+        metrics::describe_gauge!(
+            BACKFILL_ACTIVE,
+            "1 while a backfill of the table into the sink is active, else 0"
         );
         handle
     })

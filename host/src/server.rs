@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
-use crate::backfill::{BackfillLauncher, Backfills};
+use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
 use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
@@ -194,12 +194,11 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .map(|sink| sink_pipeline(&config, &engine, sink))
             .collect::<Result<Vec<_>, _>>()?;
         let source_config = source_config(database, &sinks, &data_dir)?;
-        backfill_targets.extend(sinks.iter().map(|sink| {
-            (
-                (*sink).clone(),
-                source_config.connection.clone(),
-                database.slot.name.clone(),
-            )
+        backfill_targets.extend(sinks.iter().map(|sink| BackfillTarget {
+            config: (*sink).clone(),
+            connection: source_config.connection.clone(),
+            slot: database.slot.name.clone(),
+            publication: database.publication.name.clone(),
         }));
         // Events can carry big rows (TOAST values): a short queue keeps
         // memory bounded while the pipeline stores a batch.
@@ -250,17 +249,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     if resumed > 0 {
         info!(resumed, "active backfills resumed");
     }
-    let publication_of = config
-        .sinks
-        .iter()
-        .filter_map(|sink| {
-            let database = config.databases.iter().find(|d| d.name == sink.database)?;
-            Some((sink.name.clone(), database.publication.name.clone()))
-        })
-        .collect();
-    launcher
-        .start_initial(publication_of)
-        .map_err(ServerError::Store)?;
+    launcher.start_initial().map_err(ServerError::Store)?;
 
     let signals = shutdown.clone();
     tokio::spawn(async move {

@@ -1,6 +1,6 @@
 //! Backfills of a sink (see [`crate::backfill`]):
 //! `POST /api/sinks/{sink}/backfills` with `{"table": "schema.table"}`
-//! starts one, `GET` lists them, `GET …/{id}` shows one with its progress,
+//! (or `{"tables": [...] | "all"}`, optionally partial) starts them, `GET` lists them, `GET …/{id}` shows one with its progress,
 //! `POST …/{id}/pause` and `…/resume` pause and resume it, `DELETE …/{id}`
 //! cancels it.
 
@@ -9,11 +9,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, PullApiState};
-use crate::backfill::BackfillLauncher;
 use crate::backfill::launcher::LaunchError;
+use crate::backfill::{BackfillLauncher, BackfillScope, RowFilter, TableSelection};
 use crate::store::{Backfill, BackfillState};
 
 fn launcher(state: &PullApiState, sink: &str) -> Result<BackfillLauncher, ApiError> {
@@ -31,7 +32,7 @@ fn launcher(state: &PullApiState, sink: &str) -> Result<BackfillLauncher, ApiErr
 fn launch_error(error: LaunchError) -> ApiError {
     let status = match &error {
         LaunchError::UnknownSink(_) | LaunchError::UnknownBackfill { .. } => StatusCode::NOT_FOUND,
-        LaunchError::Table(crate::backfill::runner::BackfillError::Database(_)) => {
+        LaunchError::Table(error) | LaunchError::InTable { error, .. } if error.is_transient() => {
             StatusCode::BAD_GATEWAY
         }
         LaunchError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -41,25 +42,96 @@ fn launch_error(error: LaunchError) -> ApiError {
     ApiError::new(status, error.to_string())
 }
 
-/// `POST …/backfills`: `{"table": "public.orders"}`.
+/// The body of `POST …/backfills`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    /// One table, `schema.table`: the answer is that backfill.
+    table: Option<String>,
+    /// A list of tables, or `"all"` for every table the sink receives: the
+    /// answer is `{"data": [...]}`.
+    tables: Option<Value>,
+    sort_column: Option<String>,
+    /// A string or a number.
+    start_position: Option<Value>,
+    filter: Option<RowFilter>,
+}
+
+/// `POST …/backfills`: `{"table": "public.orders"}`, or `{"tables": [...]}`
+/// or `{"tables": "all"}`, each optionally partial (`sort_column`,
+/// `start_position`, `filter`).
 pub(super) async fn create(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let launcher = launcher(&state, &sink)?;
-    let request: Value = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_param(
-            "body",
-            format!("the body is not JSON ({e}); send {{\"table\": \"schema.table\"}}"),
-        )
-    })?;
-    let table = request
-        .get("table")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::bad_param("table", "`table` is required: the schema-qualified table to backfill, e.g. \"public.orders\""))?;
-    let backfill = launcher.create(&sink, table).await.map_err(launch_error)?;
-    Ok((StatusCode::CREATED, Json(render(&backfill))))
+    let request: CreateRequest =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body))
+            .map_err(|e| {
+                let field = e.path().to_string();
+                ApiError::bad_param(
+                    if field == "." { "body" } else { &field },
+                    format!(
+                        "{e}; send {{\"table\": \"schema.table\"}} or {{\"tables\": [...] | \"all\"}}, with optional \"sort_column\", \"start_position\" and \"filter\": {{\"where\": \"...\", \"params\": [...]}}"
+                    ),
+                )
+            })?;
+    let start_position = match &request.start_position {
+        None => None,
+        Some(value) => Some(BackfillScope::position_text(value).ok_or_else(|| {
+            ApiError::bad_param(
+                "start_position",
+                "`start_position` is a string or a number: the first sort_column value to read",
+            )
+        })?),
+    };
+    let scope = BackfillScope {
+        sort_column: request.sort_column,
+        start_position,
+        filter: request.filter,
+    };
+    let (tables, single) = match (request.table, request.tables) {
+        (Some(table), None) => (TableSelection::Tables(vec![table]), true),
+        (None, Some(Value::String(all))) if all == "all" => (TableSelection::All, false),
+        (None, Some(Value::Array(list)))
+            if !list.is_empty() && list.iter().all(Value::is_string) =>
+        {
+            let names = list
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            (TableSelection::Tables(names), false)
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_param(
+                "tables",
+                "give either `table` or `tables`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::bad_param(
+                "table",
+                "`table` is required: the schema-qualified table to backfill, e.g. \"public.orders\" (or `tables`: a list, or \"all\" for every table of the sink)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(ApiError::bad_param(
+                "tables",
+                "`tables` is a non-empty list of \"schema.table\" names, or \"all\"",
+            ));
+        }
+    };
+    let created = launcher
+        .create(&sink, tables, scope)
+        .await
+        .map_err(launch_error)?;
+    let body = if single {
+        render(&created[0])
+    } else {
+        json!({"data": created.iter().map(render).collect::<Vec<_>>()})
+    };
+    Ok((StatusCode::CREATED, Json(body)))
 }
 
 /// `GET …/backfills`: `{"data": [...]}`, oldest first.
@@ -149,6 +221,10 @@ fn render(backfill: &Backfill) -> Value {
         "id": backfill.id,
         "sink": backfill.sink,
         "table": format!("{}.{}", backfill.table_schema, backfill.table_name),
+        "kind": backfill.scope.kind(),
+        "sort_column": backfill.scope.sort_column,
+        "start_position": backfill.scope.start_position,
+        "filter": backfill.scope.filter,
         "state": backfill.state,
         "rows_processed_count": backfill.rows_processed,
         "rows_initial_count": backfill.rows_estimated,

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::Backfills;
 use super::runner::{self, BackfillError};
+use super::scope::ChunkQuery;
+use super::{BackfillScope, Backfills};
 use crate::change::Action;
 use crate::config::{InitialBackfill, SinkConfig, TableRef};
 use crate::source::PgConnectOptions;
@@ -33,9 +34,28 @@ pub enum LaunchError {
         /// The table.
         table: String,
     },
-    /// The table cannot be backfilled.
+    /// The database could not be reached, or the scope is wrong whatever
+    /// the table.
     #[error(transparent)]
     Table(#[from] BackfillError),
+    /// One of the tables cannot be backfilled as asked.
+    #[error("{table}: {error}")]
+    InTable {
+        /// The table.
+        table: String,
+        /// Why.
+        error: BackfillError,
+    },
+    /// "All tables" found none.
+    #[error(
+        "sink {sink} receives no tables to backfill: publication {publication} lists none it takes; add tables to the publication or name them with `tables`"
+    )]
+    NoTables {
+        /// The sink.
+        sink: String,
+        /// The database's publication.
+        publication: String,
+    },
     /// No such backfill.
     #[error("sink {sink} has no backfill {id}")]
     UnknownBackfill {
@@ -59,11 +79,26 @@ pub enum LaunchError {
     Store(#[from] StoreError),
 }
 
-struct Target {
-    config: SinkConfig,
-    connection: PgConnectOptions,
+/// A sink a launcher can backfill, with its database.
+#[derive(Debug, Clone)]
+pub struct BackfillTarget {
+    /// The sink.
+    pub config: SinkConfig,
+    /// Its database.
+    pub connection: PgConnectOptions,
     /// The database's replication slot: watermarks count only once it exists.
-    slot: String,
+    pub slot: String,
+    /// The database's publication: "all tables" means its tables.
+    pub publication: String,
+}
+
+/// Which of a sink's tables a request backfills.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableSelection {
+    /// These tables (`schema.table`).
+    Tables(Vec<String>),
+    /// Every table the sink receives `read` changes of.
+    All,
 }
 
 /// Starts and stops backfills. Cheap to clone.
@@ -71,7 +106,7 @@ struct Target {
 pub struct BackfillLauncher {
     store: Store,
     backfills: Backfills,
-    targets: Arc<HashMap<String, Target>>,
+    targets: Arc<HashMap<String, BackfillTarget>>,
     running: Arc<Mutex<HashMap<String, CancellationToken>>>,
     shutdown: CancellationToken,
 }
@@ -83,27 +118,16 @@ impl std::fmt::Debug for BackfillLauncher {
 }
 
 impl BackfillLauncher {
-    /// A launcher for `sinks`, each with its database's connection and
-    /// replication slot; runners
-    /// stop at `shutdown`.
+    /// A launcher for `sinks`; runners stop at `shutdown`.
     pub fn new(
         store: Store,
         backfills: Backfills,
-        sinks: Vec<(SinkConfig, PgConnectOptions, String)>,
+        sinks: Vec<BackfillTarget>,
         shutdown: CancellationToken,
     ) -> BackfillLauncher {
         let targets = sinks
             .into_iter()
-            .map(|(config, connection, slot)| {
-                (
-                    config.name.clone(),
-                    Target {
-                        config,
-                        connection,
-                        slot,
-                    },
-                )
-            })
+            .map(|target| (target.config.name.clone(), target))
             .collect();
         BackfillLauncher {
             store,
@@ -119,40 +143,91 @@ impl BackfillLauncher {
         self.targets.contains_key(sink)
     }
 
-    /// Starts a backfill of `table` (`schema.table`) into `sink`.
-    pub async fn create(&self, sink: &str, table: &str) -> Result<Backfill, LaunchError> {
+    /// Starts a backfill of each selected table of `sink`, reading the
+    /// rows in `scope`. Every table is checked first; if one is refused,
+    /// none starts.
+    pub async fn create(
+        &self,
+        sink: &str,
+        tables: TableSelection,
+        scope: BackfillScope,
+    ) -> Result<Vec<Backfill>, LaunchError> {
         let target = self
             .targets
             .get(sink)
             .ok_or_else(|| LaunchError::UnknownSink(sink.to_string()))?;
-        let parsed = TableRef::parse(table).map_err(LaunchError::BadTable)?;
-        let (schema, name) = (parsed.schema.as_str(), parsed.table.as_str());
-        if !target.config.accepts(schema, name, Action::Read) {
-            return Err(LaunchError::NotInSink {
-                sink: sink.to_string(),
-                table: table.to_string(),
-            });
-        }
+        scope.check()?;
+        let tables = match tables {
+            TableSelection::Tables(tables) => tables,
+            TableSelection::All => {
+                let all = self.publication_tables(sink, false).await?;
+                if all.is_empty() {
+                    return Err(LaunchError::NoTables {
+                        sink: sink.to_string(),
+                        publication: target.publication.clone(),
+                    });
+                }
+                all
+            }
+        };
         let client = runner::connect(&target.connection).await?;
-        let (_, estimate) = runner::describe(&client, schema, name).await?;
-        let id = uuid::Uuid::new_v4().to_string();
-        let backfill = self
-            .store
-            .create_backfill(&id, sink, schema, name, estimate)?;
-        self.spawn(backfill.clone());
-        Ok(backfill)
+        let mut checked = Vec::with_capacity(tables.len());
+        for table in &tables {
+            let parsed = TableRef::parse(table).map_err(LaunchError::BadTable)?;
+            if !target
+                .config
+                .accepts(&parsed.schema, &parsed.table, Action::Read)
+            {
+                return Err(LaunchError::NotInSink {
+                    sink: sink.to_string(),
+                    table: table.to_string(),
+                });
+            }
+            let in_table = |error: BackfillError| LaunchError::InTable {
+                table: table.to_string(),
+                error,
+            };
+            let (described, reltuples) = runner::describe(&client, &parsed.schema, &parsed.table)
+                .await
+                .map_err(in_table)?;
+            let query = ChunkQuery::build(&client, &described, &scope)
+                .await
+                .map_err(in_table)?;
+            let estimate = if scope == BackfillScope::default() {
+                reltuples
+            } else {
+                query.estimate(&client).await.map_err(in_table)?
+            };
+            checked.push((parsed, estimate));
+        }
+        let mut created = Vec::with_capacity(checked.len());
+        for (table, estimate) in checked {
+            let id = uuid::Uuid::new_v4().to_string();
+            let backfill = self.store.create_backfill(
+                &id,
+                sink,
+                (&table.schema, &table.table),
+                &scope,
+                estimate,
+            )?;
+            self.spawn(backfill.clone());
+            created.push(backfill);
+        }
+        Ok(created)
     }
 
     /// Starts the `initial_backfill` of each sink that has never stored
     /// anything and has no backfill yet (its first start): the listed
-    /// tables, or with `true` every table of the database's `publication`
-    /// the sink receives. Runs in the background; failures are logged.
-    pub fn start_initial(&self, publication_of: HashMap<String, String>) -> Result<(), StoreError> {
+    /// tables, or with `true` every table the sink receives. Runs in the
+    /// background; failures are logged.
+    pub fn start_initial(&self) -> Result<(), StoreError> {
         for (sink, target) in self.targets.iter() {
             let tables = match &target.config.initial_backfill {
                 None | Some(InitialBackfill::All(false)) => continue,
-                Some(InitialBackfill::Tables(tables)) => Some(tables.clone()),
-                Some(InitialBackfill::All(true)) => target.config.source.include_tables.clone(),
+                Some(InitialBackfill::Tables(tables)) => {
+                    TableSelection::Tables(tables.iter().map(ToString::to_string).collect())
+                }
+                Some(InitialBackfill::All(true)) => TableSelection::All,
             };
             if self.store.sink_cursor(sink)?.is_some()
                 || !self.store.backfills(Some(sink))?.is_empty()
@@ -160,59 +235,70 @@ impl BackfillLauncher {
                 continue;
             }
             let (launcher, sink) = (self.clone(), sink.clone());
-            let publication = publication_of.get(&sink).cloned().unwrap_or_default();
             tokio::spawn(async move {
+                // On a first start the source may not have created the
+                // publication yet.
                 let tables = match tables {
-                    Some(tables) => tables.iter().map(ToString::to_string).collect(),
-                    None => launcher.publication_tables(&sink, &publication).await,
-                };
-                for table in tables {
-                    match launcher.create(&sink, &table).await {
-                        Ok(backfill) => {
-                            tracing::info!(%sink, %table, id = %backfill.id, "initial backfill started")
-                        }
+                    TableSelection::All => match launcher.publication_tables(&sink, true).await {
+                        Ok(tables) => TableSelection::Tables(tables),
                         Err(error) => {
-                            tracing::warn!(%sink, %table, %error, "initial backfill not started")
+                            tracing::warn!(%sink, %error, "initial backfill not started");
+                            return;
+                        }
+                    },
+                    listed => listed,
+                };
+                match launcher
+                    .create(&sink, tables, BackfillScope::default())
+                    .await
+                {
+                    Ok(created) => {
+                        for backfill in created {
+                            tracing::info!(%sink, table = %format!("{}.{}", backfill.table_schema, backfill.table_name), id = %backfill.id, "initial backfill started");
                         }
                     }
+                    Err(error) => tracing::warn!(%sink, %error, "initial backfill not started"),
                 }
             });
         }
         Ok(())
     }
 
-    /// The tables of `publication` that `sink` receives `read` changes of,
-    /// as `schema.table`; waits (up to a minute) for the source to create
-    /// the publication if it does not exist yet.
-    async fn publication_tables(&self, sink: &str, publication: &str) -> Vec<String> {
-        let Some(target) = self.targets.get(sink) else {
-            return Vec::new();
-        };
+    /// The tables of `sink`'s publication (or its `include_tables`) that it
+    /// receives `read` changes of, as `schema.table`. With `wait`, waits up
+    /// to a minute for the source to create the publication.
+    async fn publication_tables(&self, sink: &str, wait: bool) -> Result<Vec<String>, LaunchError> {
+        let target = self
+            .targets
+            .get(sink)
+            .ok_or_else(|| LaunchError::UnknownSink(sink.to_string()))?;
+        if let Some(tables) = &target.config.source.include_tables {
+            return Ok(tables.iter().map(ToString::to_string).collect());
+        }
         for _ in 0..60 {
-            if let Ok(client) = runner::connect(&target.connection).await
-                && let Ok(rows) = client
-                    .query(
-                        "SELECT schemaname::text, tablename::text FROM pg_publication_tables
-                         WHERE pubname = $1 ORDER BY 1, 2",
-                        &[&publication],
-                    )
-                    .await
-                && !rows.is_empty()
-            {
-                return rows
+            let client = runner::connect(&target.connection).await?;
+            let rows = client
+                .query(
+                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables
+                     WHERE pubname = $1 ORDER BY 1, 2",
+                    &[&target.publication],
+                )
+                .await
+                .map_err(runner::db_error)?;
+            if !rows.is_empty() || !wait {
+                return Ok(rows
                     .iter()
                     .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
                     .filter(|(schema, table)| target.config.accepts(schema, table, Action::Read))
                     .map(|(schema, table)| TableRef { schema, table }.to_string())
-                    .collect();
+                    .collect());
             }
             tokio::select! {
-                _ = self.shutdown.cancelled() => return Vec::new(),
+                _ = self.shutdown.cancelled() => return Ok(Vec::new()),
                 _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
             }
         }
-        tracing::warn!(%sink, %publication, "initial backfill: the publication lists no tables");
-        Vec::new()
+        Ok(Vec::new())
     }
 
     /// Resumes every active backfill of a known sink (after a restart).
@@ -246,7 +332,9 @@ impl BackfillLauncher {
         if let Some(token) = self.lock().remove(id) {
             token.cancel();
         }
-        Ok(self.store.backfill(id)?.unwrap_or(backfill))
+        let now = self.store.backfill(id)?.unwrap_or(backfill);
+        super::publish_progress(&now);
+        Ok(now)
     }
 
     /// Pauses the active backfill `id` of `sink` (`resume: false`) or
@@ -278,7 +366,9 @@ impl BackfillLauncher {
             if let Some(token) = self.lock().remove(id) {
                 token.cancel();
             }
-            Ok(self.store.backfill(id)?.unwrap_or(backfill))
+            let now = self.store.backfill(id)?.unwrap_or(backfill);
+            super::publish_progress(&now);
+            Ok(now)
         }
     }
 
@@ -292,6 +382,7 @@ impl BackfillLauncher {
         let Some(target) = self.targets.get(&backfill.sink) else {
             return;
         };
+        super::publish_progress(&backfill);
         let cancel = self.shutdown.child_token();
         self.lock().insert(backfill.id.clone(), cancel.clone());
         let span = tracing::info_span!("backfill", id = %backfill.id, sink = %backfill.sink);

@@ -23,7 +23,9 @@
 //! before a restart, or another weft) are ignored.
 
 pub mod launcher;
+mod row_filter;
 pub mod runner;
+pub mod scope;
 mod watermarks;
 
 use std::collections::HashMap;
@@ -34,8 +36,37 @@ use tokio::sync::oneshot;
 
 use crate::change::{BackfillTag, Relation, Row};
 
-pub use launcher::BackfillLauncher;
+pub use launcher::{BackfillLauncher, BackfillTarget, TableSelection};
+pub use row_filter::{FilterError, RowFilter};
+pub use scope::BackfillScope;
 pub use watermarks::{ChunkStored, Watermarks};
+
+/// Publishes `backfill`'s progress as gauges (`crate::metrics`), labelled
+/// by sink and table: the latest backfill of a table wins.
+pub fn publish_progress(backfill: &crate::store::Backfill) {
+    use crate::metrics::{BACKFILL_ACTIVE, BACKFILL_ROWS_ESTIMATED, BACKFILL_ROWS_PROCESSED};
+    let labels = [
+        ("sink", backfill.sink.clone()),
+        (
+            "table",
+            format!("{}.{}", backfill.table_schema, backfill.table_name),
+        ),
+    ];
+    metrics::gauge!(BACKFILL_ROWS_PROCESSED, &labels).set(backfill.rows_processed as f64);
+    if let Some(estimate) = backfill.rows_estimated {
+        metrics::gauge!(BACKFILL_ROWS_ESTIMATED, &labels).set(estimate as f64);
+    }
+    let active = backfill.state == crate::store::BackfillState::Active;
+    metrics::gauge!(BACKFILL_ACTIVE, &labels).set(if active { 1.0 } else { 0.0 });
+}
+
+/// Re-reads the backfill `id` and publishes its progress; a store error
+/// only costs the gauges an update.
+pub(crate) fn republish(store: &crate::store::Store, id: &str) {
+    if let Ok(Some(backfill)) = store.backfill(id) {
+        publish_progress(&backfill);
+    }
+}
 
 /// What a watermark message says (its JSON content).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,8 +10,9 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::scope::ChunkQuery;
 use super::{Backfills, Mark, WatermarkContent};
-use crate::change::{BackfillTag, Column, Relation, Row, WATERMARK_PREFIX};
+use crate::change::{BackfillTag, Column, Relation, WATERMARK_PREFIX};
 use crate::source::PgConnectOptions;
 use crate::store::{Backfill, BackfillState, Store};
 
@@ -42,9 +43,21 @@ pub enum BackfillError {
         "table {0} has no primary key; a backfill pages through a table by its primary key: add one (ALTER TABLE ... ADD PRIMARY KEY)"
     )]
     NoPrimaryKey(String),
+    /// The request's scope (sort column, start position, filter) does not
+    /// fit the table; the reason, naming the field.
+    #[error("{0}")]
+    Scope(String),
 }
 
-fn db_error(error: impl std::fmt::Display) -> BackfillError {
+impl BackfillError {
+    /// Whether trying again may help (the database was unreachable), as
+    /// opposed to a table or scope that does not fit.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BackfillError::Database(_))
+    }
+}
+
+pub(crate) fn db_error(error: impl std::fmt::Display) -> BackfillError {
     BackfillError::Database(error.to_string())
 }
 
@@ -52,7 +65,20 @@ fn db_error(error: impl std::fmt::Display) -> BackfillError {
 pub(crate) struct Table {
     pub(crate) relation: Arc<Relation>,
     /// `format_type` of each primary-key column, in key order.
-    key_types: Vec<String>,
+    pub(crate) key_types: Vec<String>,
+    /// `format_type` of each column, in the relation's column order.
+    types: Vec<String>,
+}
+
+impl Table {
+    /// The `format_type` of the column `name`, if the table has it.
+    pub(crate) fn column_type(&self, name: &str) -> Option<&str> {
+        self.relation
+            .columns
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| self.types[i].as_str())
+    }
 }
 
 /// Opens a query connection with the session settings weft's rendering assumes.
@@ -105,14 +131,17 @@ pub(crate) async fn describe(
     }
     let primary_key: Vec<String> = key_rows.iter().map(|r| r.get(0)).collect();
     let key_types = key_rows.iter().map(|r| r.get(1)).collect();
-    let columns = client
+    let column_rows = client
         .query(
-            "SELECT attname::text, atttypid, atttypmod FROM pg_attribute
+            "SELECT attname::text, atttypid, atttypmod, format_type(atttypid, atttypmod)
+             FROM pg_attribute
              WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             &[&oid],
         )
         .await
-        .map_err(db_error)?
+        .map_err(db_error)?;
+    let types = column_rows.iter().map(|r| r.get(3)).collect();
+    let columns = column_rows
         .iter()
         .map(|r| {
             let name: String = r.get(0);
@@ -135,75 +164,14 @@ pub(crate) async fn describe(
         Table {
             relation,
             key_types,
+            types,
         },
         estimate.map(|n| n.max(0) as u64),
     ))
 }
 
-fn quote_ident(name: &str) -> String {
+pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// One chunk: rows after `cursor` in key order, each with its JSON key
-/// (as changes carry it) and row, plus the last row's key as text.
-async fn read_chunk(
-    client: &Client,
-    table: &Table,
-    cursor: Option<&[String]>,
-    limit: usize,
-) -> Result<(Vec<(Vec<String>, Row)>, Option<Vec<String>>), BackfillError> {
-    let relation = &table.relation;
-    let keys: Vec<String> = relation
-        .primary_key
-        .iter()
-        .map(|k| quote_ident(k))
-        .collect();
-    let key_text: Vec<String> = keys.iter().map(|k| format!("t.{k}::text")).collect();
-    let after = match cursor {
-        None => String::new(),
-        Some(_) => {
-            let params: Vec<String> = table
-                .key_types
-                .iter()
-                .enumerate()
-                .map(|(i, ty)| format!("${}::text::{ty}", i + 1))
-                .collect();
-            let columns: Vec<String> = keys.iter().map(|k| format!("t.{k}")).collect();
-            format!("WHERE ({}) > ({})", columns.join(", "), params.join(", "))
-        }
-    };
-    let sql = format!(
-        "SELECT to_jsonb(t)::text, {} FROM ONLY {}.{} t {after} ORDER BY {} LIMIT {limit}",
-        key_text.join(", "),
-        quote_ident(&relation.schema),
-        quote_ident(&relation.name),
-        keys.iter()
-            .map(|k| format!("t.{k}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = cursor
-        .unwrap_or_default()
-        .iter()
-        .map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync))
-        .collect();
-    let rows = client.query(&sql, &params).await.map_err(db_error)?;
-    let mut out = Vec::with_capacity(rows.len());
-    let mut last = None;
-    for row in &rows {
-        let text: String = row.get(0);
-        let mut value: Row = serde_json::from_str(&text).map_err(db_error)?;
-        // to_jsonb orders keys its own way; messages list columns in table order.
-        let mut ordered = Row::new();
-        for column in &relation.columns {
-            if let Some(v) = value.remove(&column.name) {
-                ordered.insert(column.name.clone(), v);
-            }
-        }
-        last = Some((1..=keys.len()).map(|i| row.get::<_, String>(i)).collect());
-        out.push((relation.key_of(&ordered), ordered));
-    }
-    Ok((out, last))
 }
 
 async fn emit_watermark(client: &Client, token: &str, mark: Mark) -> Result<(), BackfillError> {
@@ -248,10 +216,11 @@ pub async fn run(
             Ok(()) => return,
             Err(error) => {
                 attempts += 1;
-                if attempts >= MAX_ATTEMPTS {
+                if attempts >= MAX_ATTEMPTS || !error.is_transient() {
                     warn!(backfill = %id, %error, "backfill failed");
                     let _ =
                         store.end_backfill(&id, BackfillState::Failed, Some(&error.to_string()));
+                    super::republish(&store, &id);
                     return;
                 }
                 warn!(backfill = %id, %error, attempt = attempts, "backfill chunk failed; retrying");
@@ -297,6 +266,7 @@ async fn run_chunks(
         }
     }
     let (table, _) = describe(&client, &backfill.table_schema, &backfill.table_name).await?;
+    let query = ChunkQuery::build(&client, &table, &backfill.scope).await?;
     let tag = Arc::new(BackfillTag {
         id: backfill.id.clone(),
         sink: backfill.sink.clone(),
@@ -312,7 +282,9 @@ async fn run_chunks(
         let read = async {
             emit_watermark(&client, &token, Mark::Low).await?;
             let started = Instant::now();
-            let (rows, last) = read_chunk(&client, &table, cursor.as_deref(), chunk_rows).await?;
+            let (rows, last) = query
+                .read(&client, &table, cursor.as_deref(), chunk_rows)
+                .await?;
             let took = started.elapsed();
             let done = rows.len() < chunk_rows;
             let next = last.or_else(|| cursor.clone());

@@ -42,6 +42,7 @@ impl ChunkStored {
             self.rows,
             self.done,
         )?;
+        super::republish(store, &self.backfill);
         if let Some(notify) = self.notify {
             let _ = notify.send(());
         }
@@ -245,7 +246,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         store
-            .create_backfill("b", "s", "public", "items", None)
+            .create_backfill("b", "s", ("public", "items"), &Default::default(), None)
             .unwrap();
         chunk.record(&store).unwrap();
         assert!(stored.try_recv().is_ok(), "the runner is told");

@@ -6,6 +6,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Store, StoreError, now_ms};
+use crate::backfill::BackfillScope;
 
 /// Where a backfill is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -63,10 +64,13 @@ pub struct Backfill {
     pub table_schema: String,
     /// The table's name.
     pub table_name: String,
+    /// Which rows it reads.
+    pub scope: BackfillScope,
     /// Where it is.
     pub state: BackfillState,
-    /// The primary key of the last row stored (the key columns' text
-    /// values), or `None` before the first chunk.
+    /// The order columns' text values of the last row stored (the primary
+    /// key, after the sort column for a partial backfill that has one), or
+    /// `None` before the first chunk.
     pub cursor: Option<Vec<String>>,
     /// Rows read and stored so far.
     pub rows_processed: u64,
@@ -83,7 +87,7 @@ pub struct Backfill {
 }
 
 const COLUMNS: &str = "id, sink, table_schema, table_name, state, cursor, rows_processed, \
-     rows_estimated, last_error, created_at, updated_at, completed_at";
+     rows_estimated, last_error, created_at, updated_at, completed_at, scope";
 
 type RawBackfill = (
     String,
@@ -98,6 +102,7 @@ type RawBackfill = (
     i64,
     i64,
     Option<i64>,
+    Option<String>,
 );
 
 fn raw(row: &Row<'_>) -> rusqlite::Result<RawBackfill> {
@@ -114,6 +119,7 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawBackfill> {
         row.get(9)?,
         row.get(10)?,
         row.get(11)?,
+        row.get(12)?,
     ))
 }
 
@@ -127,11 +133,22 @@ fn parse(raw: RawBackfill) -> Result<Backfill, StoreError> {
             })
         })
         .transpose()?;
+    let scope = raw
+        .12
+        .map(|text| {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                what: "backfill scope",
+                detail: e.to_string(),
+            })
+        })
+        .transpose()?
+        .unwrap_or_default();
     Ok(Backfill {
         id: raw.0,
         sink: raw.1,
         table_schema: raw.2,
         table_name: raw.3,
+        scope,
         state: BackfillState::parse(&raw.4)?,
         cursor,
         rows_processed: raw.6 as u64,
@@ -144,22 +161,25 @@ fn parse(raw: RawBackfill) -> Result<Backfill, StoreError> {
 }
 
 impl Store {
-    /// Records a new active backfill of `schema.table` into `sink`.
+    /// Records a new active backfill of the rows of `schema.table` in
+    /// `scope` into `sink`.
     pub fn create_backfill(
         &self,
         id: &str,
         sink: &str,
-        schema: &str,
-        table: &str,
+        (schema, table): (&str, &str),
+        scope: &BackfillScope,
         rows_estimated: Option<u64>,
     ) -> Result<Backfill, StoreError> {
         let now = now_ms();
+        let scope = (scope != &BackfillScope::default())
+            .then(|| serde_json::to_string(scope).expect("a scope serialises"));
         let conn = self.lock();
         conn.prepare_cached(
-            "INSERT INTO backfills (id, sink, table_schema, table_name, state, rows_estimated, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?6)",
+            "INSERT INTO backfills (id, sink, table_schema, table_name, state, rows_estimated, created_at, updated_at, scope)
+             VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?6, ?7)",
         )?
-        .execute(params![id, sink, schema, table, rows_estimated.map(|n| n as i64), now])?;
+        .execute(params![id, sink, schema, table, rows_estimated.map(|n| n as i64), now, scope])?;
         drop(conn);
         self.backfill(id)?.ok_or_else(|| StoreError::Corrupt {
             what: "backfill",
@@ -261,8 +281,14 @@ mod tests {
     fn progress_accumulates_until_completed_and_a_cancel_wins() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let full = BackfillScope::default();
+        let partial = BackfillScope {
+            sort_column: Some("id".into()),
+            start_position: Some("4".into()),
+            filter: None,
+        };
         store
-            .create_backfill("b1", "s", "public", "items", Some(10))
+            .create_backfill("b1", "s", ("public", "items"), &partial, Some(10))
             .unwrap();
         let keys = ["4".to_string()];
         assert!(
@@ -272,6 +298,7 @@ mod tests {
         );
         assert!(store.record_backfill_progress("b1", None, 0, true).unwrap());
         let done = store.backfill("b1").unwrap().unwrap();
+        assert_eq!(done.scope, partial, "the scope survives the store");
         assert_eq!(done.state, BackfillState::Completed);
         assert_eq!(done.cursor, Some(vec!["4".to_string()]));
         assert_eq!(done.rows_processed, 4);
@@ -284,7 +311,7 @@ mod tests {
         );
 
         store
-            .create_backfill("b2", "s", "public", "items", None)
+            .create_backfill("b2", "s", ("public", "items"), &full, None)
             .unwrap();
         assert!(
             store
@@ -300,7 +327,7 @@ mod tests {
         assert!(store.backfills(Some("other")).unwrap().is_empty());
 
         store
-            .create_backfill("b3", "s", "public", "items", None)
+            .create_backfill("b3", "s", ("public", "items"), &full, None)
             .unwrap();
         assert!(
             store

@@ -138,6 +138,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX backfills_sink ON backfills (sink, created_at);
     "#,
+    // 6: which rows a partial backfill reads (`crate::backfill::BackfillScope`
+    // as JSON); NULL for a full one.
+    r#"
+    ALTER TABLE backfills ADD COLUMN scope TEXT;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per
