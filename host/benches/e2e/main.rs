@@ -8,6 +8,7 @@
 //! cargo bench -p weft --bench e2e -- latency               # scenario 2
 //! cargo bench -p weft --bench e2e -- latency --rate 2000 --seconds 20
 //! cargo bench -p weft --bench e2e -- throughput --only pull
+//! cargo bench -p weft --bench e2e -- backfill --changes 1000000   # scenario 3 (N rows)
 //! ```
 //!
 //! * `throughput`: one slot per consumer is created before any write, then
@@ -17,6 +18,8 @@
 //! * `latency`: weft runs caught up while changes are written at a fixed
 //!   rate; per message, receipt time at the broker's consumer minus the
 //!   message's `metadata.commit_timestamp`.
+//! * `backfill`: N existing rows backfilled into the pull sink, next to
+//!   `COPY (SELECT * …) TO STDOUT` of the same table.
 //!
 //! A new sink is one more [`targets::Target`] (and [`targets::LiveTarget`]
 //! for latency) in `targets.rs`, listed in [`throughput_targets`] and
@@ -29,6 +32,7 @@
 #[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
+mod backfill;
 mod baseline;
 mod latency;
 mod report;
@@ -62,7 +66,7 @@ fn main() {
     let scenarios: Vec<&str> = args
         .iter()
         .map(String::as_str)
-        .filter(|a| matches!(*a, "throughput" | "latency"))
+        .filter(|a| matches!(*a, "throughput" | "latency" | "backfill"))
         .collect();
     let scenarios = if scenarios.is_empty() {
         vec!["throughput", "latency"]
@@ -75,6 +79,7 @@ fn main() {
     for scenario in scenarios {
         match scenario {
             "throughput" => throughput::run(&settings, throughput_targets),
+            "backfill" => backfill::run(&settings),
             _ => latency::run(&settings, latency_targets),
         }
     }
