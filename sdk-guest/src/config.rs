@@ -24,6 +24,19 @@ impl Config {
     }
 }
 
+/// Pairs written inline, e.g. in tests:
+/// `Config::from(&[("column", "name")][..])`.
+impl From<&[(&str, &str)]> for Config {
+    fn from(pairs: &[(&str, &str)]) -> Self {
+        Config(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+}
+
 impl From<Vec<(String, String)>> for Config {
     fn from(pairs: Vec<(String, String)>) -> Self {
         Config(pairs.into_iter().collect())

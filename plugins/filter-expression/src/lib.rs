@@ -72,10 +72,7 @@ mod tests {
     }
 
     fn filter(expression: &str) -> Result<FilterExpression, String> {
-        FilterExpression::init(Config::from(vec![(
-            "expression".to_string(),
-            expression.to_string(),
-        )]))
+        FilterExpression::init(Config::from(&[("expression", expression)][..]))
     }
 
     #[test]

@@ -139,10 +139,6 @@ mod tests {
     const SALT: &str = "0123456789abcdef";
 
     fn masks(pairs: &[(&str, &str)]) -> Result<Masks, String> {
-        let pairs = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<Vec<_>>();
         Masks::from_config(&Config::from(pairs))
     }
 

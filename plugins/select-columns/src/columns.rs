@@ -127,10 +127,6 @@ mod tests {
     use weft_sdk_guest::serde_json::json;
 
     fn columns(pairs: &[(&str, &str)]) -> Result<Columns, String> {
-        let pairs = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<Vec<_>>();
         Columns::from_config(&Config::from(pairs))
     }
 
