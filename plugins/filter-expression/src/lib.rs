@@ -55,18 +55,8 @@ mod tests {
 
     fn change(action: Action, record: &str) -> Change {
         let metadata = Metadata {
-            table_schema: "public".into(),
             table_name: "orders".into(),
-            commit_timestamp: "2024-05-01T12:00:00.000000Z".into(),
-            commit_lsn: 1,
-            commit_idx: 0,
-            idempotency_key: "k".into(),
-            record_pks: vec!["1".into()],
-            database_name: "shop".into(),
-            consumer_id: "c".into(),
-            consumer_name: "orders".into(),
-            transaction_annotations: None,
-            enrichment: None,
+            ..Metadata::default()
         };
         Change::new(action, record.into(), None, metadata)
     }

@@ -171,6 +171,20 @@ mod tests {
     }
 
     #[test]
+    fn redact_writes_the_configured_replacement() {
+        let m = masks(&[("redact", "ssn, card"), ("replacement", "***")]).unwrap();
+        let mut row = json!({"ssn": "1", "card": 4111, "name": "Ada"})
+            .as_object()
+            .unwrap()
+            .clone();
+        m.apply(&mut row, "record").unwrap();
+        assert_eq!(
+            Value::Object(row),
+            json!({"ssn": "***", "card": "***", "name": "Ada"})
+        );
+    }
+
+    #[test]
     fn truncating_a_number_is_permanent() {
         let m = masks(&[("truncate", "n:2")]).unwrap();
         let mut row = json!({"n": 12345}).as_object().unwrap().clone();

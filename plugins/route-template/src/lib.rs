@@ -130,3 +130,62 @@ impl Routing for RouteTemplate {
 }
 
 export_routing!(RouteTemplate);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_sdk_guest::{Action, Metadata};
+
+    fn change(record: &str) -> Change {
+        let metadata = Metadata {
+            table_name: "orders".into(),
+            ..Metadata::default()
+        };
+        Change::new(Action::Insert, record.into(), None, metadata)
+    }
+
+    fn routing(pairs: &[(&str, &str)]) -> Result<RouteTemplate, String> {
+        RouteTemplate::init(Config::from(pairs))
+    }
+
+    #[test]
+    fn fills_every_configured_field_and_header() {
+        let mut r = routing(&[
+            ("subject", "cdc.{metadata.table_name}.{action}"),
+            ("header.X-Region", "{record.region}"),
+            ("expire_ms", "5000"),
+            ("default.record.region", "none"),
+        ])
+        .unwrap();
+        let route = r.route(change(r#"{"id": 7, "region": "eu"}"#)).unwrap();
+        assert_eq!(
+            route,
+            Route {
+                subject: Some("cdc.orders.insert".into()),
+                headers: Some(vec![("X-Region".into(), "eu".into())]),
+                expire_ms: Some(5000),
+                ..Route::default()
+            }
+        );
+        let route = r.route(change(r#"{"id": 8}"#)).unwrap();
+        assert_eq!(
+            route.headers,
+            Some(vec![("X-Region".into(), "none".into())])
+        );
+    }
+
+    #[test]
+    fn bad_config_is_refused_with_the_reason() {
+        let err = |pairs: &[(&str, &str)]| routing(pairs).err().unwrap();
+        assert!(err(&[]).starts_with("no route field to set"));
+        assert!(err(&[("topik", "x")]).starts_with("unknown config key `topik`"));
+        assert_eq!(
+            err(&[("key", "a"), ("expire_ms", "soon")]),
+            "`expire_ms` is `soon`, not a whole number of milliseconds"
+        );
+        assert!(
+            err(&[("key", "{record.id}"), ("default.record.region", "x")])
+                .contains("which no template uses")
+        );
+    }
+}
