@@ -62,7 +62,7 @@ run_as_pg_owner() {
 }
 
 # ensure_redis makes a Redis answer on 127.0.0.1:6379, where the Redis sink
-# tests keep their data (databases 11 to 13); it starts one without
+# tests keep their data (databases 11 to 14); it starts one without
 # persistence when none answers.
 ensure_redis() {
     ensure_packages redis-server:redis-server redis-cli:redis-tools

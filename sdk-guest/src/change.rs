@@ -31,7 +31,10 @@ impl Action {
 }
 
 /// Where a change came from: the `metadata` of a Sequin message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Default` (empty strings and zeros) is for tests of a plugin:
+/// `Metadata { table_name: "orders".into(), ..Metadata::default() }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metadata {
     /// Schema of the changed table.
     pub table_schema: String,

@@ -41,6 +41,7 @@ extern crate self as weft_sdk_guest;
 mod change;
 mod config;
 mod error;
+pub mod path;
 mod payload;
 
 #[cfg(feature = "enrichment")]
@@ -55,6 +56,7 @@ pub mod transform;
 pub use change::{Action, Change, Metadata};
 pub use config::Config;
 pub use error::Error;
+pub use path::MessagePath;
 pub use payload::Payload;
 pub use serde_json;
 

@@ -4,14 +4,13 @@
 //! against a real Postgres: read-only, bound parameters, statement timeout,
 //! row cap; and an enrichment calling an allowed HTTP API on loopback.
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::harness::guests;
 use crate::harness::postgres::PgCluster;
-use crate::harness::weft::WeftProcess;
+use crate::harness::weft::{WeftProcess, run_weft_with};
 
 fn config(pg: &PgCluster, grants: &str, sink_extra: &str) -> String {
     format!(
@@ -123,33 +122,6 @@ fn enrichment_filter_and_transform_run_in_order_on_the_pull_sink() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn run_weft_with(config: &str) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("weft.yml");
-    std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["run", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .arg("--config")
-        .arg(&path)
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run weft");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("weft kept running; it should have refused to start");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let output = child.wait_with_output().unwrap();
-    let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stdout));
-    (output.status.code(), text)
 }
 
 #[test]

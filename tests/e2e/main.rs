@@ -9,6 +9,7 @@ mod backlog;
 mod config_errors;
 mod crash;
 mod databases;
+mod first_party;
 mod first_slice;
 mod functions;
 mod idle;

@@ -4,25 +4,36 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// The repository root.
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `scripts/<script>` from the repository root and returns its
+/// stdout; fails the test with its output unless it succeeds.
+pub fn run_script(script: &str) -> String {
+    let output = Command::new("bash")
+        .arg(root().join("scripts").join(script))
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+    assert!(
+        output.status.success(),
+        "scripts/{script} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// The directory `scripts/build-guests.sh` writes components to.
 fn guest_dir() -> &'static PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let output = Command::new("bash")
-            .arg(root.join("scripts/build-guests.sh"))
-            .current_dir(&root)
-            .output()
-            .expect("run scripts/build-guests.sh");
-        assert!(
-            output.status.success(),
-            "scripts/build-guests.sh failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        run_script("build-guests.sh");
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
+            .unwrap_or_else(|| root().join("target"));
         target.join("guests/wasm32-wasip2/guest")
     })
 }
@@ -49,22 +60,8 @@ pub const EXAMPLE_LANGUAGES: [&str; 4] = ["rust", "js", "python", "c"];
 pub fn even_filter_examples() -> &'static [(&'static str, PathBuf)] {
     static BUILT: OnceLock<Vec<(&'static str, PathBuf)>> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let output = Command::new("bash")
-            .arg(root.join("scripts/build-examples.sh"))
-            .current_dir(&root)
-            .output()
-            .expect("run scripts/build-examples.sh");
-        assert!(
-            output.status.success(),
-            "scripts/build-examples.sh failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let paths: Vec<PathBuf> = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .collect();
+        let stdout = run_script("build-examples.sh");
+        let paths: Vec<PathBuf> = stdout.lines().map(PathBuf::from).collect();
         assert_eq!(
             paths.len(),
             EXAMPLE_LANGUAGES.len(),

@@ -9,6 +9,7 @@
 //! * [`kafka::TansuBroker`]: a tansu (Kafka-protocol) broker per test.
 //! * [`rabbitmq::Amqp`]: an independent AMQP client to read queues back.
 
+pub mod avro;
 pub mod certs;
 pub mod guests;
 pub mod kafka;

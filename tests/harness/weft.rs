@@ -309,3 +309,33 @@ pub fn http() -> reqwest::blocking::Client {
         .build()
         .expect("HTTP client")
 }
+
+/// Runs weft on `config` until it exits (it must refuse to start: after
+/// 60 s it is killed and the test fails); returns its exit code and its
+/// stderr followed by its stdout.
+pub fn run_weft_with(config: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.yml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&path)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run weft");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weft kept running; it should have refused to start");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let output = child.wait_with_output().unwrap();
+    let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stdout));
+    (output.status.code(), text)
+}
