@@ -1,4 +1,4 @@
-//! Health of weft's entities (databases, slots, sinks, plugins), shown by
+//! Health of weft's entities (databases, slots, sinks, plugins, backfills), shown by
 //! `GET /api/health`.
 //!
 //! Components report named *checks* on an entity: a warning or an error
@@ -25,6 +25,8 @@ pub enum EntityKind {
     Sink,
     /// A function (WASM plugin) of a sink.
     Plugin,
+    /// The latest backfill of a table into a sink (`<sink>/<schema.table>`).
+    Backfill,
 }
 
 /// How healthy an entity or a check is; ordered from best to worst.

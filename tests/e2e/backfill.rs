@@ -755,3 +755,64 @@ fn partial_backfill_requests_are_checked_before_anything_is_read() {
     let delivered = weft.drain("items", 5050, Duration::from_secs(120));
     assert_eq!(delivered.len(), 5050, "both tables' rows");
 }
+
+#[test]
+fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
+    let pg = PgCluster::start();
+    orders_table(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    // A small backlog stalls the backfill until the consumer drains, so the
+    // pause lands before it completes.
+    let weft = WeftProcess::start(
+        dir.path(),
+        &config(&pg, "    max_backlog_messages: 200\n").replace("public.items", "public.orders"),
+    );
+    pg.wait_for_active_slot(SLOT);
+    let (status, created) = post_backfill(
+        &weft,
+        json!({"table": "public.orders", "sort_column": "at"}),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    wait_for_progress(&weft, &id);
+    assert_eq!(act(&weft, &id, "pause").0, 200);
+    pg.psql("ALTER TABLE orders DROP COLUMN at");
+    assert_eq!(act(&weft, &id, "resume").0, 200);
+
+    // Not five retries: a scope that no longer fits fails on the spot.
+    let failed = wait_for_state(&weft, &id, "failed", Duration::from_secs(10));
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(error.contains("\"at\" is not a column"), "{error}");
+    let health = weft.health();
+    let entity = health["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "backfill" && e["name"] == "items/public.orders")
+        .unwrap_or_else(|| panic!("no backfill entity in {health}"));
+    assert_eq!(entity["status"], "error", "{entity}");
+    assert_eq!(entity["checks"][0]["id"], "failed");
+    assert!(
+        entity["checks"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("start a new backfill"),
+        "{entity}"
+    );
+    assert!(
+        !entity["last_success_at"].is_null(),
+        "chunks were stored before: {entity}"
+    );
+
+    // A new backfill of the table clears the failure.
+    let (status, _) = post_backfill(&weft, json!({"table": "public.orders"}));
+    assert_eq!(status, 201);
+    let health = weft.health();
+    let entity = health["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "backfill" && e["name"] == "items/public.orders")
+        .unwrap();
+    assert_eq!(entity["status"], "healthy", "{entity}");
+}

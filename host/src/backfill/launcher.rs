@@ -383,6 +383,12 @@ impl BackfillLauncher {
             return;
         };
         super::publish_progress(&backfill);
+        // A new run of the table's backfill starts from a clean slate.
+        crate::health::global().clear(
+            crate::health::EntityKind::Backfill,
+            &super::health_name(&backfill.sink, &backfill.table_schema, &backfill.table_name),
+            runner::FAILED,
+        );
         let cancel = self.shutdown.child_token();
         self.lock().insert(backfill.id.clone(), cancel.clone());
         let span = tracing::info_span!("backfill", id = %backfill.id, sink = %backfill.sink);

@@ -60,6 +60,12 @@ pub fn publish_progress(backfill: &crate::store::Backfill) {
     metrics::gauge!(BACKFILL_ACTIVE, &labels).set(if active { 1.0 } else { 0.0 });
 }
 
+/// The health entity of `backfill`: the latest backfill of its table into
+/// its sink.
+pub(crate) fn health_name(sink: &str, schema: &str, table: &str) -> String {
+    format!("{sink}/{schema}.{table}")
+}
+
 /// Re-reads the backfill `id` and publishes its progress; a store error
 /// only costs the gauges an update.
 pub(crate) fn republish(store: &crate::store::Store, id: &str) {

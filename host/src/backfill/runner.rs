@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::scope::ChunkQuery;
 use super::{Backfills, Mark, WatermarkContent};
 use crate::change::{BackfillTag, Column, Relation, WATERMARK_PREFIX};
+use crate::health::{self, EntityKind, Status};
 use crate::source::PgConnectOptions;
 use crate::store::{Backfill, BackfillState, Store};
 
@@ -28,6 +29,10 @@ const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
 const SLOT_WAIT: Duration = Duration::from_secs(120);
 /// Attempts at a failing chunk before the backfill fails.
 const MAX_ATTEMPTS: u32 = 5;
+/// Health check ids of a backfill entity: a chunk is being retried; the
+/// backfill failed.
+pub(crate) const CHUNK_FAILING: &str = "chunk_failing";
+pub(crate) const FAILED: &str = "failed";
 
 /// Why a backfill could not start or continue.
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +205,8 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let id = backfill.id.clone();
+    let health = health::global();
+    let entity = super::health_name(&backfill.sink, &backfill.table_schema, &backfill.table_name);
     let mut attempts = 0;
     let mut cursor = backfill.cursor.clone();
     loop {
@@ -221,8 +228,25 @@ pub async fn run(
                     let _ =
                         store.end_backfill(&id, BackfillState::Failed, Some(&error.to_string()));
                     super::republish(&store, &id);
+                    health.clear(EntityKind::Backfill, &entity, CHUNK_FAILING);
+                    health.fail(
+                        EntityKind::Backfill,
+                        &entity,
+                        FAILED,
+                        Status::Error,
+                        format!(
+                            "backfill {id} failed: {error}; fix the cause, then start a new backfill (it reads the table again)"
+                        ),
+                    );
                     return;
                 }
+                health.fail(
+                    EntityKind::Backfill,
+                    &entity,
+                    CHUNK_FAILING,
+                    Status::Warning,
+                    format!("backfill {id}: attempt {attempts} of {MAX_ATTEMPTS} at a chunk failed: {error}"),
+                );
                 warn!(backfill = %id, %error, attempt = attempts, "backfill chunk failed; retrying");
                 tokio::select! {
                     _ = cancel.cancelled() => return,

@@ -27,6 +27,8 @@ pub struct ChunkStored {
     /// The commit of the high watermark's transaction.
     pub commit_lsn: Lsn,
     backfill: String,
+    /// The backfill's health entity.
+    entity: String,
     cursor: Option<Vec<String>>,
     rows: u64,
     done: bool,
@@ -43,6 +45,13 @@ impl ChunkStored {
             self.done,
         )?;
         super::republish(store, &self.backfill);
+        let health = crate::health::global();
+        health.clear(
+            crate::health::EntityKind::Backfill,
+            &self.entity,
+            super::runner::CHUNK_FAILING,
+        );
+        health.succeeded(crate::health::EntityKind::Backfill, &self.entity);
         if let Some(notify) = self.notify {
             let _ = notify.send(());
         }
@@ -140,6 +149,11 @@ impl Watermarks {
                 let stored = ChunkStored {
                     commit_lsn: watermark.commit_lsn,
                     backfill: tag.id.clone(),
+                    entity: super::health_name(
+                        &tag.sink,
+                        &chunk.relation.schema,
+                        &chunk.relation.name,
+                    ),
                     cursor: chunk.cursor,
                     rows: selected,
                     done: chunk.done,
