@@ -33,6 +33,39 @@ pub const BACKFILL_ROWS_ESTIMATED: &str = "weft_backfill_rows_estimated";
 /// 1 while a backfill of the table is active, else 0. Labels: `sink`, `table`.
 pub const BACKFILL_ACTIVE: &str = "weft_backfill_active";
 
+/// Messages that entered a sink's queue: stored after its functions,
+/// released from being held, replayed from the dead letters, or
+/// dead-lettered by a function (Sequin's name). Label: `sink`.
+pub const MESSAGES_INGESTED: &str = "sequin_messages_ingested_count";
+/// Messages handed out for delivery: leased by a push sink's worker or
+/// received by a pull consumer (Sequin's name). Label: `sink`.
+pub const DELIVER_ATTEMPTS: &str = "sequin_message_deliver_attempt_count";
+/// Messages delivered: acknowledged by the destination or acked by a pull
+/// consumer (Sequin's name). Label: `sink`.
+pub const DELIVER_SUCCESSES: &str = "sequin_message_deliver_success_count";
+/// Delivery attempts that failed: a push delivery to retry or dead-letter,
+/// or a pull consumer's nack (Sequin's name). Label: `sink`.
+pub const DELIVER_FAILURES: &str = "sequin_message_deliver_failure_count";
+/// Messages moved to the dead letters. Labels: `sink`, `stage`
+/// (`functions` or `delivery`). Once a sink is drained, successes plus
+/// dead letters equal what was ingested.
+pub const DEAD_LETTERED: &str = "weft_messages_dead_lettered_total";
+
+/// Adds `n` to the counter `name` of `sink`.
+pub fn count(name: &'static str, sink: &str, n: usize) {
+    if n > 0 {
+        metrics::counter!(name, "sink" => sink.to_string()).increment(n as u64);
+    }
+}
+
+/// Adds `n` to [`DEAD_LETTERED`] of `sink` at `stage`.
+pub fn count_dead_lettered(sink: &str, stage: &'static str, n: usize) {
+    if n > 0 {
+        metrics::counter!(DEAD_LETTERED, "sink" => sink.to_string(), "stage" => stage)
+            .increment(n as u64);
+    }
+}
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the recorder (once per process) and returns its handle.
@@ -62,6 +95,23 @@ pub fn install() -> &'static PrometheusHandle {
             metrics::Unit::Count,
             "unchanged TOAST values delivered as \"unchanged_toast\" (replica identity not FULL)"
         );
+        metrics::describe_counter!(
+            MESSAGES_INGESTED,
+            "messages that entered the sink's queue (stored, released, replayed, or dead-lettered by a function)"
+        );
+        metrics::describe_counter!(
+            DELIVER_ATTEMPTS,
+            "messages handed out for delivery (leased or received)"
+        );
+        metrics::describe_counter!(
+            DELIVER_SUCCESSES,
+            "messages delivered (acknowledged by the destination or acked)"
+        );
+        metrics::describe_counter!(
+            DELIVER_FAILURES,
+            "failed delivery attempts (errors to retry or dead-letter, nacks)"
+        );
+        metrics::describe_counter!(DEAD_LETTERED, "messages moved to the dead letters, by stage");
         metrics::describe_gauge!(
             BACKFILL_ROWS_PROCESSED,
             metrics::Unit::Count,

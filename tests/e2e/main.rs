@@ -15,6 +15,7 @@ mod functions;
 mod idle;
 mod kafka;
 mod languages;
+mod metrics;
 mod nats;
 mod poison;
 mod rabbitmq;

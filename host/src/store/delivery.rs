@@ -17,6 +17,7 @@ use super::codec::{payload_from_columns, route_from_column};
 use super::pull::{AckId, lease_heads, promote_next_head};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
+use crate::metrics;
 use crate::plugins::{Payload, Route};
 
 /// A message leased to a push sink's delivery worker.
@@ -126,6 +127,7 @@ impl Store {
         let tx = conn.transaction()?;
         let leased = lease_heads(&tx, sink, now, until, limit, max_bytes, first_regardless)?;
         tx.commit()?;
+        metrics::count(metrics::DELIVER_ATTEMPTS, sink, leased.len());
         Ok(leased
             .into_iter()
             .map(|l| StoredMessage {
@@ -174,6 +176,7 @@ impl Store {
                  WHERE sink = ?1 AND ack_id = ?2",
             )?
             .execute(params![sink, ack_id.to_string(), at, error])?;
+        metrics::count(metrics::DELIVER_FAILURES, sink, updated);
         Ok(updated == 1)
     }
 
@@ -185,6 +188,8 @@ impl Store {
         let tx = conn.transaction()?;
         let moved = move_to_dead_letters(&tx, sink, Held::Lease(ack_id), error, now_ms())?;
         tx.commit()?;
+        metrics::count(metrics::DELIVER_FAILURES, sink, usize::from(moved));
+        metrics::count_dead_lettered(sink, "delivery", usize::from(moved));
         Ok(moved)
     }
 
@@ -241,6 +246,7 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let mut replayed = Vec::new();
+        let mut restored_count = 0;
         {
             let ids: Vec<i64> = match ids {
                 Some(ids) => ids.to_vec(),
@@ -285,11 +291,12 @@ impl Store {
                         Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
                     })
                     .optional()?;
-                if let Some((group_id, lsn, idx, head)) = restored
-                    && head
+                if let Some((group_id, lsn, idx, head)) = &restored
+                    && *head
                 {
                     demote.execute(params![sink, group_id, lsn, idx])?;
                 }
+                restored_count += usize::from(restored.is_some());
                 // A dead letter whose message is stored again (the same
                 // change replayed from the slot) is simply dropped.
                 if remove.execute(params![sink, id])? == 1 {
@@ -298,6 +305,9 @@ impl Store {
             }
         }
         tx.commit()?;
+        // Replayed into the queue: they enter it again (held ones count when
+        // their functions run again).
+        metrics::count(metrics::MESSAGES_INGESTED, sink, restored_count);
         Ok(replayed)
     }
 

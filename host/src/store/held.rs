@@ -193,7 +193,7 @@ impl Store {
         let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        super::insert_messages(&tx, sink, &settlement.messages, now)?;
+        let inserted = super::insert_messages(&tx, sink, &settlement.messages, now)?;
         insert_function_dead_letters(&tx, sink, &settlement.dead_letters, now)?;
         insert_holds(&tx, sink, &settlement.holds, now)?;
         {
@@ -205,6 +205,9 @@ impl Store {
             }
         }
         tx.commit()?;
+        let dead = settlement.dead_letters.len();
+        crate::metrics::count(crate::metrics::MESSAGES_INGESTED, sink, inserted + dead);
+        crate::metrics::count_dead_lettered(sink, "functions", dead);
         Ok(())
     }
 }

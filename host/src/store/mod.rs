@@ -25,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags, params};
 
 use crate::lsn::Lsn;
+use crate::metrics;
 use crate::plugins::{Payload, Route};
 
 pub use backfills::{Backfill, BackfillState};
@@ -205,6 +206,7 @@ impl Store {
         let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        let mut entered = Vec::with_capacity(batch.len());
         {
             let mut advance = tx.prepare_cached(
                 "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
@@ -213,13 +215,18 @@ impl Store {
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
-                insert_messages(&tx, sink, &sink_batch.messages, now)?;
+                let inserted = insert_messages(&tx, sink, &sink_batch.messages, now)?;
                 held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
                 held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
                 advance.execute(params![sink, cursor_i, now])?;
+                entered.push((sink, inserted, sink_batch.dead_letters.len()));
             }
         }
         tx.commit()?;
+        for (sink, inserted, dead) in entered {
+            metrics::count(metrics::MESSAGES_INGESTED, sink, inserted + dead);
+            metrics::count_dead_lettered(sink, "functions", dead);
+        }
         Ok(())
     }
 
@@ -285,13 +292,14 @@ impl StoreTime {
 }
 
 /// Inserts `messages` for `sink` (ignoring those already stored), keeping
-/// each group's head the earliest of its messages.
+/// each group's head the earliest of its messages; returns how many were
+/// new.
 fn insert_messages(
     tx: &rusqlite::Transaction<'_>,
     sink: &str,
     messages: &[NewMessage],
     now: i64,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     // A message is a head when no earlier message of its group is stored.
     let mut insert = tx.prepare_cached(
         "INSERT INTO pull_messages
@@ -312,6 +320,7 @@ fn insert_messages(
          WHERE sink = ?1 AND group_id = ?2 AND head = 1
            AND (commit_lsn, commit_idx) > (?3, ?4)",
     )?;
+    let mut new = 0;
     for message in messages {
         let lsn = lsn_to_sql(message.commit_lsn)?;
         let payload = codec::payload_columns(&message.payload);
@@ -330,8 +339,9 @@ fn insert_messages(
         if inserted == 1 {
             demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;
         }
+        new += inserted;
     }
-    Ok(())
+    Ok(new)
 }
 
 /// Milliseconds since the Unix epoch.

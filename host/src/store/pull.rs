@@ -19,6 +19,7 @@ use super::codec::{payload_from_columns, route_from_column};
 use super::delivery::{Held, move_to_dead_letters};
 use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
+use crate::metrics;
 use crate::plugins::{Payload, Route};
 
 /// The lease on one delivered message: valid until the message is acked,
@@ -132,9 +133,10 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let mut delivered = Vec::new();
-        if let Some(max_deliver) = max_deliver {
-            dead_letter_exhausted(&tx, sink, now, max_deliver)?;
-        }
+        let exhausted = match max_deliver {
+            Some(max_deliver) => dead_letter_exhausted(&tx, sink, now, max_deliver)?,
+            None => 0,
+        };
         {
             let in_flight: u32 = tx
                 .prepare_cached(
@@ -144,6 +146,8 @@ impl Store {
                 .query_row(params![sink, now, max_ack_pending], |row| row.get(0))?;
             let room = batch_size.min(max_ack_pending.saturating_sub(in_flight));
             if room == 0 {
+                tx.commit()?;
+                metrics::count_dead_lettered(sink, "delivery", exhausted);
                 return Ok(delivered);
             }
             for leased in lease_heads(&tx, sink, now, until, room, usize::MAX, true)? {
@@ -156,6 +160,8 @@ impl Store {
             }
         }
         tx.commit()?;
+        metrics::count_dead_lettered(sink, "delivery", exhausted);
+        metrics::count(metrics::DELIVER_ATTEMPTS, sink, delivered.len());
         Ok(delivered)
     }
 
@@ -187,6 +193,7 @@ impl Store {
             }
         }
         tx.commit()?;
+        metrics::count(metrics::DELIVER_SUCCESSES, sink, outcome.processed);
         Ok(outcome)
     }
 
@@ -209,6 +216,7 @@ impl Store {
             }
         }
         tx.commit()?;
+        metrics::count(metrics::DELIVER_FAILURES, sink, outcome.processed);
         Ok(outcome)
     }
 
@@ -351,7 +359,7 @@ fn dead_letter_exhausted(
     sink: &str,
     now: i64,
     max_deliver: u32,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     let exhausted: Vec<(i64, u32)> = tx
         .prepare_cached(
             "SELECT id, deliver_count FROM pull_messages INDEXED BY pull_messages_heads
@@ -362,6 +370,7 @@ fn dead_letter_exhausted(
             Ok((row.get(0)?, row.get(1)?))
         })?
         .collect::<Result<_, _>>()?;
+    let count = exhausted.len();
     for (id, deliveries) in exhausted {
         let error = format!(
             "handed out {deliveries} times without an ack (max_deliver = {max_deliver}); \
@@ -369,7 +378,7 @@ fn dead_letter_exhausted(
         );
         move_to_dead_letters(tx, sink, Held::Row(id), &error, now)?;
     }
-    Ok(())
+    Ok(count)
 }
 
 /// Makes the earliest stored message of `group_id` its head, after the
