@@ -72,11 +72,11 @@ fn main() -> ExitCode {
             }
         },
         Command::Run {
-            config,
+            config: config_path,
             data_dir,
             listen,
         } => {
-            let config = match weft::config::Config::load(&config) {
+            let config = match weft::config::Config::load(&config_path) {
                 Ok(config) => config,
                 Err(error) => {
                     eprintln!("{error}");
@@ -92,6 +92,7 @@ fn main() -> ExitCode {
                 config,
                 data_dir,
                 listen,
+                config_text: std::fs::read_to_string(&config_path).ok(),
             };
             match runtime.block_on(weft::server::run(options)) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -30,6 +30,9 @@ pub struct RunOptions {
     pub data_dir: PathBuf,
     /// Address of the HTTP API.
     pub listen: SocketAddr,
+    /// The config file's text as written (before `${VAR}` interpolation),
+    /// recorded in the store; `None` when there is no file.
+    pub config_text: Option<String>,
 }
 
 /// Why weft could not start or stopped with an error.
@@ -94,6 +97,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         config,
         data_dir,
         listen,
+        config_text,
     } = options;
     crate::metrics::install();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
@@ -101,6 +105,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         source,
     })?;
     let store = Store::open(&data_dir.join("weft.db"))?;
+    record_inventory(&store, &config, config_text.as_deref())?;
     let engine = PluginEngine::new(EngineSettings::new(data_dir.join("plugin-cache"))).map_err(
         |source| ServerError::Plugin {
             function: "(engine)".into(),
@@ -276,6 +281,31 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         }
     }
     result
+}
+
+/// Records the config weft starts with and each function's component in
+/// the store (`store::inventory`).
+fn record_inventory(
+    store: &Store,
+    config: &Config,
+    config_text: Option<&str>,
+) -> Result<(), ServerError> {
+    if let Some(text) = config_text {
+        store.record_config(text)?;
+    }
+    for function in &config.functions {
+        // A file that cannot be read fails the load right after, with the
+        // plugin error that names it.
+        if let Ok(bytes) = std::fs::read(&function.file) {
+            store.record_plugin(&crate::store::PluginRecord::of(
+                &function.name,
+                function.kind.as_str(),
+                &function.file.display().to_string(),
+                &bytes,
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 fn sink_pipeline(

@@ -320,3 +320,43 @@ sinks:
     ids.dedup();
     assert_eq!(ids, ["1", "2", "3"], "requests: {asked:?}");
 }
+
+#[test]
+fn the_store_records_the_config_and_each_plugin_weft_ran_with() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE customers (id bigint PRIMARY KEY, name text)");
+    pg.psql("CREATE TABLE orders (id int PRIMARY KEY, customer_id bigint, item text)");
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&pg, "grants: { source_query: true }", "");
+    let mut weft = WeftProcess::start(dir.path(), &yaml);
+    pg.wait_for_active_slot("weft_fn");
+    assert_eq!(
+        weft.store_query("SELECT yaml FROM configs"),
+        vec![yaml.clone()]
+    );
+    let plugins = weft.store_query(
+        "SELECT function || ' ' || kind || ' ' || sha256 FROM plugins ORDER BY function",
+    );
+    let sha = |name: &str| {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(
+            std::fs::read(guests::wasm(name)).unwrap(),
+        ))
+    };
+    assert_eq!(
+        plugins,
+        vec![
+            format!("even filter {}", sha("weft_even_id_filter")),
+            format!("names enrichment {}", sha("weft_customer_enrichment")),
+            format!("topics routing {}", sha("weft_table_routing")),
+            format!("upcase transform {}", sha("weft_upcase_transform")),
+        ]
+    );
+    // The same config again is not recorded twice.
+    weft.restart();
+    pg.wait_for_active_slot("weft_fn");
+    assert_eq!(
+        weft.store_query("SELECT count(*) || '' FROM configs"),
+        vec!["1"]
+    );
+}

@@ -51,6 +51,23 @@ impl WeftProcess {
             .expect("VmRSS in /proc/<pid>/status")
     }
 
+    /// Runs `sql` on weft's store (read-only) and returns each row's first
+    /// column as text.
+    pub fn store_query(&self, sql: &str) -> Vec<String> {
+        let db = rusqlite::Connection::open_with_flags(
+            self.data_dir.join("weft.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open weft's store");
+        db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        let mut query = db.prepare(sql).expect("a valid store query");
+        query
+            .query_map([], |row| row.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
     /// Idempotency keys of `sink`'s undelivered messages in weft's store
     /// (its outbox), read with SQLite directly.
     pub fn stored_keys(&self, sink: &str) -> std::collections::HashSet<String> {

@@ -15,6 +15,7 @@ mod backfills;
 mod codec;
 mod delivery;
 mod held;
+mod inventory;
 mod pull;
 mod schema;
 
@@ -31,6 +32,7 @@ use crate::plugins::{Payload, Route};
 pub use backfills::{Backfill, BackfillState};
 pub use delivery::{DeadLetter, FailedStage, StoredMessage};
 pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
+pub use inventory::PluginRecord;
 pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, ReceiveLimits};
 
 /// A failure of the durable store.

@@ -143,6 +143,25 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE backfills ADD COLUMN scope TEXT;
     "#,
+    // 7: what weft ran with (`store::inventory`): each config it started
+    // with (as written, before interpolation) and each function's component.
+    r#"
+    CREATE TABLE configs (
+        id          INTEGER PRIMARY KEY,
+        sha256      TEXT NOT NULL,
+        yaml        TEXT NOT NULL,
+        started_at  INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE plugins (
+        function         TEXT PRIMARY KEY,
+        kind             TEXT NOT NULL,
+        file             TEXT NOT NULL,
+        sha256           TEXT NOT NULL,
+        bytes            INTEGER NOT NULL,
+        first_loaded_at  INTEGER NOT NULL,
+        loaded_at        INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per
