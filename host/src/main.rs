@@ -57,7 +57,8 @@ enum PluginCommand {
         /// The language: rust, js, python or c.
         #[arg(long)]
         lang: String,
-        /// The function kind: filter or transform.
+        /// The function kind: filter or transform (Rust also: routing,
+        /// enrichment).
         #[arg(long, default_value = "filter")]
         kind: String,
         /// The folder to create (default: ./NAME).

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use weft::plugins::{EngineSettings, Limits, Payload, PluginEngine};
+use weft::plugins::{EngineSettings, Grants, Limits, Payload, PluginEngine};
 
 use crate::harness::guests::{self, EXAMPLE_LANGUAGES};
 use crate::harness::postgres::PgCluster;
@@ -176,6 +176,50 @@ fn a_scaffolded_transform_in_each_language_emits_action_and_record() {
             other => panic!("{lang}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn the_rust_routing_and_enrichment_templates_build_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut built = BTreeMap::new();
+    for kind in ["routing", "enrichment"] {
+        let project = dir.path().join(kind);
+        let name = format!("scaffolded-{kind}");
+        let project = project.to_str().unwrap();
+        ok(&[
+            "new", "--lang", "rust", "--kind", kind, "--dir", project, &name,
+        ]);
+        built.insert(kind, PathBuf::from(ok(&["build", project])));
+    }
+    let batch = [crate::languages::message(r#"{"pk": 7, "name": "x"}"#)];
+    let engine = PluginEngine::new(EngineSettings::new(dir.path().join("cache"))).unwrap();
+    let none = BTreeMap::new();
+    let limits = Limits::default();
+    let mut routing = engine
+        .load_routing("routing", &built["routing"], &none, &limits)
+        .expect("load the routing function");
+    let route = routing
+        .route(&batch)
+        .expect("route call")
+        .remove(0)
+        .unwrap();
+    assert_eq!(route.subject.as_deref(), Some("items.insert"));
+    assert_eq!(route.topic, None);
+    // No grants: the template imports no capability it does not use.
+    let mut enrichment = engine
+        .load_enrichment(
+            "enrichment",
+            &built["enrichment"],
+            &none,
+            &limits,
+            Grants::default(),
+        )
+        .expect("load the enrichment function");
+    let enriched = enrichment.enrich(&batch).expect("enrich call").remove(0);
+    assert_eq!(
+        enriched.unwrap(),
+        Some(json!({"enriched_by": "scaffolded-enrichment", "columns": 2}))
+    );
 }
 
 /// stderr of a `weft plugin` run that must fail with status 2.

@@ -20,7 +20,7 @@ const RUST_CARGO: &str = include_str!("../../templates/plugin/rust/Cargo.toml");
 const RUST_TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
 
 /// `(language, kind, path in the project, template)` of every source file.
-const SOURCES: [(Lang, Kind, &str, &str); 8] = [
+const SOURCES: [(Lang, Kind, &str, &str); 10] = [
     (
         Lang::Rust,
         Kind::Filter,
@@ -32,6 +32,18 @@ const SOURCES: [(Lang, Kind, &str, &str); 8] = [
         Kind::Transform,
         "src/lib.rs",
         include_str!("../../templates/plugin/rust/transform.rs"),
+    ),
+    (
+        Lang::Rust,
+        Kind::Routing,
+        "src/lib.rs",
+        include_str!("../../templates/plugin/rust/routing.rs"),
+    ),
+    (
+        Lang::Rust,
+        Kind::Enrichment,
+        "src/lib.rs",
+        include_str!("../../templates/plugin/rust/enrichment.rs"),
     ),
     (
         Lang::Js,
