@@ -19,6 +19,8 @@
 #   adapter/      the WASI preview1 reactor adapter, written out of the
 #                 crates.io crate wasi-preview1-component-adapter-provider
 #   c/            wit-bindgen's C bindings and the core module
+#   toolchain.env the tools' paths, one `key=path` a line; `weft plugin
+#                 build` reads it to build plugin projects the same way
 #
 # System packages (apt, via scripts/lib.sh): clang, lld, wasi-libc and the
 # wasm32 compiler-rt for C; nodejs and npm; python3 with venv.
@@ -147,6 +149,17 @@ EOF
         --manifest-path "$cache/adapter/Cargo.toml" -- "$adapter.tmp" >&2
     mv "$adapter.tmp" "$adapter"
 fi
+
+# The toolchain's paths, for `weft plugin build` (host/src/plugin_project):
+# it runs the commands below on scaffolded projects with these tools.
+cat >"$cache/toolchain.env.tmp" <<EOF
+componentize_js=$componentize_js
+componentize_py=$venv/bin/componentize-py
+wit_bindgen=$tools/bin/wit-bindgen
+wasm_tools=$tools/bin/wasm-tools
+wasi_adapter=$adapter
+EOF
+mv "$cache/toolchain.env.tmp" "$cache/toolchain.env"
 
 # Rust: the workspace crate, built like every other guest.
 rust_src="$WEFT_ROOT/examples/rust/even-filter"

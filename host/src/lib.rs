@@ -26,6 +26,7 @@ pub mod lsn;
 pub mod message;
 pub mod metrics;
 pub mod pipeline;
+pub mod plugin_project;
 pub mod plugins;
 pub mod server;
 pub mod sinks;

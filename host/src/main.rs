@@ -45,6 +45,38 @@ enum Command {
         #[arg(long, short, env = "WEFT_CONFIG")]
         config: PathBuf,
     },
+    /// Create and build plugins (WebAssembly functions).
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Scaffold a buildable plugin project in a new folder.
+    New {
+        /// The language: rust, js, python or c.
+        #[arg(long)]
+        lang: String,
+        /// The function kind: filter or transform (Rust also: routing,
+        /// enrichment).
+        #[arg(long, default_value = "filter")]
+        kind: String,
+        /// The folder to create (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Rust only: the sdk-guest folder of a weft checkout (default: the
+        /// checkout the project is inside, else the one weft was built from).
+        #[arg(long)]
+        sdk_path: Option<PathBuf>,
+        /// The plugin's name: lowercase letters, digits and dashes.
+        name: String,
+    },
+    /// Build the project in DIR to a component, DIR/<name>.wasm.
+    Build {
+        /// The project folder (holding weft-plugin.toml).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 /// mimalloc: per-thread heaps without glibc's arena lock, which cost weft
@@ -61,6 +93,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Plugin(command) => plugin(command),
         Command::Check { config } => match weft::config::Config::load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());
@@ -102,6 +135,41 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// `weft plugin ...`: the path made or built on stdout, errors on stderr
+/// (exit status 2).
+fn plugin(command: PluginCommand) -> ExitCode {
+    use weft::plugin_project as project;
+    let result = match command {
+        PluginCommand::New {
+            lang,
+            kind,
+            dir,
+            sdk_path,
+            name,
+        } => lang.parse::<project::Lang>().and_then(|lang| {
+            let kind = project::Kind::parse(&kind, lang)?;
+            project::scaffold(&project::NewProject {
+                name,
+                lang,
+                kind,
+                dir,
+                sdk_path,
+            })
+        }),
+        PluginCommand::Build { dir } => project::build(&dir),
+    };
+    match result {
+        Ok(path) => {
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("weft: {error}");
+            ExitCode::from(2)
         }
     }
 }

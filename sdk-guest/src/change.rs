@@ -64,6 +64,23 @@ pub struct Metadata {
 
 /// One change: `(action, record, changes, metadata)`, as a Sequin function
 /// receives it. The row arrives as JSON text and is parsed on first use.
+///
+/// ```
+/// use weft_sdk_guest::{Action, Change, Metadata};
+///
+/// let change = Change::new(
+///     Action::Update,
+///     r#"{"id": 9, "region": "eu"}"#.into(),
+///     Some(r#"{"region": "us"}"#.into()),
+///     Metadata { table_name: "orders".into(), ..Metadata::default() },
+/// );
+/// assert_eq!(change.action(), Action::Update);
+/// assert_eq!(change.metadata().table_name, "orders");
+/// assert_eq!(change.get::<i64>("id")?, Some(9));
+/// assert_eq!(change.get_str("region")?, Some("eu"));
+/// assert_eq!(change.old::<String>("region")?, Some("us".into()));
+/// # Ok::<(), weft_sdk_guest::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Change {
     action: Action,
@@ -122,7 +139,9 @@ impl Change {
         Ok(self.record.get_mut().expect("record parsed just above"))
     }
 
-    /// For an update, the old values of the columns that changed.
+    /// For an update, the old values of the columns that changed (parsed
+    /// on each call); `None` for insert, delete and read, and for updates
+    /// Postgres sent no old values for. [`Change::old`] reads one column.
     pub fn changes(&self) -> Result<Option<Map<String, Value>>, Error> {
         self.changes_text
             .as_deref()
@@ -131,18 +150,128 @@ impl Change {
     }
 
     /// The value of `column`, converted to `T`; `Ok(None)` when the column
-    /// is absent or null.
+    /// is absent or null, and a permanent error naming the column when it
+    /// does not convert.
     ///
-    /// ```ignore
-    /// let name: Option<String> = change.get("name")?;
-    /// let id: Option<i64> = change.get("id")?;
+    /// ```
+    /// use weft_sdk_guest::{Action, Change, Metadata};
+    ///
+    /// let change = Change::new(
+    ///     Action::Insert,
+    ///     r#"{"id": 42, "total": "19.99", "note": null}"#.into(),
+    ///     None,
+    ///     Metadata::default(),
+    /// );
+    /// assert_eq!(change.get::<i64>("id")?, Some(42));
+    /// assert_eq!(change.get::<String>("total")?, Some("19.99".to_string()));
+    /// assert_eq!(change.get::<i64>("note")?, None); // null
+    /// assert_eq!(change.get::<i64>("missing")?, None);
+    /// assert!(change.get::<i64>("total").is_err()); // text, not a number
+    /// # Ok::<(), weft_sdk_guest::Error>(())
     /// ```
     pub fn get<T: DeserializeOwned>(&self, column: &str) -> Result<Option<T>, Error> {
+        convert(self.record()?.get(column), column)
+    }
+
+    /// The text of `column`, borrowed; `Ok(None)` when the column is absent
+    /// or null, and a permanent error when it holds something other than a
+    /// JSON string (a number, say: use [`Change::get`]).
+    ///
+    /// ```
+    /// use weft_sdk_guest::{Action, Change, Metadata};
+    ///
+    /// let change = Change::new(
+    ///     Action::Insert,
+    ///     r#"{"status": "paid", "id": 7}"#.into(),
+    ///     None,
+    ///     Metadata::default(),
+    /// );
+    /// assert_eq!(change.get_str("status")?, Some("paid"));
+    /// assert_eq!(change.get_str("missing")?, None);
+    /// assert!(change.get_str("id").is_err());
+    /// # Ok::<(), weft_sdk_guest::Error>(())
+    /// ```
+    pub fn get_str(&self, column: &str) -> Result<Option<&str>, Error> {
         match self.record()?.get(column) {
             None | Some(Value::Null) => Ok(None),
-            Some(value) => serde_json::from_value(value.clone())
-                .map(Some)
-                .map_err(|e| Error::permanent(format!("column `{column}`: {e}"))),
+            Some(Value::String(text)) => Ok(Some(text)),
+            Some(other) => Err(Error::permanent(format!(
+                "column `{column}`: expected text, found {other}"
+            ))),
+        }
+    }
+
+    /// The JSON value of `column` as the host rendered it (`to_jsonb()`:
+    /// `numeric` keeps every digit, `json`/`jsonb` columns are nested
+    /// values); `None` when the row has no such column. A SQL NULL is
+    /// `Some(Value::Null)`; see [`Change::is_null`].
+    ///
+    /// ```
+    /// use weft_sdk_guest::{Action, Change, Metadata};
+    /// use weft_sdk_guest::serde_json::json;
+    ///
+    /// let change = Change::new(
+    ///     Action::Insert,
+    ///     r#"{"tags": {"vip": true}, "gone": null}"#.into(),
+    ///     None,
+    ///     Metadata::default(),
+    /// );
+    /// assert_eq!(change.get_json("tags")?, Some(&json!({"vip": true})));
+    /// assert_eq!(change.get_json("gone")?, Some(&json!(null)));
+    /// assert_eq!(change.get_json("missing")?, None);
+    /// # Ok::<(), weft_sdk_guest::Error>(())
+    /// ```
+    pub fn get_json(&self, column: &str) -> Result<Option<&Value>, Error> {
+        Ok(self.record()?.get(column))
+    }
+
+    /// Whether `column` is null or absent from the row. On delete without
+    /// `REPLICA IDENTITY FULL` only the key columns are present, so every
+    /// other column reads as null.
+    ///
+    /// ```
+    /// use weft_sdk_guest::{Action, Change, Metadata};
+    ///
+    /// let change = Change::new(
+    ///     Action::Delete,
+    ///     r#"{"id": 3, "email": null}"#.into(),
+    ///     None,
+    ///     Metadata::default(),
+    /// );
+    /// assert!(change.is_null("email")?);
+    /// assert!(change.is_null("name")?);
+    /// assert!(!change.is_null("id")?);
+    /// # Ok::<(), weft_sdk_guest::Error>(())
+    /// ```
+    pub fn is_null(&self, column: &str) -> Result<bool, Error> {
+        Ok(matches!(
+            self.record()?.get(column),
+            None | Some(Value::Null)
+        ))
+    }
+
+    /// For an update, the old value of `column` converted to `T`; `Ok(None)`
+    /// when the column did not change, its old value was null, the change
+    /// is not an update, or Postgres did not send old values (they need
+    /// `REPLICA IDENTITY FULL`).
+    ///
+    /// ```
+    /// use weft_sdk_guest::{Action, Change, Metadata};
+    ///
+    /// let change = Change::new(
+    ///     Action::Update,
+    ///     r#"{"id": 1, "status": "paid"}"#.into(),
+    ///     Some(r#"{"status": "open"}"#.into()),
+    ///     Metadata::default(),
+    /// );
+    /// assert_eq!(change.old::<String>("status")?, Some("open".to_string()));
+    /// assert_eq!(change.old::<i64>("id")?, None); // unchanged
+    /// # Ok::<(), weft_sdk_guest::Error>(())
+    /// ```
+    pub fn old<T: DeserializeOwned>(&self, column: &str) -> Result<Option<T>, Error> {
+        match self.changes()? {
+            Some(changes) => convert(changes.get(column), column),
+            None => Ok(None),
         }
     }
 
@@ -192,6 +321,16 @@ impl Change {
         message.insert("action".into(), self.action.as_str().into());
         message.insert("metadata".into(), Value::Object(metadata));
         Ok(Value::Object(message))
+    }
+}
+
+/// `value` converted to `T`; `None` for absent or null.
+fn convert<T: DeserializeOwned>(value: Option<&Value>, column: &str) -> Result<Option<T>, Error> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => serde_json::from_value(value.clone())
+            .map(Some)
+            .map_err(|e| Error::permanent(format!("column `{column}`: {e}"))),
     }
 }
 

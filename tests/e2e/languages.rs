@@ -187,7 +187,7 @@ fn the_even_filter_in_rust_js_python_and_c_agrees_through_the_binary() {
 
 /// A message whose record is the JSON object `record` (kept as written:
 /// numbers keep their text, e.g. `4.0`).
-fn message(record: &str) -> Message {
+pub(crate) fn message(record: &str) -> Message {
     let record: Map<String, Value> = serde_json::from_str(record).expect("a JSON object");
     Message {
         record,

@@ -20,6 +20,7 @@ mod nats;
 mod poison;
 mod rabbitmq;
 mod redis;
+mod scaffold;
 mod schema_changes;
 mod setup_errors;
 mod source;
