@@ -52,7 +52,7 @@ functions:
   - name: hostile
     type: transform
     file: {hostile}
-    limits: {{ timeout_ms: 300, memory_mb: 64 }}
+    limits: {{ timeout_ms: 1000, memory_mb: 64 }}
   - name: badroute
     type: routing
     file: {routing}
