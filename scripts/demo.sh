@@ -23,7 +23,7 @@ TRANSFORM="$CARGO_TARGET_DIR/guests/wasm32-wasip2/guest/weft_upcase_transform.wa
 
 WORK="$(mktemp -d -t weft-demo.XXXXXX)"
 chmod 755 "$WORK"
-PGDATA="$WORK/pgdata"; PGPORT="$(free_port)"; API_PORT="$(free_port)"
+PGDATA="$WORK/pgdata"; PGPORT="$(free_port)"; API_PORT="$(free_port)"; METRICS_PORT="$(free_port)"
 BIN="$(pg_bindir)"
 WEFT_PID=""
 cleanup() {
@@ -61,8 +61,9 @@ sinks:
     destination: { type: sequin_stream }
 YAML
 
-say "starting weft (API on 127.0.0.1:$API_PORT)"
-"$WEFT" run --config "$WORK/weft.yml" --data-dir "$WORK/weft-data" --listen "127.0.0.1:$API_PORT" 2>"$WORK/weft.log" &
+say "starting weft (API on 127.0.0.1:$API_PORT, metrics on 127.0.0.1:$METRICS_PORT)"
+"$WEFT" run --config "$WORK/weft.yml" --data-dir "$WORK/weft-data" --listen "127.0.0.1:$API_PORT" \
+    --metrics-listen "127.0.0.1:$METRICS_PORT" 2>"$WORK/weft.log" &
 WEFT_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API_PORT/health" >/dev/null && break; sleep 0.2; done
 curl -sf "http://127.0.0.1:$API_PORT/health" >/dev/null || { cat "$WORK/weft.log"; die "weft did not start"; }

@@ -38,6 +38,17 @@ enum Command {
         /// Address of the HTTP API (the pull API is served here).
         #[arg(long, env = "WEFT_LISTEN", default_value = "127.0.0.1:7376")]
         listen: SocketAddr,
+        /// Address of the Prometheus listener (`GET /metrics`), or `off`.
+        #[arg(long, env = "WEFT_METRICS_LISTEN", default_value = "127.0.0.1:8376", value_parser = parse_metrics_listen)]
+        metrics_listen: MetricsListen,
+        /// User the metrics listener asks for (basic auth; needs
+        /// WEFT_METRICS_PASSWORD too).
+        #[arg(long, env = "WEFT_METRICS_USERNAME")]
+        metrics_username: Option<String>,
+        /// Password the metrics listener asks for. Prefer the environment
+        /// variable: a flag shows in `ps`.
+        #[arg(long, env = "WEFT_METRICS_PASSWORD", hide_env_values = true)]
+        metrics_password: Option<String>,
     },
     /// Check a config file and exit: prints every problem with its path.
     Check {
@@ -79,6 +90,19 @@ enum PluginCommand {
     },
 }
 
+/// Where the metrics listener listens: an address, or nowhere (`off`).
+#[derive(Debug, Clone, Copy)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn parse_metrics_listen(text: &str) -> Result<MetricsListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(MetricsListen(None));
+    }
+    text.parse().map(|a| MetricsListen(Some(a))).map_err(|e| {
+        format!("{e}: give an address such as 127.0.0.1:8376, or `off` for no metrics listener")
+    })
+}
+
 /// mimalloc: per-thread heaps without glibc's arena lock, which cost weft
 /// most of its CPU per change (BENCHMARKS.md, "mimalloc instead of glibc").
 #[global_allocator]
@@ -108,7 +132,22 @@ fn main() -> ExitCode {
             config: config_path,
             data_dir,
             listen,
+            metrics_listen,
+            metrics_username,
+            metrics_password,
         } => {
+            let metrics_auth = match (metrics_username, metrics_password) {
+                (Some(username), Some(password)) => {
+                    Some(weft::api::metrics_listener::BasicAuth { username, password })
+                }
+                (None, None) => None,
+                _ => {
+                    eprintln!(
+                        "weft: basic auth for the metrics listener needs both WEFT_METRICS_USERNAME and WEFT_METRICS_PASSWORD (or --metrics-username and --metrics-password); set both, or neither for an open listener"
+                    );
+                    return ExitCode::from(2);
+                }
+            };
             let config = match weft::config::Config::load(&config_path) {
                 Ok(config) => config,
                 Err(error) => {
@@ -126,6 +165,8 @@ fn main() -> ExitCode {
                 data_dir,
                 listen,
                 config_text: std::fs::read_to_string(&config_path).ok(),
+                metrics_listen: metrics_listen.0,
+                metrics_auth,
             };
             match runtime.block_on(weft::server::run(options)) {
                 Ok(()) => ExitCode::SUCCESS,

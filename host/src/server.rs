@@ -33,6 +33,10 @@ pub struct RunOptions {
     /// The config file's text as written (before `${VAR}` interpolation),
     /// recorded in the store; `None` when there is no file.
     pub config_text: Option<String>,
+    /// Address of the Prometheus metrics listener; `None`: none.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Credentials the metrics listener asks for; `None`: open.
+    pub metrics_auth: Option<crate::api::metrics_listener::BasicAuth>,
 }
 
 /// Why weft could not start or stopped with an error.
@@ -56,6 +60,16 @@ pub enum ServerError {
         function: String,
         /// What went wrong.
         source: crate::plugins::PluginError,
+    },
+    /// The metrics address could not be bound.
+    #[error(
+        "cannot listen for metrics on {address}: {source} (choose another address with --metrics-listen, or turn the listener off with --metrics-listen off)"
+    )]
+    MetricsListen {
+        /// The address.
+        address: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
     },
     /// The API address could not be bound.
     #[error("cannot listen on {address}: {source} (choose another address with --listen)")]
@@ -98,6 +112,8 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         data_dir,
         listen,
         config_text,
+        metrics_listen,
+        metrics_auth,
     } = options;
     crate::metrics::install();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
@@ -179,6 +195,23 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
                     })
             }
             .instrument(info_span!("api")),
+        );
+    }
+
+    if let Some(address) = metrics_listen {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| ServerError::MetricsListen { address, source })?;
+        info!(address = %listener.local_addr().unwrap_or(address), auth = metrics_auth.is_some(), "metrics listening");
+        let shutdown = shutdown.clone();
+        let router = crate::api::metrics_listener::router(metrics_auth);
+        tasks.spawn(
+            async move {
+                crate::api::serve(listener, router, shutdown)
+                    .await
+                    .map_err(|source| ServerError::MetricsListen { address, source })
+            }
+            .instrument(info_span!("metrics")),
         );
     }
 

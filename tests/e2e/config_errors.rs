@@ -8,7 +8,14 @@ fn run_weft_with(config: &str) -> (Option<i32>, String) {
     let path = dir.path().join("weft.yml");
     std::fs::write(&path, config).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["run", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
         .arg(dir.path().join("data"))
         .arg("--config")
         .arg(&path)

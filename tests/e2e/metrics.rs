@@ -80,3 +80,87 @@ fn delivery_counters_account_for_every_change_written() {
         "one hand-out per message: the nacked one was dead-lettered, not handed out again"
     );
 }
+
+#[test]
+fn the_metrics_listener_has_its_own_port_and_optional_basic_auth() {
+    use base64::Engine as _;
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}sinks:\n  - name: items\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n",
+        pg.databases_yaml(SLOT)
+    );
+    let weft = WeftProcess::start_with_env(
+        dir.path(),
+        &config,
+        &[
+            ("WEFT_METRICS_USERNAME", "prom"),
+            ("WEFT_METRICS_PASSWORD", "s3cret"),
+        ],
+    );
+    pg.wait_for_active_slot(SLOT);
+    pg.psql("INSERT INTO items VALUES (1, 1)");
+    let client = crate::harness::weft::http();
+    let refused = client.get(weft.metrics_url("/metrics")).send().unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    assert!(refused.headers().contains_key("www-authenticate"));
+    let wrong = client
+        .get(weft.metrics_url("/metrics"))
+        .basic_auth("prom", Some("nope"))
+        .send()
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let scraped = client
+            .get(weft.metrics_url("/metrics"))
+            .header(
+                "authorization",
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode("prom:s3cret")
+                ),
+            )
+            .send()
+            .unwrap();
+        assert_eq!(scraped.status().as_u16(), 200);
+        let text = scraped.text().unwrap();
+        if text.contains("sequin_messages_ingested_count{sink=\"items\"} 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not ingested:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The password never reaches the log.
+    assert!(!weft.log_text().contains("s3cret"));
+}
+
+#[test]
+fn half_the_metrics_credentials_or_a_bad_address_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weft.yml");
+    std::fs::write(&config, "databases: []\nsinks: []\n").unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["run", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(
+        &["--metrics-listen", "127.0.0.1:0"],
+        &[("WEFT_METRICS_USERNAME", "prom")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("needs both"), "{stderr}");
+    let (code, stderr) = run(&["--metrics-listen", "everywhere"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("or `off`"), "{stderr}");
+}

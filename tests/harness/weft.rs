@@ -23,6 +23,8 @@ pub struct WeftProcess {
     data_dir: PathBuf,
     log: PathBuf,
     port: u16,
+    metrics_port: u16,
+    env: Vec<(String, String)>,
 }
 
 impl WeftProcess {
@@ -90,6 +92,11 @@ impl WeftProcess {
     /// Writes `config_yaml` into `dir` and starts weft on it, waiting until
     /// its API answers.
     pub fn start(dir: &Path, config_yaml: &str) -> WeftProcess {
+        WeftProcess::start_with_env(dir, config_yaml, &[])
+    }
+
+    /// Like [`WeftProcess::start`], with extra environment variables.
+    pub fn start_with_env(dir: &Path, config_yaml: &str, env: &[(&str, &str)]) -> WeftProcess {
         let config = dir.join("weft.yml");
         std::fs::write(&config, config_yaml).expect("write the config");
         let mut weft = WeftProcess {
@@ -98,6 +105,11 @@ impl WeftProcess {
             data_dir: dir.join("weft-data"),
             log: dir.join("weft.log"),
             port: free_port(),
+            metrics_port: free_port(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         weft.launch();
         weft
@@ -117,6 +129,9 @@ impl WeftProcess {
             .arg(&self.data_dir)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{}", self.metrics_port))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("WEFT_LOG", "info,weft=debug")
             .stdout(Stdio::null())
             .stderr(log)
@@ -152,6 +167,11 @@ impl WeftProcess {
             "weft did not answer /health within 60s; log:\n{}",
             self.log_text()
         );
+    }
+
+    /// The URL of `path` on weft's metrics listener.
+    pub fn metrics_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.metrics_port)
     }
 
     /// The base URL of the API plus `path`.
@@ -335,7 +355,14 @@ pub fn run_weft_with(config: &str) -> (Option<i32>, String) {
     let path = dir.path().join("weft.yml");
     std::fs::write(&path, config).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["run", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
         .arg(dir.path().join("data"))
         .arg("--config")
         .arg(&path)

@@ -8,6 +8,7 @@
 mod backfills;
 mod dead_letters;
 mod error;
+pub mod metrics_listener;
 mod params;
 mod pull;
 mod quarantine;
@@ -224,9 +225,6 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "pull API listening");
-    }
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
@@ -247,14 +245,8 @@ async fn entity_health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": status, "entities": entities}))
 }
 
-async fn metrics() -> impl axum::response::IntoResponse {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::metrics::render(),
-    )
+async fn metrics() -> axum::response::Response {
+    metrics_listener::render()
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
