@@ -66,6 +66,35 @@ pub fn count_dead_lettered(sink: &str, stage: &'static str, n: usize) {
     }
 }
 
+/// Registers `sink`'s counters at zero, with each of its functions
+/// (`(name, kind)`), so that dashboards and `rate()` see every series from
+/// the start rather than only after its first event.
+pub fn register_sink(sink: &str, functions: &[(&str, &'static str)]) {
+    for name in [
+        MESSAGES_INGESTED,
+        DELIVER_ATTEMPTS,
+        DELIVER_SUCCESSES,
+        DELIVER_FAILURES,
+    ] {
+        metrics::counter!(name, "sink" => sink.to_string()).increment(0);
+    }
+    for stage in ["functions", "delivery"] {
+        metrics::counter!(DEAD_LETTERED, "sink" => sink.to_string(), "stage" => stage).increment(0);
+    }
+    for (function, kind) in functions {
+        for reason in ["trap", "transient", "permanent"] {
+            metrics::counter!(
+                FUNCTION_FAILURES,
+                "sink" => sink.to_string(),
+                "function" => function.to_string(),
+                "kind" => *kind,
+                "reason" => reason,
+            )
+            .increment(0);
+        }
+    }
+}
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the recorder (once per process) and returns its handle.

@@ -346,6 +346,11 @@ fn sink_pipeline(
     engine: &PluginEngine,
     sink: &SinkConfig,
 ) -> Result<SinkPipeline, ServerError> {
+    let functions: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
+        .iter()
+        .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
+        .collect();
+    crate::metrics::register_sink(&sink.name, &functions);
     let function = |name: &str| {
         config
             .function(name)

@@ -8,6 +8,7 @@ mod backfill;
 mod backlog;
 mod config_errors;
 mod crash;
+mod dashboard;
 mod databases;
 mod first_party;
 mod first_slice;
