@@ -25,6 +25,18 @@ fn config(pg: &PgCluster, extra: &str) -> String {
     )
 }
 
+/// weft with the `items` sink on `table` instead of `public.items` (and
+/// `extra` sink YAML), once its slot is active. Keep the directory alive.
+fn weft_on(pg: &PgCluster, table: &str, extra: &str) -> (tempfile::TempDir, WeftProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(
+        dir.path(),
+        &config(pg, extra).replace("public.items", table),
+    );
+    pg.wait_for_active_slot(SLOT);
+    (dir, weft)
+}
+
 fn start_backfill(weft: &WeftProcess, table: &str) -> (u16, Value) {
     post_backfill(weft, json!({ "table": table }))
 }
@@ -510,12 +522,7 @@ fn keys_of_every_kind_page_correctly() {
                     g / 7.0, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', g
              FROM generate_series(1, 3000) g",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(
-        dir.path(),
-        &config(&pg, "").replace("public.items", "public.keyed"),
-    );
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, "public.keyed", "");
     let (status, created) = start_backfill(&weft, "public.keyed");
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
@@ -573,12 +580,7 @@ fn ids_read(messages: &[Value]) -> BTreeSet<i64> {
 fn partial_backfills_read_from_a_start_position_and_through_a_filter() {
     let pg = PgCluster::start();
     orders_table(&pg);
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(
-        dir.path(),
-        &config(&pg, "").replace("public.items", "public.orders"),
-    );
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, "public.orders", "");
 
     // From a position in a timestamp column: ids 3600.. (at >= 01:00:00).
     let (status, created) = post_backfill(
@@ -756,18 +758,25 @@ fn partial_backfill_requests_are_checked_before_anything_is_read() {
     assert_eq!(delivered.len(), 5050, "both tables' rows");
 }
 
+/// The `/api/health` entity of the latest backfill of `public.orders`.
+fn orders_backfill_health(weft: &WeftProcess) -> Value {
+    let health = weft.health();
+    health["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "backfill" && e["name"] == "items/public.orders")
+        .cloned()
+        .unwrap_or_else(|| panic!("no backfill entity in {health}"))
+}
+
 #[test]
 fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
     let pg = PgCluster::start();
     orders_table(&pg);
-    let dir = tempfile::tempdir().unwrap();
     // A small backlog stalls the backfill until the consumer drains, so the
     // pause lands before it completes.
-    let weft = WeftProcess::start(
-        dir.path(),
-        &config(&pg, "    max_backlog_messages: 200\n").replace("public.items", "public.orders"),
-    );
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, "public.orders", "    max_backlog_messages: 200\n");
     let (status, created) = post_backfill(
         &weft,
         json!({"table": "public.orders", "sort_column": "at"}),
@@ -783,13 +792,7 @@ fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
     let failed = wait_for_state(&weft, &id, "failed", Duration::from_secs(10));
     let error = failed["last_error"].as_str().unwrap();
     assert!(error.contains("\"at\" is not a column"), "{error}");
-    let health = weft.health();
-    let entity = health["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "backfill" && e["name"] == "items/public.orders")
-        .unwrap_or_else(|| panic!("no backfill entity in {health}"));
+    let entity = orders_backfill_health(&weft);
     assert_eq!(entity["status"], "error", "{entity}");
     assert_eq!(entity["checks"][0]["id"], "failed");
     assert!(
@@ -807,12 +810,6 @@ fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
     // A new backfill of the table clears the failure.
     let (status, _) = post_backfill(&weft, json!({"table": "public.orders"}));
     assert_eq!(status, 201);
-    let health = weft.health();
-    let entity = health["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "backfill" && e["name"] == "items/public.orders")
-        .unwrap();
+    let entity = orders_backfill_health(&weft);
     assert_eq!(entity["status"], "healthy", "{entity}");
 }

@@ -1,31 +1,7 @@
 //! A bad config is refused at start with an error that names the exact
 //! path, what was wrong, and the allowed values.
 
-use std::process::Command;
-
-fn run_weft_with(config: &str) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("weft.yml");
-    std::fs::write(&path, config).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run weft");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use crate::harness::weft::run_weft_with;
 
 const DATABASE: &str = r#"
 databases:
