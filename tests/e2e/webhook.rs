@@ -493,3 +493,112 @@ fn webhook_delivery_rate() {
     );
     assert_eq!(weft.terminate(), Some(0));
 }
+
+/// The checks of sink `name` at `/api/health`.
+fn sink_checks(weft: &WeftProcess, name: &str) -> Vec<Value> {
+    let health = weft.health();
+    health["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "sink" && e["name"] == name)
+        .map(|e| e["checks"].as_array().unwrap().clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_failing_receiver_shows_in_health_and_slot_lag_grows_while_the_backlog_is_full() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Fail);
+    let sinks = r#"
+  - name: hook
+    database: shop
+    source: { include_tables: [public.items] }
+    max_backlog_messages: 20
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /batch
+      batch: true
+      batch_size: 10
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 200
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
+    pg.wait_for_active_slot("weft_hook");
+    pg.psql("INSERT INTO items SELECT g, 0 FROM generate_series(1, 50) g");
+
+    // The sink reports the destination's error.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let check = loop {
+        if let Some(check) = sink_checks(&weft, "hook")
+            .into_iter()
+            .find(|c| c["id"] == "delivery")
+        {
+            break check;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no delivery check:\n{}",
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(check["status"], "error");
+    assert!(
+        check["message"].as_str().unwrap().contains("500"),
+        "{check}"
+    );
+
+    // The backlog is full, so the slot stops confirming: its lag grows with
+    // every write (the gauge is read every 5 s).
+    let lag = || {
+        weft.metric(
+            "weft_replication_slot_confirmed_lag_bytes",
+            &[("database", "shop"), ("slot", "weft_hook")],
+        )
+        .unwrap_or(0.0)
+    };
+    let wait_for_lag_above = |floor: f64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = lag();
+            if now > floor {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "slot lag stuck at {now} (<= {floor})"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    pg.psql("INSERT INTO items SELECT g, 0 FROM generate_series(51, 100) g");
+    let first = wait_for_lag_above(0.0);
+    pg.psql("INSERT INTO items SELECT g, 0 FROM generate_series(101, 150) g");
+    wait_for_lag_above(first);
+
+    // The receiver recovers: everything arrives and the check clears.
+    receiver.set_mode(Mode::Accept);
+    receiver.wait_until("every row", Duration::from_secs(60), |s| {
+        let ids: HashSet<i64> = s
+            .accepted
+            .iter()
+            .map(|(_, m)| m["record"]["id"].as_i64().unwrap())
+            .collect();
+        ids.len() >= 150
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink_checks(&weft, "hook")
+        .iter()
+        .any(|c| c["id"] == "delivery")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the delivery check did not clear"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{DeliveryConfig, SinkConfig};
+use crate::health::{self, EntityKind, Status};
 use crate::store::{Store, StoreError, StoreTime, StoredMessage};
 
 /// What became of one message of a delivery.
@@ -401,44 +402,53 @@ impl DeliveryWorker {
                 DeliveryOutcome::retry("the destination reported no outcome for this message"),
             );
         }
+        let last_error = outcomes.iter().rev().find_map(|outcome| match outcome {
+            DeliveryOutcome::Failed { error, .. } => Some(error.clone()),
+            DeliveryOutcome::Delivered => None,
+        });
         let retry = self.retry;
         let sink = self.sink.clone();
-        self.blocking(move |store, sink_name| {
-            let mut delivered = Vec::new();
-            for (message, outcome) in batch.iter().zip(outcomes) {
-                match outcome {
-                    DeliveryOutcome::Delivered => delivered.push(message.ack_id),
-                    DeliveryOutcome::Failed { error, retriable } => {
-                        if retriable && retry.may_retry(message.attempt) {
-                            let delay = retry.delay(message.attempt);
-                            debug!(
-                                sink = %sink,
-                                idempotency_key = %message.idempotency_key,
-                                attempt = message.attempt,
-                                retry_in_ms = delay.as_millis() as u64,
-                                %error,
-                                "delivery failed; retrying later"
-                            );
-                            store.retry_later(sink_name, message.ack_id, &error, delay)?;
-                        } else {
-                            warn!(
-                                sink = %sink,
-                                idempotency_key = %message.idempotency_key,
-                                attempts = message.attempt,
-                                %error,
-                                "message dead-lettered; its group proceeds"
-                            );
-                            store.dead_letter(sink_name, message.ack_id, &error)?;
+        let settled = self
+            .blocking(move |store, sink_name| {
+                let mut delivered = Vec::new();
+                for (message, outcome) in batch.iter().zip(outcomes) {
+                    match outcome {
+                        DeliveryOutcome::Delivered => delivered.push(message.ack_id),
+                        DeliveryOutcome::Failed { error, retriable } => {
+                            if retriable && retry.may_retry(message.attempt) {
+                                let delay = retry.delay(message.attempt);
+                                debug!(
+                                    sink = %sink,
+                                    idempotency_key = %message.idempotency_key,
+                                    attempt = message.attempt,
+                                    retry_in_ms = delay.as_millis() as u64,
+                                    %error,
+                                    "delivery failed; retrying later"
+                                );
+                                store.retry_later(sink_name, message.ack_id, &error, delay)?;
+                            } else {
+                                warn!(
+                                    sink = %sink,
+                                    idempotency_key = %message.idempotency_key,
+                                    attempts = message.attempt,
+                                    %error,
+                                    "message dead-lettered; its group proceeds"
+                                );
+                                store.dead_letter(sink_name, message.ack_id, &error)?;
+                            }
                         }
                     }
                 }
-            }
-            if !delivered.is_empty() {
-                store.ack(sink_name, &delivered)?;
-            }
-            Ok(())
-        })
-        .await
+                if !delivered.is_empty() {
+                    store.ack(sink_name, &delivered)?;
+                }
+                Ok(())
+            })
+            .await;
+        if settled.is_ok() {
+            report_health(&self.sink, last_error);
+        }
+        settled
     }
 
     /// Runs a store call on the blocking pool.
@@ -463,6 +473,26 @@ impl DeliveryWorker {
 }
 
 /// The payload bytes a delivery of `batch` holds.
+/// The sink's `delivery` health check: an error naming the destination's
+/// last failure while deliveries fail, cleared (and the sink's last
+/// success noted) by a batch that delivered everything.
+fn report_health(sink: &str, last_error: Option<String>) {
+    let health = health::global();
+    match last_error {
+        Some(error) => health.fail(
+            EntityKind::Sink,
+            sink,
+            "delivery",
+            Status::Error,
+            format!("deliveries are failing: {error}; they are retried with backoff (see the dead letters for those that ran out of retries)"),
+        ),
+        None => {
+            health.clear(EntityKind::Sink, sink, "delivery");
+            health.succeeded(EntityKind::Sink, sink);
+        }
+    }
+}
+
 fn batch_bytes(batch: &[StoredMessage]) -> usize {
     batch.iter().map(|m| m.size_bytes).sum()
 }
