@@ -23,6 +23,7 @@ mod rabbitmq;
 mod redis;
 mod scaffold;
 mod schema_changes;
+mod secrets;
 mod setup_errors;
 mod source;
 mod tls;
