@@ -164,3 +164,56 @@ fn half_the_metrics_credentials_or_a_bad_address_is_refused_at_start() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("or `off`"), "{stderr}");
 }
+
+#[test]
+fn readiness_waits_for_replication_and_reports_a_lost_connection() {
+    let mut pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}sinks:\n  - name: items\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n",
+        pg.databases_yaml(SLOT)
+    );
+    let weft = WeftProcess::start(dir.path(), &config);
+    let ready = || {
+        let response = crate::harness::weft::http()
+            .get(weft.url("/health/ready"))
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<serde_json::Value>().unwrap())
+    };
+    let wait_for = |want: u16| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = ready();
+            if status == want {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "readiness stuck at {status}: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    assert_eq!(wait_for(200)["status"], "ready");
+
+    // Postgres goes away: still alive, no longer ready, and the slot's
+    // health says why; back when replication resumes.
+    pg.stop();
+    let body = wait_for(503);
+    assert_eq!(body["waiting_for"][0]["slot"], SLOT, "{body}");
+    assert!(
+        body["waiting_for"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("replication interrupted"),
+        "{body}"
+    );
+    assert_eq!(weft.get_json("/health")["status"], "ok", "still alive");
+    pg.start_again();
+    wait_for(200);
+    pg.psql("INSERT INTO items VALUES (1, 1)");
+    assert_eq!(weft.drain("items", 1, Duration::from_secs(30)).len(), 1);
+}

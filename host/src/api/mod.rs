@@ -172,6 +172,7 @@ impl PullApiState {
 /// `/api/sinks/{sink}/dead_letters`, backfills under
 /// `/api/sinks/{sink}/backfills`, a sink's quarantine at
 /// `/api/sinks/{sink}/quarantine`, plus `GET /health` (liveness),
+/// `GET /health/ready` (readiness: every replication slot streams),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
@@ -189,6 +190,7 @@ pub fn router(state: PullApiState) -> Router {
         .route("/{id}/replay", post(dead_letters::replay_one));
     Router::new()
         .route("/health", get(health))
+        .route("/health/ready", get(readiness))
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
@@ -232,6 +234,33 @@ pub async fn serve(
 
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+/// Readiness: `200 {"status": "ready"}` once every replication slot
+/// streams; `503` with the slots still waiting (and why) before that, or
+/// while one is reconnecting.
+async fn readiness() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let waiting: Vec<serde_json::Value> = crate::health::global()
+        .snapshot()
+        .into_iter()
+        .filter(|e| e.kind == crate::health::EntityKind::Slot)
+        .filter_map(|e| {
+            e.checks
+                .iter()
+                .find(|c| c.id == crate::source::REPLICATION_CHECK)
+                .map(|c| serde_json::json!({"slot": e.name, "reason": c.message}))
+        })
+        .collect();
+    if waiting.is_empty() {
+        axum::Json(serde_json::json!({"status": "ready"})).into_response()
+    } else {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"status": "not_ready", "waiting_for": waiting})),
+        )
+            .into_response()
+    }
 }
 
 /// Every entity's health; the overall status is the worst of them.

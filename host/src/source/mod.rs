@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::change::SourceEvent;
+use crate::health::{self, EntityKind, Status};
 use crate::lsn::Lsn;
 
 /// Where and how to replicate from.
@@ -475,6 +476,10 @@ impl SourceError {
     }
 }
 
+/// The health check (on the slot's entity) that replication is streaming;
+/// `GET /health/ready` waits for every slot to pass it.
+pub const REPLICATION_CHECK: &str = "replication";
+
 /// Streams committed changes from the slot into `events` until `shutdown`
 /// is cancelled.
 ///
@@ -494,6 +499,14 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), SourceError> {
     let span = tracing::info_span!("source", slot = %config.slot_name, database = %config.connection.database);
+    let slot = config.slot_name.clone();
+    let report = move |status: Status, message: String| {
+        health::global().fail(EntityKind::Slot, &slot, REPLICATION_CHECK, status, message);
+    };
+    report(
+        Status::Warning,
+        "connecting: replication has not started yet".into(),
+    );
     async move {
         spill::clean_spill_dir(&config.spill_dir)?;
         let mut progress = stream::Progress::default();
@@ -515,6 +528,10 @@ pub async fn run(
                         backoff = Duration::from_secs(1);
                     }
                     tracing::warn!(error = %e, retry_in = ?backoff, "replication interrupted; reconnecting");
+                    report(
+                        Status::Error,
+                        format!("replication interrupted: {e}; reconnecting in {backoff:?}"),
+                    );
                     tokio::select! {
                         _ = shutdown.cancelled() => return Ok(()),
                         _ = tokio::time::sleep(backoff) => {}
@@ -526,6 +543,7 @@ pub async fn run(
                         return Ok(());
                     }
                     tracing::error!(error = %e, "replication stopped");
+                    report(Status::Error, format!("replication stopped: {e}"));
                     return Err(e);
                 }
             }

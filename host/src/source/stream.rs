@@ -144,6 +144,13 @@ impl<'a> Session<'a> {
                     .start_replication(&config.slot_name, Lsn::ZERO, &plugin_options)
                     .await?;
                 tracing::info!(streaming, "replication started");
+                let health = crate::health::global();
+                health.clear(
+                    crate::health::EntityKind::Slot,
+                    &config.slot_name,
+                    super::REPLICATION_CHECK,
+                );
+                health.succeeded(crate::health::EntityKind::Slot, &config.slot_name);
                 Ok::<_, SourceError>(replication)
             };
             let replication = tokio::select! {
