@@ -25,17 +25,23 @@ fn config(pg: &PgCluster, extra: &str) -> String {
     )
 }
 
-/// weft with the `items` sink on `table` instead of `public.items` (and
-/// `extra` sink YAML), once its slot is active. Keep the directory alive.
-fn weft_on(pg: &PgCluster, table: &str, extra: &str) -> (tempfile::TempDir, WeftProcess) {
+/// weft with the `items` sink reading `source` (its `source:` selection,
+/// e.g. `include_tables: [public.orders]`) and `extra` sink YAML, once its
+/// slot is active. Keep the directory alive as long as weft.
+fn weft_on(pg: &PgCluster, source: &str, extra: &str) -> (tempfile::TempDir, WeftProcess) {
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(
         dir.path(),
-        &config(pg, extra).replace("public.items", table),
+        &config(pg, extra).replace("include_tables: [public.items]", source),
     );
     pg.wait_for_active_slot(SLOT);
     (dir, weft)
 }
+
+/// `source` of a sink on `public.items`.
+const ITEMS: &str = "include_tables: [public.items]";
+/// `source` of a sink on every table of `public`.
+const PUBLIC: &str = "include_schemas: [public]";
 
 fn start_backfill(weft: &WeftProcess, table: &str) -> (u16, Value) {
     post_backfill(weft, json!({ "table": table }))
@@ -170,9 +176,7 @@ fn a_backfill_reads_every_row_while_changes_flow_and_never_delivers_a_stale_row(
     let pg = PgCluster::start();
     let rows = 20_000;
     items_table(&pg, rows, "0");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, ""));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, ITEMS, "");
 
     let stop = AtomicBool::new(false);
     let (backfill, transactions) = std::thread::scope(|scope| {
@@ -234,12 +238,7 @@ fn a_big_backfill_under_churn_killed_mid_way_materialises_to_the_final_table() {
         .unwrap_or(200_000);
     let pg = PgCluster::start();
     items_table(&pg, rows, "0");
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(
-        dir.path(),
-        &config(&pg, "    max_backlog_messages: 50000\n"),
-    );
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, mut weft) = weft_on(&pg, ITEMS, "    max_backlog_messages: 50000\n");
 
     let stop = AtomicBool::new(false);
     let mut state = BTreeMap::new();
@@ -310,11 +309,9 @@ fn a_backfill_killed_mid_way_resumes_from_its_cursor() {
     let pg = PgCluster::start();
     let rows = 60_000;
     items_table(&pg, rows, "g");
-    let dir = tempfile::tempdir().unwrap();
     // The backlog bound pauses the stream, and with it the backfill, until
     // the consumer drains: the kill lands mid-way for sure.
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, "    max_backlog_messages: 5000\n"));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, mut weft) = weft_on(&pg, ITEMS, "    max_backlog_messages: 5000\n");
     let (status, created) = start_backfill(&weft, "public.items");
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
@@ -356,15 +353,7 @@ fn bad_backfill_requests_get_clear_errors_and_a_backfill_can_be_cancelled() {
     let pg = PgCluster::start();
     items_table(&pg, 10, "g");
     pg.psql("CREATE TABLE loose (v int)");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(
-        dir.path(),
-        &config(&pg, "").replace(
-            "include_tables: [public.items]",
-            "include_schemas: [public]",
-        ),
-    );
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, PUBLIC, "");
 
     let (status, body) = start_backfill(&weft, "public.missing");
     assert_eq!(status, 422);
@@ -465,9 +454,7 @@ fn a_paused_backfill_reads_nothing_until_resumed() {
     let pg = PgCluster::start();
     let rows = 30_000;
     items_table(&pg, rows, "g");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, "    max_backlog_messages: 2000\n"));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, ITEMS, "    max_backlog_messages: 2000\n");
     let (_, created) = start_backfill(&weft, "public.items");
     let id = created["id"].as_str().unwrap().to_string();
     let path = format!("/api/sinks/items/backfills/{id}");
@@ -522,7 +509,7 @@ fn keys_of_every_kind_page_correctly() {
                     g / 7.0, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', g
              FROM generate_series(1, 3000) g",
     );
-    let (_dir, weft) = weft_on(&pg, "public.keyed", "");
+    let (_dir, weft) = weft_on(&pg, "include_tables: [public.keyed]", "");
     let (status, created) = start_backfill(&weft, "public.keyed");
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
@@ -580,7 +567,7 @@ fn ids_read(messages: &[Value]) -> BTreeSet<i64> {
 fn partial_backfills_read_from_a_start_position_and_through_a_filter() {
     let pg = PgCluster::start();
     orders_table(&pg);
-    let (_dir, weft) = weft_on(&pg, "public.orders", "");
+    let (_dir, weft) = weft_on(&pg, "include_tables: [public.orders]", "");
 
     // From a position in a timestamp column: ids 3600.. (at >= 01:00:00).
     let (status, created) = post_backfill(
@@ -658,15 +645,7 @@ fn partial_backfill_requests_are_checked_before_anything_is_read() {
     orders_table(&pg);
     pg.psql("CREATE TABLE loose (v int); CREATE TABLE notes (id int PRIMARY KEY, v int)");
     pg.psql("INSERT INTO notes SELECT g, g FROM generate_series(1, 50) g");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(
-        dir.path(),
-        &config(&pg, "").replace(
-            "include_tables: [public.items]",
-            "include_schemas: [public]",
-        ),
-    );
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = weft_on(&pg, PUBLIC, "");
     let refused = |body: Value, status: u16, says: &str| {
         let (got, answer) = post_backfill(&weft, body.clone());
         let summary = answer["summary"].as_str().unwrap_or_default().to_string();
@@ -776,7 +755,11 @@ fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
     orders_table(&pg);
     // A small backlog stalls the backfill until the consumer drains, so the
     // pause lands before it completes.
-    let (_dir, weft) = weft_on(&pg, "public.orders", "    max_backlog_messages: 200\n");
+    let (_dir, weft) = weft_on(
+        &pg,
+        "include_tables: [public.orders]",
+        "    max_backlog_messages: 200\n",
+    );
     let (status, created) = post_backfill(
         &weft,
         json!({"table": "public.orders", "sort_column": "at"}),
