@@ -59,6 +59,23 @@ enum Command {
     /// Create and build plugins (WebAssembly functions).
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Work with config files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the config as YAML with every secret (passwords, tokens,
+    /// encrypted headers, URL passwords) redacted; `${VAR}` references stay.
+    Export {
+        /// The YAML config (sequin.yml layout).
+        #[arg(long, short, env = "WEFT_CONFIG")]
+        config: PathBuf,
+        /// Print the secrets too, with `${VAR}` references resolved.
+        #[arg(long)]
+        show_secrets: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -90,6 +107,34 @@ enum PluginCommand {
     },
 }
 
+/// `weft config export`: checks the config, then prints it.
+fn export_config(path: &std::path::Path, show_secrets: bool) -> ExitCode {
+    use weft::config::export::{Secrets, export};
+    let exported = weft::config::Config::load(path).and_then(|_| {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| weft::config::ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+        let secrets = if show_secrets {
+            Secrets::Show
+        } else {
+            Secrets::Redact
+        };
+        export(&text, secrets, &|name| std::env::var(name).ok())
+    });
+    match exported {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Where the metrics listener listens: an address, or nowhere (`off`).
 #[derive(Debug, Clone, Copy)]
 struct MetricsListen(Option<SocketAddr>);
@@ -118,6 +163,10 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Plugin(command) => plugin(command),
+        Command::Config(ConfigCommand::Export {
+            config,
+            show_secrets,
+        }) => export_config(&config, show_secrets),
         Command::Check { config } => match weft::config::Config::load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());

@@ -4,9 +4,9 @@
 //! Metric names follow Sequin's where the meaning is the same, so existing
 //! dashboards carry over; weft's own are prefixed `weft_`.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// WAL the slot retains, in bytes: the server's current LSN minus the
 /// slot's `restart_lsn` (Sequin's name). Labels: `database`, `slot`.
@@ -51,6 +51,80 @@ pub const DELIVER_FAILURES: &str = "sequin_message_deliver_failure_count";
 /// dead letters equal what was ingested.
 pub const DEAD_LETTERED: &str = "weft_messages_dead_lettered_total";
 
+/// Microseconds from a change's commit in Postgres (its commit timestamp)
+/// until its message is stored for a sink (Sequin's name). Histogram.
+/// Label: `sink`.
+pub const INGESTION_LATENCY: &str = "sequin_ingestion_latency_us";
+/// Microseconds from a message being stored until it is delivered:
+/// acknowledged by the destination or acked by a pull consumer (Sequin's
+/// name). Histogram. Label: `sink`.
+pub const DELIVERY_LATENCY: &str = "sequin_delivery_latency_us";
+/// Messages stored for a sink and not handed out: waiting for delivery, or
+/// for a retry (Sequin's name). Gauge, read at each scrape. Label: `sink`.
+pub const MESSAGES_BUFFERED: &str = "sequin_messages_buffered";
+/// Messages handed out and not yet settled: leased by a push sink's
+/// worker, or received and not acked by a pull consumer (Sequin's name).
+/// Gauge, read at each scrape. Label: `sink`.
+pub const MESSAGES_IN_DELIVERY: &str = "sequin_messages_in_delivery";
+/// Changes held for a sink's functions (transient failures waiting for a
+/// retry, or a quarantined sink's changes). Gauge. Label: `sink`.
+pub const MESSAGES_HELD: &str = "weft_sink_messages_held";
+/// Payload bytes a push sink's running deliveries hold in memory. Gauge.
+/// Label: `sink`. Compare with [`DELIVERY_MEMORY_LIMIT`].
+pub const DELIVERY_MEMORY: &str = "weft_sink_delivery_memory_bytes";
+/// A push sink's `max_memory_mb`, in bytes. Gauge. Label: `sink`.
+pub const DELIVERY_MEMORY_LIMIT: &str = "weft_sink_max_memory_bytes";
+
+/// Calls into a function's guest (one per batch, bisection steps
+/// included). Labels of every `weft_plugin_*` metric: `sink`, `function`
+/// (its name in the config) and `kind`.
+pub const PLUGIN_CALLS: &str = "weft_plugin_calls_total";
+/// Changes passed to a function's guest; `rate(weft_plugin_call_seconds_sum)
+/// / rate(weft_plugin_messages_total)` is the cost per change.
+pub const PLUGIN_MESSAGES: &str = "weft_plugin_messages_total";
+/// Seconds one call into a guest took (a whole batch). Histogram.
+pub const PLUGIN_CALL_DURATION: &str = "weft_plugin_call_seconds";
+/// Calls that failed in the guest, by `reason`: `timeout`, `oom`, `trap`
+/// or `bad_output`.
+pub const PLUGIN_TRAPS: &str = "weft_plugin_traps_total";
+/// The most linear memory an instance of the function has held, in bytes.
+pub const PLUGIN_MEMORY_HIGH_WATER: &str = "weft_plugin_memory_high_water_bytes";
+/// Live instances of the function (0 between a failure and the next call).
+pub const PLUGIN_INSTANCES: &str = "weft_plugin_instances";
+
+/// Requests the HTTP API answered. Labels: `route` (the route's pattern,
+/// e.g. `/api/sinks/{name}/backfills`, or `unmatched`), `method`, `status`.
+pub const API_REQUESTS: &str = "weft_api_requests_total";
+/// Seconds the HTTP API took to answer (a long-polling receive counts its
+/// wait). Histogram. Labels: `route`, `method`, `status`.
+pub const API_REQUEST_DURATION: &str = "weft_api_request_seconds";
+
+/// Bucket bounds of the `_us` latency histograms: 100 µs to 5 min.
+const LATENCY_US_BUCKETS: &[f64] = &[
+    100.0,
+    500.0,
+    1_000.0,
+    5_000.0,
+    10_000.0,
+    25_000.0,
+    50_000.0,
+    100_000.0,
+    250_000.0,
+    500_000.0,
+    1_000_000.0,
+    2_500_000.0,
+    5_000_000.0,
+    10_000_000.0,
+    30_000_000.0,
+    60_000_000.0,
+    300_000_000.0,
+];
+/// Bucket bounds of the `_seconds` histograms: 10 µs to 60 s.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
 /// Adds `n` to the counter `name` of `sink`.
 pub fn count(name: &'static str, sink: &str, n: usize) {
     if n > 0 {
@@ -78,6 +152,9 @@ pub fn register_sink(sink: &str, functions: &[(&str, &'static str)]) {
     ] {
         metrics::counter!(name, "sink" => sink.to_string()).increment(0);
     }
+    for name in [MESSAGES_BUFFERED, MESSAGES_IN_DELIVERY, MESSAGES_HELD] {
+        metrics::gauge!(name, "sink" => sink.to_string()).set(0.0);
+    }
     for stage in ["functions", "delivery"] {
         metrics::counter!(DEAD_LETTERED, "sink" => sink.to_string(), "stage" => stage).increment(0);
     }
@@ -95,12 +172,75 @@ pub fn register_sink(sink: &str, functions: &[(&str, &'static str)]) {
     }
 }
 
+/// Records one [`INGESTION_LATENCY`] sample per message of `sink` committed
+/// at `commit_timestamps`, measured now.
+pub fn record_ingestion_latency(
+    sink: &str,
+    commit_timestamps: impl IntoIterator<Item = chrono::DateTime<chrono::Utc>>,
+) {
+    let histogram = metrics::histogram!(INGESTION_LATENCY, "sink" => sink.to_string());
+    let now = chrono::Utc::now();
+    for committed in commit_timestamps {
+        // A clock behind the server's gives a negative span: count it as 0.
+        let us = (now - committed)
+            .num_microseconds()
+            .unwrap_or(i64::MAX)
+            .max(0);
+        histogram.record(us as f64);
+    }
+}
+
+/// Records one [`DELIVERY_LATENCY`] sample per delivered message of `sink`,
+/// from the times (ms since the Unix epoch) they were stored.
+pub fn record_delivery_latency(sink: &str, stored_at_ms: &[i64]) {
+    if stored_at_ms.is_empty() {
+        return;
+    }
+    let histogram = metrics::histogram!(DELIVERY_LATENCY, "sink" => sink.to_string());
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    for stored in stored_at_ms {
+        histogram.record((now_ms - stored).max(0) as f64 * 1000.0);
+    }
+}
+
+/// Sets `sink`'s queue gauges ([`MESSAGES_BUFFERED`],
+/// [`MESSAGES_IN_DELIVERY`], [`MESSAGES_HELD`]).
+pub fn set_queue_depths(sink: &str, buffered: u64, in_delivery: u64, held: u64) {
+    for (name, value) in [
+        (MESSAGES_BUFFERED, buffered),
+        (MESSAGES_IN_DELIVERY, in_delivery),
+        (MESSAGES_HELD, held),
+    ] {
+        metrics::gauge!(name, "sink" => sink.to_string()).set(value as f64);
+    }
+}
+
+/// Something that refreshes gauges just before each scrape (e.g. queue
+/// depths read from the store), so that they are never stale.
+type Collector = Box<dyn Fn() + Send + Sync>;
+
+static COLLECTORS: Mutex<Vec<Collector>> = Mutex::new(Vec::new());
+
+/// Runs `collector` before each [`render`].
+pub fn on_render(collector: impl Fn() + Send + Sync + 'static) {
+    COLLECTORS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(Box::new(collector));
+}
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the recorder (once per process) and returns its handle.
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_us".into()), LATENCY_US_BUCKETS)
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            })
+            .expect("the bucket lists are not empty")
+            .build_recorder();
         let handle = recorder.handle();
         // Another recorder can only be set by a test harness; then this
         // handle renders an empty registry, which is harmless.
@@ -155,11 +295,83 @@ pub fn install() -> &'static PrometheusHandle {
             BACKFILL_ACTIVE,
             "1 while a backfill of the table into the sink is active, else 0"
         );
+        describe_weft_metrics();
         handle
     })
 }
 
-/// Every metric in the Prometheus text format.
+fn describe_weft_metrics() {
+    use metrics::Unit;
+    metrics::describe_histogram!(
+        INGESTION_LATENCY,
+        Unit::Microseconds,
+        "time from a change's commit until its message is stored for the sink"
+    );
+    metrics::describe_histogram!(
+        DELIVERY_LATENCY,
+        Unit::Microseconds,
+        "time from a message being stored until it is delivered (acknowledged or acked)"
+    );
+    metrics::describe_gauge!(
+        MESSAGES_BUFFERED,
+        "messages stored for the sink and not handed out (waiting for delivery or a retry)"
+    );
+    metrics::describe_gauge!(
+        MESSAGES_IN_DELIVERY,
+        "messages handed out and not yet settled (leased or received, not acked)"
+    );
+    metrics::describe_gauge!(
+        MESSAGES_HELD,
+        "changes held for the sink's functions (waiting for a retry, or quarantined)"
+    );
+    metrics::describe_gauge!(
+        DELIVERY_MEMORY,
+        Unit::Bytes,
+        "payload bytes the push sink's running deliveries hold in memory"
+    );
+    metrics::describe_gauge!(
+        DELIVERY_MEMORY_LIMIT,
+        Unit::Bytes,
+        "the push sink's max_memory_mb, in bytes"
+    );
+    metrics::describe_counter!(
+        PLUGIN_CALLS,
+        "calls into the function's guest (one per batch)"
+    );
+    metrics::describe_counter!(PLUGIN_MESSAGES, "changes passed to the function's guest");
+    metrics::describe_histogram!(
+        PLUGIN_CALL_DURATION,
+        Unit::Seconds,
+        "time one call into the function's guest took"
+    );
+    metrics::describe_counter!(
+        PLUGIN_TRAPS,
+        "calls that failed in the guest, by reason (timeout, oom, trap, bad_output)"
+    );
+    metrics::describe_gauge!(
+        PLUGIN_MEMORY_HIGH_WATER,
+        Unit::Bytes,
+        "the most linear memory an instance of the function has held"
+    );
+    metrics::describe_gauge!(PLUGIN_INSTANCES, "live instances of the function");
+    metrics::describe_counter!(API_REQUESTS, "requests the HTTP API answered");
+    metrics::describe_histogram!(
+        API_REQUEST_DURATION,
+        Unit::Seconds,
+        "time the HTTP API took to answer"
+    );
+}
+
+/// Every metric in the Prometheus text format, after running the
+/// [`on_render`] collectors. Blocks on them (they may read the store).
 pub fn render() -> String {
-    install().render()
+    let handle = install();
+    for collect in COLLECTORS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+    {
+        collect();
+    }
+    handle.render()
 }

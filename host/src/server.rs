@@ -122,6 +122,10 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     })?;
     let store = Store::open(&data_dir.join("weft.db"))?;
     record_inventory(&store, &config, config_text.as_deref())?;
+    collect_queue_depths(
+        store.clone(),
+        config.sinks.iter().map(|s| s.name.clone()).collect(),
+    );
     let engine = PluginEngine::new(EngineSettings::new(data_dir.join("plugin-cache"))).map_err(
         |source| ServerError::Plugin {
             function: "(engine)".into(),
@@ -132,6 +136,9 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     let mut tasks = JoinSet::new();
 
     let pull_api = PullApiState::new(store.clone(), shutdown.clone());
+    if let Some(text) = &config_text {
+        pull_api.set_config_text(text.clone());
+    }
     for sink in &config.sinks {
         match &sink.destination {
             DestinationConfig::SequinStream(settings) => {
@@ -276,7 +283,9 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
                         source,
                     })
             }
-            .instrument(info_span!("pipeline", database = %database.name)),
+            .instrument(
+                info_span!("pipeline", database = %database.name, slot = %database.slot.name),
+            ),
         );
     }
 
@@ -341,6 +350,24 @@ fn record_inventory(
     Ok(())
 }
 
+/// Reads each sink's queue depths from the store into the queue gauges
+/// before every scrape of `/metrics`.
+fn collect_queue_depths(store: Store, sinks: Vec<String>) {
+    crate::metrics::on_render(move || {
+        for sink in &sinks {
+            match store.queue_depths(sink) {
+                Ok(depths) => crate::metrics::set_queue_depths(
+                    sink,
+                    depths.buffered,
+                    depths.in_delivery,
+                    depths.held,
+                ),
+                Err(error) => tracing::debug!(%sink, %error, "cannot read the queue depths"),
+            }
+        }
+    });
+}
+
 fn sink_pipeline(
     config: &Config,
     engine: &PluginEngine,
@@ -384,28 +411,34 @@ fn sink_pipeline(
                 .map_err(failed(f))?,
         };
         let loaded = engine
-            .load_enrichment(&f.name, &f.file, &f.config, &plugin_limits(f), grants)
+            .load_enrichment(
+                &f.name,
+                &f.file,
+                &f.config,
+                &plugin_limits(f, &sink.name),
+                grants,
+            )
             .map_err(failed(f))?;
         chain.enrichment = Some(Named::new(&f.name, loaded));
     }
     if let Some(name) = &sink.filter {
         let f = function(name);
         let loaded = engine
-            .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f))
+            .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
             .map_err(failed(f))?;
         chain.filter = Some(Named::new(&f.name, loaded));
     }
     if let Some(name) = &sink.transform {
         let f = function(name);
         let loaded = engine
-            .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f))
+            .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
             .map_err(failed(f))?;
         chain.transform = Some(Named::new(&f.name, loaded));
     }
     if let Some(name) = &sink.routing {
         let f = function(name);
         let loaded = engine
-            .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f))
+            .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
             .map_err(failed(f))?;
         chain.routing = Some(Named::new(&f.name, loaded));
     }
@@ -458,8 +491,8 @@ fn outbound_http(
         .map_err(PluginError::Settings)
 }
 
-/// The sandbox settings of a function, from its config.
-fn plugin_limits(function: &FunctionConfig) -> Limits {
+/// The sandbox settings of a function serving `sink`, from its config.
+fn plugin_limits(function: &FunctionConfig, sink: &str) -> Limits {
     let limits = &function.limits;
     Limits {
         memory_bytes: limits.memory_mb as usize * 1024 * 1024,
@@ -467,6 +500,7 @@ fn plugin_limits(function: &FunctionConfig) -> Limits {
         recycle_after_calls: limits.recycle_after_calls,
         recycle_memory_bytes: limits.recycle_memory_mb.map(|mb| mb as usize * 1024 * 1024),
         deterministic: function.deterministic,
+        sink: Some(sink.to_string()),
         ..Limits::default()
     }
 }
@@ -509,6 +543,7 @@ fn source_config(
         // files at start and must not touch another's.
         spill_dir: data_dir.join("spill").join(&database.name),
         heartbeat_interval: database.heartbeat_interval(),
+        lag_warning_bytes: database.slot.lag_warning_mb.saturating_mul(1 << 20),
     })
 }
 

@@ -48,19 +48,14 @@ fn start_backfill(weft: &WeftProcess, table: &str) -> (u16, Value) {
 }
 
 fn wait_for_state(weft: &WeftProcess, id: &str, state: &str, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
+    weft.wait_until(&format!("backfill {state}"), timeout, || {
         let backfill = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
         if backfill["state"] == state {
-            return backfill;
+            Ok(backfill)
+        } else {
+            Err(backfill)
         }
-        assert!(
-            Instant::now() < deadline,
-            "backfill not {state}: {backfill}\nlog:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// Receives and acks until nothing more arrives for two seconds.

@@ -217,3 +217,163 @@ fn readiness_waits_for_replication_and_reports_a_lost_connection() {
     pg.psql("INSERT INTO items VALUES (1, 1)");
     assert_eq!(weft.drain("items", 1, Duration::from_secs(30)).len(), 1);
 }
+
+/// Waits until `metric` with `labels` reads `want`.
+fn wait_for_metric(weft: &WeftProcess, name: &str, labels: &[(&str, &str)], want: f64) {
+    weft.wait_until(&format!("{name} = {want}"), Duration::from_secs(30), || {
+        let got = counter(weft, name, labels);
+        if got == want { Ok(()) } else { Err(got) }
+    });
+}
+
+#[test]
+fn latency_queue_plugin_and_api_metrics_follow_the_messages() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}functions:\n  - name: even\n    type: filter\n    file: {}\nsinks:\n  - name: items\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    filter: even\n    destination: {{ type: sequin_stream, ack_wait_ms: 60000 }}\n",
+        pg.databases_yaml(SLOT),
+        crate::harness::guests::wasm("weft_even_id_filter").display()
+    );
+    let weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot(SLOT);
+    pg.psql("INSERT INTO items SELECT g, g FROM generate_series(1, 100) g");
+    let sink = [("sink", "items")];
+    wait_for_metric(&weft, "sequin_messages_ingested_count", &sink, 50.0);
+
+    // Every stored message has its ingestion latency; all 50 wait.
+    assert_eq!(
+        counter(&weft, "sequin_ingestion_latency_us_count", &sink),
+        50.0
+    );
+    assert_eq!(counter(&weft, "sequin_messages_buffered", &sink), 50.0);
+    assert_eq!(counter(&weft, "sequin_messages_in_delivery", &sink), 0.0);
+
+    // 10 handed out and not acked are in delivery; acking them delivers them.
+    let received = weft.receive("items", 10, 1000);
+    assert_eq!(received.len(), 10);
+    assert_eq!(counter(&weft, "sequin_messages_buffered", &sink), 40.0);
+    assert_eq!(counter(&weft, "sequin_messages_in_delivery", &sink), 10.0);
+    assert_eq!(
+        counter(&weft, "sequin_delivery_latency_us_count", &sink),
+        0.0
+    );
+    let ack_ids: Vec<&str> = received
+        .iter()
+        .map(|m| m["ack_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(weft.settle("items", "ack", &ack_ids).0, 200);
+    assert_eq!(
+        counter(&weft, "sequin_delivery_latency_us_count", &sink),
+        10.0
+    );
+    assert_eq!(counter(&weft, "sequin_messages_in_delivery", &sink), 0.0);
+    assert_eq!(counter(&weft, "sequin_messages_buffered", &sink), 40.0);
+
+    // The filter saw every change; its one instance is alive and used memory.
+    let plugin = [("sink", "items"), ("function", "even"), ("kind", "filter")];
+    assert_eq!(counter(&weft, "weft_plugin_messages_total", &plugin), 100.0);
+    let calls = counter(&weft, "weft_plugin_calls_total", &plugin);
+    assert!(calls >= 1.0, "calls: {calls}");
+    assert_eq!(
+        counter(&weft, "weft_plugin_call_seconds_count", &plugin),
+        calls
+    );
+    assert_eq!(counter(&weft, "weft_plugin_instances", &plugin), 1.0);
+    assert!(counter(&weft, "weft_plugin_memory_high_water_bytes", &plugin) > 0.0);
+    let trapped = [("sink", "items"), ("function", "even"), ("reason", "trap")];
+    assert_eq!(weft.metric("weft_plugin_traps_total", &trapped), Some(0.0));
+
+    // API requests by route pattern (never the raw path) and status.
+    crate::harness::weft::http()
+        .get(weft.url("/api/no/such/route"))
+        .send()
+        .unwrap();
+    let receive = [
+        ("route", "/api/http_pull_consumers/{name}/receive"),
+        ("method", "GET"),
+        ("status", "200"),
+    ];
+    assert!(counter(&weft, "weft_api_requests_total", &receive) >= 1.0);
+    assert!(counter(&weft, "weft_api_request_seconds_count", &receive) >= 1.0);
+    assert_eq!(
+        counter(
+            &weft,
+            "weft_api_requests_total",
+            &[("route", "unmatched"), ("status", "404")]
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn a_stalled_stream_raises_heartbeat_and_slot_lag_warnings_until_it_drains() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, pad text NOT NULL)");
+    let dir = tempfile::tempdir().unwrap();
+    // A backlog of 10 that pauses the stream when full, heartbeats every
+    // 300 ms, and a 1 MiB lag bound.
+    let databases = pg
+        .databases_yaml(SLOT)
+        .replace(
+            "create_if_not_exists: true }\n    publication",
+            "create_if_not_exists: true, lag_warning_mb: 1 }\n    publication",
+        )
+        .replace(
+            "    username: postgres\n",
+            "    username: postgres\n    heartbeat_interval_ms: 300\n",
+        );
+    let config = format!(
+        "{databases}sinks:\n  - name: items\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    max_backlog_messages: 10\n    destination: {{ type: sequin_stream }}\n"
+    );
+    let weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot(SLOT);
+    let checks = |weft: &WeftProcess| -> Vec<String> {
+        let health = weft.health();
+        health["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "slot" && e["name"] == SLOT)
+            .flat_map(|e| e["checks"].as_array().unwrap().clone())
+            .map(|c| format!("{}: {}", c["id"].as_str().unwrap(), c["message"]))
+            .collect()
+    };
+    let wait_for_checks = |weft: &WeftProcess, want: &dyn Fn(&[String]) -> bool| {
+        weft.wait_until("slot checks", Duration::from_secs(60), || {
+            let now = checks(weft);
+            if want(&now) { Ok(now) } else { Err(now) }
+        })
+    };
+    // Flowing: heartbeats come back, no warning.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(checks(&weft), Vec::<String>::new());
+
+    // Nobody receives: the backlog fills, the stream pauses, heartbeats stop
+    // coming back and the slot retains more than 1 MiB.
+    for batch in 0..40 {
+        pg.psql(&format!(
+            "INSERT INTO items SELECT g, repeat('x', 200) FROM generate_series({}, {}) g",
+            batch * 500 + 1,
+            batch * 500 + 500
+        ));
+    }
+    let raised = wait_for_checks(&weft, &|c| {
+        c.iter().any(|c| c.starts_with("heartbeat:"))
+            && c.iter().any(|c| c.starts_with("slot_lag:"))
+    });
+    assert!(
+        raised.iter().any(|c| c.contains("stream is stalled")),
+        "{raised:?}"
+    );
+    assert!(
+        raised.iter().any(|c| c.contains("lag_warning_mb")),
+        "{raised:?}"
+    );
+    assert!(counter(&weft, "sequin_replication_slot_size", &[("slot", SLOT)]) > (1 << 20) as f64);
+
+    // Draining the sink lets the stream go: both warnings clear.
+    weft.drain("items", 20_000, Duration::from_secs(120));
+    wait_for_checks(&weft, &|c| c.is_empty());
+}

@@ -110,6 +110,19 @@ fn a_batch_of_1000_with_3_poison_changes_dead_letters_exactly_those_3() {
                 && l.ends_with(" 3")),
         "{metrics}"
     );
+    // Every call that trapped, the whole batch's and the bisection's, is a
+    // plugin trap; at least the three calls on a lone poison change.
+    let plugin = [
+        ("sink", "poisoned"),
+        ("function", "hostile"),
+        ("reason", "trap"),
+    ];
+    let traps = weft.metric("weft_plugin_traps_total", &plugin).unwrap();
+    assert!(traps >= 3.0, "traps: {traps}");
+    let calls = weft
+        .metric("weft_plugin_calls_total", &plugin[..2])
+        .unwrap();
+    assert!(calls > traps, "calls {calls}, traps {traps}");
     // The slot moved past the whole transaction: nothing waits on the poison.
     pg.wait_for_slot_to_confirm_all(SLOT);
 

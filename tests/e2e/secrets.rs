@@ -1,7 +1,8 @@
 //! Secrets stay out of weft's log: a database password (SCRAM), a
 //! webhook's encrypted header and the metrics password, with debug logging
-//! on and the webhook failing (so errors about it are logged), and out of
-//! what `weft check` prints about a config that holds them.
+//! on and the webhook failing (so errors about it are logged), out of what
+//! `weft check` prints about a config that holds them, and out of
+//! `config export` (the API's and the CLI's) unless asked for explicitly.
 
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ sinks:
 }
 
 #[test]
-fn secrets_never_reach_the_log_or_the_config_checker() {
+fn secrets_never_reach_the_log_the_config_checker_or_config_export() {
     let pg = PgCluster::start_with(PgOptions {
         hba_rules: vec!["host all alice 127.0.0.1/32 scram-sha-256".into()],
         ..Default::default()
@@ -106,6 +107,41 @@ fn secrets_never_reach_the_log_or_the_config_checker() {
         assert!(
             !printed.contains(secret),
             "{secret} printed by check:\n{printed}"
+        );
+    }
+
+    // config export: the running config from the API, and the file from the
+    // CLI, with every secret redacted; the CLI shows them only when asked.
+    let exported = weft.get_json("/api/config/export");
+    let yaml = exported["yaml"].as_str().expect("{\"yaml\": ...}");
+    assert!(
+        yaml.contains("weft_secrets"),
+        "the config is exported:\n{yaml}"
+    );
+    assert!(yaml.contains("(redacted)"), "{yaml}");
+    let file = dir.path().join("weft.yml");
+    std::fs::write(&file, config(&pg, &receiver)).unwrap();
+    let export = |extra: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["config", "export", "--config"])
+            .arg(&file)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let redacted = export(&[]);
+    for text in [yaml, redacted.as_str()] {
+        for secret in [PG_PASSWORD, "hook-s3cret-9152"] {
+            assert!(!text.contains(secret), "{secret} exported:\n{text}");
+        }
+    }
+    let shown = export(&["--show-secrets"]);
+    for secret in [PG_PASSWORD, "hook-s3cret-9152"] {
+        assert!(
+            shown.contains(secret),
+            "--show-secrets shows {secret}:\n{shown}"
         );
     }
 }

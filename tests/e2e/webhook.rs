@@ -531,21 +531,12 @@ fn a_failing_receiver_shows_in_health_and_slot_lag_grows_while_the_backlog_is_fu
     pg.psql("INSERT INTO items SELECT g, 0 FROM generate_series(1, 50) g");
 
     // The sink reports the destination's error.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let check = loop {
-        if let Some(check) = sink_checks(&weft, "hook")
+    let check = weft.wait_until("a delivery check", Duration::from_secs(30), || {
+        sink_checks(&weft, "hook")
             .into_iter()
             .find(|c| c["id"] == "delivery")
-        {
-            break check;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no delivery check:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+            .ok_or("none")
+    });
     assert_eq!(check["status"], "error");
     assert!(
         check["message"].as_str().unwrap().contains("500"),

@@ -17,5 +17,6 @@ pub fn source_config(url: &str, slot: &str, publication: &str, tables: &[&str]) 
         tables: tables.iter().map(|t| t.to_string()).collect(),
         spill_dir: std::env::temp_dir().join(format!("weft-spill-{slot}-{}", std::process::id())),
         heartbeat_interval: None,
+        lag_warning_bytes: u64::MAX,
     }
 }

@@ -28,6 +28,29 @@ pub struct WeftProcess {
 }
 
 impl WeftProcess {
+    /// Polls `probe` every 200 ms until it gives `Ok`, and returns that;
+    /// fails the test with `what`, the last probe's `Err` and weft's log
+    /// after `timeout`.
+    pub fn wait_until<T, E: std::fmt::Debug>(
+        &self,
+        what: &str,
+        timeout: std::time::Duration,
+        mut probe: impl FnMut() -> Result<T, E>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match probe() {
+                Ok(found) => return found,
+                Err(last) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "{what}: still {last:?} after {timeout:?}\nlog:\n{}",
+                    self.log_text()
+                ),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// Waits until weft's log contains `text`; fails the test with the log
     /// after `timeout`.
     pub fn wait_for_log(&self, text: &str, timeout: std::time::Duration) {

@@ -60,19 +60,30 @@ pub fn router(auth: Option<BasicAuth>) -> Router {
                 )
                     .into_response();
             }
-            render()
+            render().await
         }),
     )
 }
 
-/// Every metric in the Prometheus text format, as a response.
-pub(super) fn render() -> Response {
+/// Every metric in the Prometheus text format, as a response. Rendering
+/// reads queue depths from the store, so it runs off the async workers.
+pub(super) async fn render() -> Response {
+    let text = match tokio::task::spawn_blocking(crate::metrics::render).await {
+        Ok(text) => text,
+        Err(error) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot render the metrics: {error}\n"),
+            )
+                .into_response();
+        }
+    };
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        crate::metrics::render(),
+        text,
     )
         .into_response()
 }

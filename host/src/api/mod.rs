@@ -12,6 +12,7 @@ pub mod metrics_listener;
 mod params;
 mod pull;
 mod quarantine;
+mod request_metrics;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -40,6 +41,7 @@ pub struct PullApiState {
     push_sinks: Arc<RwLock<HashMap<String, DeliveryWaker>>>,
     breakers: Arc<RwLock<HashMap<String, Breaker>>>,
     backfills: Arc<RwLock<Option<BackfillLauncher>>>,
+    config_text: Arc<RwLock<Option<String>>>,
     shutdown: CancellationToken,
 }
 
@@ -54,6 +56,7 @@ impl PullApiState {
             push_sinks: Arc::default(),
             breakers: Arc::default(),
             backfills: Arc::default(),
+            config_text: Arc::default(),
             shutdown,
         }
     }
@@ -119,6 +122,22 @@ impl PullApiState {
             .clone()
     }
 
+    /// Serves `text`, the config file as written, at `/api/config/export`.
+    pub fn set_config_text(&self, text: String) {
+        *self
+            .config_text
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text);
+    }
+
+    /// The config file as written, once set.
+    fn config_text(&self) -> Option<String> {
+        self.config_text
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// Knows the quarantine breaker of the sink `name`.
     pub fn add_breaker(&self, name: &str, breaker: Breaker) {
         self.breakers
@@ -174,6 +193,7 @@ impl PullApiState {
 /// `/api/sinks/{sink}/quarantine`, plus `GET /health` (liveness),
 /// `GET /health/ready` (readiness: every replication slot streams),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
+/// `GET /api/config/export` (the running config, secrets redacted) and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
     let consumer = Router::new()
@@ -193,6 +213,7 @@ pub fn router(state: PullApiState) -> Router {
         .route("/health/ready", get(readiness))
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
+        .route("/api/config/export", get(export_config))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
         .route(
             "/api/sinks/{name}/backfills",
@@ -217,6 +238,7 @@ pub fn router(state: PullApiState) -> Router {
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(request_metrics::record))
         .with_state(state)
 }
 
@@ -274,8 +296,33 @@ async fn entity_health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": status, "entities": entities}))
 }
 
+/// `{"yaml": ...}`: the running config with every secret redacted. The API
+/// never shows secrets (use `weft config export --show-secrets` on the
+/// host instead).
+async fn export_config(
+    axum::extract::State(state): axum::extract::State<PullApiState>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let text = state.config_text().ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "this weft was started without a config file, so there is nothing to export",
+        )
+    })?;
+    let yaml =
+        crate::config::export::export(&text, crate::config::export::Secrets::Redact, &|name| {
+            std::env::var(name).ok()
+        })
+        .map_err(|error| {
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot export the running config: {error}"),
+            )
+        })?;
+    Ok(axum::Json(serde_json::json!({ "yaml": yaml })))
+}
+
 async fn metrics() -> axum::response::Response {
-    metrics_listener::render()
+    metrics_listener::render().await
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {

@@ -18,6 +18,7 @@ mod bounds;
 pub mod destination;
 mod document;
 mod error;
+pub mod export;
 mod http_endpoint;
 mod interpolate;
 mod locate;

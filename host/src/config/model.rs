@@ -130,6 +130,21 @@ pub struct SlotConfig {
     /// database. Default `false`: a missing slot is an error.
     #[serde(default)]
     pub create_if_not_exists: bool,
+    /// Raise a `slot_lag` health warning on the slot while the WAL it
+    /// retains (`sequin_replication_slot_size`) is above this many MiB
+    /// (1 to 10,000,000). Default 1024.
+    #[serde(
+        default = "default_lag_warning_mb",
+        deserialize_with = "bounds::in_range::<_, u64, 1, 10_000_000>"
+    )]
+    pub lag_warning_mb: u64,
+}
+
+/// Default `lag_warning_mb` of a slot: 1 GiB of retained WAL.
+pub const DEFAULT_LAG_WARNING_MB: u64 = 1024;
+
+fn default_lag_warning_mb() -> u64 {
+    DEFAULT_LAG_WARNING_MB
 }
 
 /// `publication:` of a database.

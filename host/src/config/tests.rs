@@ -141,7 +141,8 @@ fn full_config_parses_with_every_value_and_default() {
         main.slot,
         SlotConfig {
             name: "weft_slot".into(),
-            create_if_not_exists: true
+            create_if_not_exists: true,
+            lag_warning_mb: 1024,
         }
     );
     assert_eq!(

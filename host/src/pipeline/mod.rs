@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::PullApiState;
 use crate::backfill::{Backfills, ChunkStored, Watermarks};
@@ -194,8 +194,27 @@ impl Pipeline {
     }
 
     /// Stores one batch for every sink and confirms it; `false` when
-    /// shutdown came while a full backlog paused it (nothing stored).
+    /// shutdown came while a full backlog paused it (nothing stored). Runs
+    /// in a `batch` span with the batch's LSN range, inside the pipeline's
+    /// span (database, slot); each sink's functions run in a `sink` span.
     async fn flush(
+        &mut self,
+        taken: Taken,
+        cursors: &mut HashMap<String, Lsn>,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, PipelineError> {
+        let span = info_span!(
+            "batch",
+            first_lsn = %taken.changes.first().map_or(Lsn::ZERO, |c| c.commit_lsn),
+            last_lsn = %taken.changes.last().map_or(Lsn::ZERO, |c| c.commit_lsn),
+            changes = taken.changes.len(),
+        );
+        self.flush_batch(taken, cursors, shutdown)
+            .instrument(span)
+            .await
+    }
+
+    async fn flush_batch(
         &mut self,
         taken: Taken,
         cursors: &mut HashMap<String, Lsn>,
@@ -216,8 +235,13 @@ impl Pipeline {
                 .iter()
                 .filter(|change| change.commit_lsn > cursor)
                 .collect();
+            let sink_span = info_span!("sink", sink = sink.name(), plugins = %sink.plugins());
             let mut sink_batch = loop {
-                match sink.process(&fresh, &self.store).await {
+                match sink
+                    .process(&fresh, &self.store)
+                    .instrument(sink_span.clone())
+                    .await
+                {
                     Ok(sink_batch) => break sink_batch,
                     Err(error) => {
                         // Nothing is lost: the batch is not stored and the
@@ -253,9 +277,13 @@ impl Pipeline {
             Some(commit) => commit.commit_lsn,
             None => cursors.values().copied().min().unwrap_or(Lsn::ZERO),
         };
+        let ingested = commit_times(&taken, &sink_batches);
         if any_message || any_held || taken.commit.is_some() {
             let store = self.store.clone();
             tokio::task::spawn_blocking(move || store.append(&sink_batches, cursor)).await??;
+        }
+        for (sink, committed) in ingested {
+            crate::metrics::record_ingestion_latency(&sink, committed);
         }
         for sink in &self.sinks {
             if taken.commit.is_some() {
@@ -347,6 +375,30 @@ impl Pipeline {
             }
         });
     }
+}
+
+/// Each sink's messages' commit timestamps, for the ingestion latency.
+fn commit_times(
+    taken: &Taken,
+    sink_batches: &[crate::store::SinkBatch],
+) -> Vec<(String, Vec<chrono::DateTime<chrono::Utc>>)> {
+    let committed: HashMap<Lsn, chrono::DateTime<chrono::Utc>> = taken
+        .changes
+        .iter()
+        .map(|change| (change.commit_lsn, change.commit_timestamp))
+        .collect();
+    sink_batches
+        .iter()
+        .filter(|batch| !batch.messages.is_empty())
+        .map(|batch| {
+            let times = batch
+                .messages
+                .iter()
+                .filter_map(|message| committed.get(&message.commit_lsn).copied())
+                .collect();
+            (batch.sink.clone(), times)
+        })
+        .collect()
 }
 
 #[cfg(test)]

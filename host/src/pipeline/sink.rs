@@ -96,6 +96,31 @@ impl SinkPipeline {
         self.backlog.as_mut()
     }
 
+    /// The sink's functions as `kind=name` pairs, for logs; `-` for none.
+    pub fn plugins(&self) -> String {
+        let chain = &self.chain;
+        let names: Vec<String> = [
+            (
+                "enrichment",
+                chain.enrichment.as_ref().map(|f| f.name.as_str()),
+            ),
+            ("filter", chain.filter.as_ref().map(|f| f.name.as_str())),
+            (
+                "transform",
+                chain.transform.as_ref().map(|f| f.name.as_str()),
+            ),
+            ("routing", chain.routing.as_ref().map(|f| f.name.as_str())),
+        ]
+        .into_iter()
+        .filter_map(|(kind, name)| name.map(|name| format!("{kind}={name}")))
+        .collect();
+        if names.is_empty() {
+            "-".into()
+        } else {
+            names.join(",")
+        }
+    }
+
     /// The sink's name.
     pub fn name(&self) -> &str {
         &self.config.name

@@ -125,6 +125,8 @@ impl EnrichmentFunction {
 }
 
 impl WorldBindings for world::Enrichment {
+    const KIND: &'static str = "enrichment";
+
     type Pre = world::EnrichmentPre<GuestState>;
 
     fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {

@@ -77,6 +77,8 @@ impl FilterFunction {
 }
 
 impl WorldBindings for world::Filter {
+    const KIND: &'static str = "filter";
+
     type Pre = world::FilterPre<GuestState>;
 
     fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {

@@ -21,6 +21,7 @@ use super::message::to_wit_change;
 use super::outbound_http::OutboundHttp;
 use super::sandbox::{self, GuestOutput, Stream};
 use super::source_query::SourceQuery;
+use super::usage::{LiveInstance, PluginUsage};
 use super::{Limits, PluginError};
 use crate::message::Message;
 
@@ -62,6 +63,9 @@ impl WasiView for GuestState {
 
 /// The generated bindings of one world.
 pub(crate) trait WorldBindings: Sized + Send + 'static {
+    /// The function kind (world name), for metrics.
+    const KIND: &'static str;
+
     /// The pre-instantiated component (`<World>Pre`).
     type Pre: Send + Sync;
 
@@ -98,6 +102,7 @@ pub(crate) struct GuestInstance<B: WorldBindings> {
     deterministic: Option<DeterministicInputs>,
     live: Option<Live<B>>,
     recycled: u64,
+    usage: PluginUsage,
 }
 
 struct Live<B> {
@@ -105,6 +110,7 @@ struct Live<B> {
     bindings: B,
     /// Successful calls served, for recycling.
     calls: u64,
+    _counted: LiveInstance,
 }
 
 impl<B: WorldBindings> GuestInstance<B> {
@@ -136,6 +142,7 @@ impl<B: WorldBindings> GuestInstance<B> {
             deterministic: limits.deterministic.then(DeterministicInputs::default),
             live: None,
             recycled: 0,
+            usage: PluginUsage::new(limits.sink.as_deref().unwrap_or("-"), plugin, B::KIND),
         };
         instance.ensure_live()?;
         Ok(instance)
@@ -167,10 +174,13 @@ impl<B: WorldBindings> GuestInstance<B> {
             self.limits.call_timeout,
             self.engine.inner().settings.epoch_tick,
         );
-        match call(&live.bindings, &mut live.store) {
+        let started = Instant::now();
+        let outcome = call(&live.bindings, &mut live.store);
+        let memory = live.store.data().limiter.memory_bytes;
+        self.usage.called(batch.len(), started.elapsed(), memory);
+        match outcome {
             Ok(value) => {
                 live.calls += 1;
-                let memory = live.store.data().limiter.memory_bytes;
                 let by_calls = self
                     .limits
                     .recycle_after_calls
@@ -190,12 +200,9 @@ impl<B: WorldBindings> GuestInstance<B> {
             }
             Err(error) => {
                 let live = self.live.take().expect("instance is live");
-                Err(classify(
-                    &self.plugin,
-                    &self.limits,
-                    live.store.data(),
-                    error,
-                ))
+                let error = classify(&self.plugin, &self.limits, live.store.data(), error);
+                self.usage.failed(&error);
+                Err(error)
             }
         }
     }
@@ -213,11 +220,13 @@ impl<B: WorldBindings> GuestInstance<B> {
         let outcomes = self.call(batch, |bindings, store| call(bindings, store, &changes))?;
         if outcomes.len() != batch.len() {
             self.discard();
-            return Err(PluginError::OutcomeCount {
+            let error = PluginError::OutcomeCount {
                 plugin: self.plugin.to_string(),
                 expected: batch.len(),
                 got: outcomes.len(),
-            });
+            };
+            self.usage.failed(&error);
+            return Err(error);
         }
         Ok(outcomes)
     }
@@ -274,6 +283,7 @@ impl<B: WorldBindings> GuestInstance<B> {
                     store,
                     bindings,
                     calls: 0,
+                    _counted: self.usage.instance(),
                 });
                 Ok(())
             }

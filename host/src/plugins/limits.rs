@@ -64,6 +64,9 @@ pub struct Limits {
     /// first change (commit timestamp, LSN, index), so replays give
     /// identical output. See the `deterministic` module.
     pub deterministic: bool,
+    /// The sink the function serves; labels its `weft_plugin_*` metrics
+    /// (`-` when unset, as in benchmarks).
+    pub sink: Option<String>,
 }
 
 impl Default for Limits {
@@ -78,6 +81,7 @@ impl Default for Limits {
             recycle_after_calls: None,
             recycle_memory_bytes: None,
             deterministic: false,
+            sink: None,
         }
     }
 }

@@ -40,6 +40,7 @@ pub mod routing;
 mod sandbox;
 pub mod source_query;
 pub mod transform;
+mod usage;
 
 #[cfg(test)]
 mod http_tests;

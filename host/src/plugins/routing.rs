@@ -186,6 +186,8 @@ impl RoutingFunction {
 }
 
 impl WorldBindings for world::Routing {
+    const KIND: &'static str = "routing";
+
     type Pre = world::RoutingPre<GuestState>;
 
     fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {

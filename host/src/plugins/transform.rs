@@ -136,6 +136,8 @@ pub(crate) fn function_error(error: types::FunctionError) -> FunctionError {
 }
 
 impl WorldBindings for world::Transform {
+    const KIND: &'static str = "transform";
+
     type Pre = world::TransformPre<GuestState>;
 
     fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {

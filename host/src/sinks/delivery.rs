@@ -259,6 +259,13 @@ impl DeliveryWorker {
         let lease = self.destination.max_delivery_time() + Duration::from_secs(60);
         let mut running: JoinSet<Finished> = JoinSet::new();
         let mut in_flight_bytes = 0usize;
+        let memory_gauge =
+            metrics::gauge!(crate::metrics::DELIVERY_MEMORY, "sink" => self.sink.clone());
+        memory_gauge.set(0.0);
+        if self.memory_budget != usize::MAX {
+            metrics::gauge!(crate::metrics::DELIVERY_MEMORY_LIMIT, "sink" => self.sink.clone())
+                .set(self.memory_budget as f64);
+        }
         loop {
             // Register before looking, so that a wake between look and wait is kept.
             let woken = self.waker.0.notified();
@@ -303,6 +310,7 @@ impl DeliveryWorker {
                     }
                 };
                 in_flight_bytes += batch_bytes(&batch);
+                memory_gauge.set(in_flight_bytes as f64);
                 let destination = Arc::clone(&self.destination);
                 running.spawn(async move {
                     let outcomes = destination.deliver(&batch).await;
@@ -332,6 +340,7 @@ impl DeliveryWorker {
                     match finished {
                         Some(Ok((batch, outcomes))) => {
                             in_flight_bytes = in_flight_bytes.saturating_sub(batch_bytes(&batch));
+                            memory_gauge.set(in_flight_bytes as f64);
                             if let Err(error) = self.settle(batch, outcomes).await {
                                 // The leases stay; their messages are sent
                                 // again once the leases run out (at least once).

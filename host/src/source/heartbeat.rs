@@ -17,6 +17,7 @@
 //! another slot) on the same database.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -25,6 +26,38 @@ use uuid::Uuid;
 
 /// The logical-message prefix of weft's heartbeats.
 pub const HEARTBEAT_PREFIX: &str = "weft.heartbeat";
+
+/// The slot's health check raised while no heartbeat came back through the
+/// replication stream within [`ALARM_INTERVALS`] intervals.
+pub const HEARTBEAT_CHECK: &str = "heartbeat";
+
+/// How many heartbeat intervals may pass without one coming back through
+/// the stream before [`HEARTBEAT_CHECK`] warns.
+pub const ALARM_INTERVALS: u32 = 3;
+
+/// When this session's last heartbeat came back through the stream. Cheap
+/// to clone; clones share the time.
+#[derive(Debug, Clone)]
+pub struct HeartbeatWatch(Arc<AtomicI64>);
+
+impl HeartbeatWatch {
+    /// A watch whose window starts now.
+    pub fn start() -> HeartbeatWatch {
+        HeartbeatWatch(Arc::new(AtomicI64::new(Utc::now().timestamp_millis())))
+    }
+
+    /// Records that a heartbeat came back.
+    pub fn seen(&self) {
+        self.0
+            .store(Utc::now().timestamp_millis(), Ordering::Relaxed);
+    }
+
+    /// Time since the last heartbeat came back (or since the start).
+    pub fn silent_for(&self) -> Duration {
+        let ms = Utc::now().timestamp_millis() - self.0.load(Ordering::Relaxed);
+        Duration::from_millis(ms.max(0) as u64)
+    }
+}
 
 /// What a heartbeat message carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,20 +80,27 @@ impl HeartbeatContent {
     }
 }
 
-/// Writes a heartbeat through `client` every `interval` until aborted.
+/// Writes a heartbeat through `client` every `interval` until aborted, and
+/// raises the slot's [`HEARTBEAT_CHECK`] warning while `watch` saw none come
+/// back for [`ALARM_INTERVALS`] intervals (a stalled stream: a full
+/// backlog, a stuck pipeline, a server that stopped sending).
 /// Failures are logged and retried at the next tick: a lost connection is
 /// noticed (and reconnected) by the replication session itself.
 pub fn spawn(
     client: Arc<tokio_postgres::Client>,
     interval: Duration,
     session: Uuid,
+    watch: HeartbeatWatch,
+    slot: String,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
+        let window = interval * ALARM_INTERVALS;
         loop {
             ticker.tick().await;
+            check_silence(&slot, watch.silent_for(), window, interval);
             let content = serde_json::to_string(&HeartbeatContent {
                 session,
                 emitted_at: Utc::now(),
@@ -77,6 +117,27 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// Raises or clears the slot's [`HEARTBEAT_CHECK`].
+fn check_silence(slot: &str, silent: Duration, window: Duration, interval: Duration) {
+    let health = crate::health::global();
+    let kind = crate::health::EntityKind::Slot;
+    if silent > window {
+        health.fail(
+            kind,
+            slot,
+            HEARTBEAT_CHECK,
+            crate::health::Status::Warning,
+            format!(
+                "no heartbeat came back through the replication stream for {}s (one is written every {}ms): the stream is stalled; look for a full backlog, a stuck sink or a lost replication connection",
+                silent.as_secs(),
+                interval.as_millis()
+            ),
+        );
+    } else {
+        health.clear(kind, slot, HEARTBEAT_CHECK);
+    }
 }
 
 #[cfg(test)]

@@ -73,6 +73,9 @@ pub struct SourceConfig {
     /// database, so that the slot of an idle database advances; `None`
     /// writes none.
     pub heartbeat_interval: Option<Duration>,
+    /// Raise the slot's [`slot_stats::SLOT_LAG_CHECK`] warning while it
+    /// retains more WAL than this, in bytes.
+    pub lag_warning_bytes: u64,
 }
 
 /// The default [`SourceConfig::heartbeat_interval`], as Sequin's.

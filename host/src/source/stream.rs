@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::heartbeat::{HEARTBEAT_PREFIX, HeartbeatContent};
+use super::heartbeat::{HEARTBEAT_PREFIX, HeartbeatContent, HeartbeatWatch};
 use super::pgoutput::{Decoder, LogicalMessage, OldTuple, PgTimestamp};
 use super::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
 use super::relation::Relations;
@@ -80,6 +80,7 @@ pub struct Session<'a> {
     relations: Relations,
     spill_dir: &'a std::path::Path,
     heartbeat_session: uuid::Uuid,
+    heartbeat_watch: HeartbeatWatch,
     decoder: Decoder,
     events: &'a mpsc::Sender<SourceEvent>,
     durable: watch::Receiver<Lsn>,
@@ -159,17 +160,21 @@ impl<'a> Session<'a> {
                 replication = setup => replication?,
             };
             progress.streamed = true;
+            let heartbeat_watch = HeartbeatWatch::start();
             if let Some(interval) = config.heartbeat_interval {
                 heartbeat_task = Some(super::heartbeat::spawn(
                     Arc::clone(&client),
                     interval,
                     heartbeat_session,
+                    heartbeat_watch.clone(),
+                    config.slot_name.clone(),
                 ));
             }
             stats_task = Some(super::slot_stats::spawn(
                 Arc::clone(&client),
                 config.name.clone(),
                 config.slot_name.clone(),
+                config.lag_warning_bytes,
             ));
             let mut session = Session {
                 replication,
@@ -177,6 +182,7 @@ impl<'a> Session<'a> {
                 relations: Relations::new(&config.name),
                 spill_dir: &config.spill_dir,
                 heartbeat_session,
+                heartbeat_watch,
                 decoder: Decoder::new(),
                 events,
                 durable,
@@ -451,6 +457,7 @@ impl<'a> Session<'a> {
                     if let Some(latency) =
                         HeartbeatContent::round_trip(&content, self.heartbeat_session, Utc::now())
                     {
+                        self.heartbeat_watch.seen();
                         tracing::debug!(latency_ms = latency.as_millis() as u64, %lsn, "heartbeat round trip");
                     }
                 } else if prefix == WATERMARK_PREFIX {

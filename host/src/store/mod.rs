@@ -33,7 +33,9 @@ pub use backfills::{Backfill, BackfillState};
 pub use delivery::{DeadLetter, FailedStage, StoredMessage};
 pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
 pub use inventory::PluginRecord;
-pub use pull::{AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, ReceiveLimits};
+pub use pull::{
+    AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, QueueDepths, ReceiveLimits,
+};
 
 /// A failure of the durable store.
 #[derive(Debug, thiserror::Error)]

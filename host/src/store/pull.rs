@@ -98,6 +98,17 @@ pub struct MessageCounts {
     pub in_flight: u64,
 }
 
+/// A sink's queue, as [`Store::queue_depths`] reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepths {
+    /// Stored messages not handed out: waiting for delivery or a retry.
+    pub buffered: u64,
+    /// Messages handed out under a lease that has not run out.
+    pub in_delivery: u64,
+    /// Changes held for the sink's functions.
+    pub held: u64,
+}
+
 /// The rules of a pull sink's [`Store::receive`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReceiveLimits {
@@ -169,21 +180,24 @@ impl Store {
     /// and makes the next message of each of their groups available.
     pub fn ack(&self, sink: &str, ack_ids: &[AckId]) -> Result<AckOutcome, StoreError> {
         let mut outcome = AckOutcome::default();
+        let mut stored_at = Vec::with_capacity(ack_ids.len());
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         {
             let mut delete = tx.prepare_cached(
-                "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2 RETURNING group_id, head",
+                "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2
+                 RETURNING group_id, head, inserted_at",
             )?;
             for ack_id in ack_ids {
-                let deleted: Option<(String, bool)> = delete
+                let deleted: Option<(String, bool, i64)> = delete
                     .query_row(params![sink, ack_id.to_string()], |row| {
-                        Ok((row.get(0)?, row.get(1)?))
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                     })
                     .optional()?;
                 match deleted {
-                    Some((group_id, was_head)) => {
+                    Some((group_id, was_head, inserted_at)) => {
                         outcome.processed += 1;
+                        stored_at.push(inserted_at);
                         if was_head {
                             promote_next_head(&tx, sink, &group_id)?;
                         }
@@ -194,6 +208,7 @@ impl Store {
         }
         tx.commit()?;
         metrics::count(metrics::DELIVER_SUCCESSES, sink, outcome.processed);
+        metrics::record_delivery_latency(sink, &stored_at);
         Ok(outcome)
     }
 
@@ -235,6 +250,30 @@ impl Store {
         Ok(MessageCounts {
             stored: stored as u64,
             in_flight: in_flight as u64,
+        })
+    }
+
+    /// How many messages of `sink` wait (stored, not handed out), how many
+    /// are handed out and not settled, and how many changes are held for its
+    /// functions: the queue gauges of `/metrics`.
+    pub fn queue_depths(&self, sink: &str) -> Result<QueueDepths, StoreError> {
+        let conn = self.lock();
+        let (stored, in_delivery): (i64, i64) = conn
+            .prepare_cached(
+                "SELECT count(*),
+                        count(*) FILTER (WHERE ack_id IS NOT NULL AND not_visible_until > ?2)
+                 FROM pull_messages WHERE sink = ?1",
+            )?
+            .query_row(params![sink, now_ms()], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+        let held: i64 = conn
+            .prepare_cached("SELECT count(*) FROM held_changes WHERE sink = ?1")?
+            .query_row(params![sink], |row| row.get(0))?;
+        Ok(QueueDepths {
+            buffered: (stored - in_delivery).max(0) as u64,
+            in_delivery: in_delivery as u64,
+            held: held as u64,
         })
     }
 
