@@ -16,6 +16,7 @@
 //! * [`store`] is weft's durable state (SQLite).
 //! * [`api`] serves the HTTP APIs.
 //! * [`health`] holds the health checks of databases, slots, sinks and plugins.
+//! * [`retention`] deletes change retentions' event rows past their age.
 
 pub mod api;
 pub mod backfill;
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod plugin_project;
 pub mod plugins;
+pub mod retention;
 pub mod server;
 pub mod sinks;
 pub mod source;

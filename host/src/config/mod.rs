@@ -15,6 +15,8 @@
 //!    them, located in the text by `locate`.
 
 mod bounds;
+pub mod change_retention;
+pub mod column_filter;
 pub mod destination;
 mod document;
 mod error;
