@@ -270,8 +270,8 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
     let slot = DATABASE.replace("{name: weft_slot}", "{name: weft_slot, temporary: true}");
     assert_eq!(
         error(&slot),
-        "databases[0].slot.temporary: unknown field `temporary`, expected `name` or `create_if_not_exists` \
-         (line 5, column 40)"
+        "databases[0].slot.temporary: unknown field `temporary`, expected one of `name`, `create_if_not_exists`, \
+         `lag_warning_mb` (line 5, column 40)"
     );
     let limits = format!("{FUNCTIONS}    limits: {{fuel: 5}}\n");
     assert_eq!(
