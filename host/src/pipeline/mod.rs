@@ -382,6 +382,7 @@ mod tests {
             new: Some(new),
             old: None,
             backfill: None,
+            webhook: None,
         })
     }
 

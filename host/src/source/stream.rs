@@ -505,6 +505,7 @@ impl<'a> Session<'a> {
                             new,
                             old,
                             backfill: None,
+                            webhook: None,
                         }),
                         PendingKind::Truncate {
                             mut more,
@@ -612,6 +613,7 @@ impl<'a> Session<'a> {
             new,
             old,
             backfill: None,
+            webhook: None,
         };
         open.next_idx += 1;
         self.emit(SourceEvent::Change(change)).await
