@@ -51,6 +51,10 @@ pub const DELIVER_FAILURES: &str = "sequin_message_deliver_failure_count";
 /// dead letters equal what was ingested.
 pub const DEAD_LETTERED: &str = "weft_messages_dead_lettered_total";
 
+/// Requests to webhook sources. Labels: `source`, `outcome` (`accepted`,
+/// `duplicate`, `unauthorized`, `too_large`, `malformed`, `error`).
+pub const WEBHOOK_REQUESTS: &str = "weft_webhook_source_requests_total";
+
 /// Adds `n` to the counter `name` of `sink`.
 pub fn count(name: &'static str, sink: &str, n: usize) {
     if n > 0 {
