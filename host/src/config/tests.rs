@@ -245,12 +245,12 @@ fn empty_document_is_an_empty_config() {
 fn unknown_top_level_key_lists_allowed_keys() {
     assert_eq!(
         error("databases: []\napi_tokens: []\n"),
-        "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks` \
-         (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
+        "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, \
+         `webhook_sources` (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
     );
     assert_eq!(
         error("sinkz: []\n"),
-        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks` (line 1, column 8)"
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources` (line 1, column 8)"
     );
 }
 
@@ -290,7 +290,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
             "    source: {include_table: [public.x]}\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].source.include_table: unknown field `include_table`, expected one of `include_schemas`, \
-         `exclude_schemas`, `include_tables`, `exclude_tables` (line 14, column 29)"
+         `exclude_schemas`, `include_tables`, `exclude_tables`, `webhook` (line 14, column 29)"
     );
     assert_eq!(
         error(&with_sink(
@@ -748,7 +748,7 @@ sinks:
 fn wrong_shapes_are_described_in_config_terms() {
     assert_eq!(
         error("- databases\n"),
-        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks` (line 1, column 1)"
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources` (line 1, column 1)"
     );
     assert_eq!(
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),

@@ -55,7 +55,7 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         if let Some(key) = idempotency_key {
-            let seen: Option<u64> = tx
+            let seen: Option<i64> = tx
                 .prepare_cached(
                     "SELECT messages FROM webhook_idempotency_keys
                      WHERE source = ?1 AND key = ?2 AND accepted_at > ?3",
@@ -66,7 +66,9 @@ impl Store {
                 )
                 .optional()?;
             if let Some(messages) = seen {
-                return Ok(Acceptance::Duplicate { messages });
+                return Ok(Acceptance::Duplicate {
+                    messages: messages as u64,
+                });
             }
         }
         let seq: i64 = tx
