@@ -11,8 +11,8 @@ use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
 use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
-use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::change::SourceEvent;
+use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
 use crate::plugins::{
@@ -300,7 +300,9 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .iter()
             .map(|sink| sink_pipeline(&config, &engine, sink))
             .collect::<Result<Vec<_>, _>>()?;
-        spawn_webhook_source(source, feed, pipelines, &store, &pull_api, &shutdown, &mut tasks);
+        spawn_webhook_source(
+            source, feed, pipelines, &store, &pull_api, &shutdown, &mut tasks,
+        );
     }
 
     let launcher =

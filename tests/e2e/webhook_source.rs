@@ -46,7 +46,11 @@ sinks:
 }
 
 fn start(dir: &std::path::Path, config: &str) -> WeftProcess {
-    WeftProcess::start_with_env(dir, config, &[("IN_TOKEN", BEARER), ("IN_SECRET", HMAC_SECRET)])
+    WeftProcess::start_with_env(
+        dir,
+        config,
+        &[("IN_TOKEN", BEARER), ("IN_SECRET", HMAC_SECRET)],
+    )
 }
 
 /// POSTs `body` to the source `source` with `headers`; returns the status
@@ -95,7 +99,10 @@ fn stored_requests(weft: &WeftProcess, source: &str) -> usize {
 fn assert_error(answer: &(u16, Value), status: u16, summary: &str) {
     assert_eq!(answer.0, status, "{answer:?}");
     assert!(
-        answer.1["summary"].as_str().unwrap_or_default().contains(summary),
+        answer.1["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(summary),
         "{answer:?}"
     );
     assert!(answer.1["validation_errors"].is_object(), "{answer:?}");
@@ -126,15 +133,27 @@ fn messages_are_transformed_and_delivered_in_order_to_pull_and_push_sinks_once_p
     // A retry with the same key is accepted, said to be a duplicate, and
     // not delivered again, even with another body.
     let again = post_bearer(&weft, r#"{"n": 1, "item": "pen"}"#, Some("order-1"));
-    assert_eq!((again.0, &again.1["duplicate"]), (200, &json!(true)), "{again:?}");
+    assert_eq!(
+        (again.0, &again.1["duplicate"]),
+        (200, &json!(true)),
+        "{again:?}"
+    );
     let changed = post_bearer(&weft, r#"{"n": 99, "item": "x"}"#, Some("order-1"));
     assert_eq!(changed.1["duplicate"], true, "{changed:?}");
-    assert_eq!(post_bearer(&weft, r#"{"n": 4, "item": "nib"}"#, Some("order-4")).0, 202);
+    assert_eq!(
+        post_bearer(&weft, r#"{"n": 4, "item": "nib"}"#, Some("order-4")).0,
+        202
+    );
 
     let got = weft.drain("orders", 4, Duration::from_secs(60));
     let items: Vec<(i64, &str)> = got
         .iter()
-        .map(|m| (m["record"]["n"].as_i64().unwrap(), m["record"]["item"].as_str().unwrap()))
+        .map(|m| {
+            (
+                m["record"]["n"].as_i64().unwrap(),
+                m["record"]["item"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         items,
@@ -166,7 +185,11 @@ fn messages_are_transformed_and_delivered_in_order_to_pull_and_push_sinks_once_p
             .map(|(_, m)| m["record"]["n"].as_i64().unwrap())
             .collect()
     });
-    assert_eq!(pushed, vec![1, 2, 3, 4], "the push sink, untransformed, in order");
+    assert_eq!(
+        pushed,
+        vec![1, 2, 3, 4],
+        "the push sink, untransformed, in order"
+    );
     let untransformed = receiver.with(|s| s.accepted[0].1.clone());
     assert_eq!(untransformed["metadata"]["webhook_source"], "orders_in");
     assert_eq!(untransformed["record"], json!({"n": 1, "item": "pen"}));
@@ -174,7 +197,10 @@ fn messages_are_transformed_and_delivered_in_order_to_pull_and_push_sinks_once_p
     // Every sink stored them, so the source's log was pruned.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while stored_requests(&weft, "orders_in") > 0 {
-        assert!(std::time::Instant::now() < deadline, "the log was not pruned");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log was not pruned"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!weft.log_text().contains(BEARER), "the token was logged");
@@ -203,9 +229,18 @@ fn wrong_credentials_get_401_and_nothing_is_stored() {
         body,
     );
     assert_error(&other, 401, "signature does not match");
-    assert_error(&post(&weft, "orders_in", &[], body), 401, "missing `Authorization");
     assert_error(
-        &post(&weft, "orders_in", &[("authorization", "Bearer in-t0ken-8")], body),
+        &post(&weft, "orders_in", &[], body),
+        401,
+        "missing `Authorization",
+    );
+    assert_error(
+        &post(
+            &weft,
+            "orders_in",
+            &[("authorization", "Bearer in-t0ken-8")],
+            body,
+        ),
         401,
         "bearer token does not match",
     );
@@ -224,7 +259,10 @@ fn wrong_credentials_get_401_and_nothing_is_stored() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["record"], json!({"n": 1}));
     let log = weft.log_text();
-    assert!(!log.contains(HMAC_SECRET) && !log.contains(BEARER), "a secret was logged");
+    assert!(
+        !log.contains(HMAC_SECRET) && !log.contains(BEARER),
+        "a secret was logged"
+    );
 }
 
 #[test]
@@ -232,18 +270,35 @@ fn bad_bodies_and_unknown_sources_get_precise_4xx() {
     let dir = tempfile::tempdir().unwrap();
     let weft = start(dir.path(), &config("", ""));
     let big = format!(r#"{{"pad": "{}"}}"#, "x".repeat(5000));
-    assert_error(&post_bearer(&weft, &big, None), 413, "max_body_bytes (4096 bytes)");
+    assert_error(
+        &post_bearer(&weft, &big, None),
+        413,
+        "max_body_bytes (4096 bytes)",
+    );
     let malformed = post_bearer(&weft, r#"{"n": 1"#, None);
     assert_error(&malformed, 400, "not valid JSON");
-    assert!(malformed.1["validation_errors"]["body"].is_array(), "{malformed:?}");
-    assert_error(&post_bearer(&weft, "[1, 2]", None), 400, "must be a JSON object");
+    assert!(
+        malformed.1["validation_errors"]["body"].is_array(),
+        "{malformed:?}"
+    );
+    assert_error(
+        &post_bearer(&weft, "[1, 2]", None),
+        400,
+        "must be a JSON object",
+    );
     let element = post_bearer(&weft, r#"{"data": [{"n": 1}, "two"]}"#, None);
     assert_error(&element, 400, "data[1] must be a JSON object");
-    assert!(element.1["validation_errors"]["data"].is_array(), "{element:?}");
+    assert!(
+        element.1["validation_errors"]["data"].is_array(),
+        "{element:?}"
+    );
     let long_key = "k".repeat(256);
     let bad_key = post_bearer(&weft, r#"{"n": 1}"#, Some(&long_key));
     assert_error(&bad_key, 400, "1 to 255 visible ASCII characters");
-    assert!(bad_key.1["validation_errors"]["Idempotency-Key"].is_array(), "{bad_key:?}");
+    assert!(
+        bad_key.1["validation_errors"]["Idempotency-Key"].is_array(),
+        "{bad_key:?}"
+    );
     assert_error(
         &post(&weft, "nope", &[], "{}"),
         404,
@@ -259,17 +314,31 @@ fn bad_bodies_and_unknown_sources_get_precise_4xx() {
 #[test]
 fn a_message_accepted_just_before_a_sigkill_is_delivered_after_the_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut weft = start(dir.path(), &config("", ""));
+    // A backlog of 5 pauses the source's pipeline, so most accepted requests
+    // are in the source's log only, not yet stored for the sink.
+    let paused = config("", "").replace(
+        "    transform: upcase\n",
+        "    transform: upcase\n    max_backlog_messages: 5\n",
+    );
+    let mut weft = start(dir.path(), &paused);
     for n in 1..=20 {
-        let (status, answer) = post_bearer(&weft, &format!(r#"{{"n": {n}, "item": "i{n}"}}"#), None);
+        let (status, answer) =
+            post_bearer(&weft, &format!(r#"{{"n": {n}, "item": "i{n}"}}"#), None);
         assert_eq!(status, 202, "{answer:?}");
     }
-    // No pause: the last requests are in the log, not yet in the sink.
+    let only_in_log = stored_requests(&weft, "orders_in");
+    assert!(only_in_log >= 10, "{only_in_log} requests in the log");
     weft.kill();
     weft.restart();
-    let got = weft.drain("orders", 20, Duration::from_secs(60));
-    let ns: Vec<i64> = got.iter().map(|m| m["record"]["n"].as_i64().unwrap()).collect();
+    let got = weft.drain("orders", 20, Duration::from_secs(90));
+    let ns: Vec<i64> = got
+        .iter()
+        .map(|m| m["record"]["n"].as_i64().unwrap())
+        .collect();
     assert_eq!(ns, (1..=20).collect::<Vec<_>>(), "each once, in order");
-    assert!(got.iter().all(|m| m["record"]["item"].as_str().unwrap().starts_with('I')));
+    assert!(
+        got.iter()
+            .all(|m| m["record"]["item"].as_str().unwrap().starts_with('I'))
+    );
     assert!(weft.receive("orders", 10, 1500).is_empty(), "nothing twice");
 }

@@ -38,13 +38,13 @@ pub use destination::{
 };
 pub use error::{ConfigError, ConfigIssue, Location};
 pub use http_endpoint::HttpEndpointConfig;
-pub use webhook_source::{
-    DEFAULT_IDEMPOTENCY_KEY_RETENTION_MS, DEFAULT_MAX_BODY_BYTES, WebhookAuth, WebhookSourceConfig,
-};
 pub use model::{
     ActionSet, DatabaseConfig, FunctionConfig, FunctionGrants, FunctionKind, FunctionLimits,
     HttpGrant, InitialBackfill, LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig,
     SlotConfig, SourceConfig, TableRef, TruncatePolicy,
+};
+pub use webhook_source::{
+    DEFAULT_IDEMPOTENCY_KEY_RETENTION_MS, DEFAULT_MAX_BODY_BYTES, WebhookAuth, WebhookSourceConfig,
 };
 
 use document::Document;
@@ -129,7 +129,9 @@ impl Config {
 
     /// The sinks that stream from the database named `database`.
     pub fn sinks_of<'a>(&'a self, database: &'a str) -> impl Iterator<Item = &'a SinkConfig> + 'a {
-        self.sinks.iter().filter(move |s| s.takes_database(database))
+        self.sinks
+            .iter()
+            .filter(move |s| s.takes_database(database))
     }
 
     /// The webhook source named `name`.

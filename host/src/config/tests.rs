@@ -1459,7 +1459,10 @@ fn webhook_sources_resolve_and_sinks_take_them_instead_of_a_database() {
     assert_eq!(signed.auth, WebhookAuth::HmacSecret("sekrit-1".into()));
     assert_eq!(signed.max_body_bytes, 2048);
     let debug = format!("{config:?}");
-    assert!(!debug.contains("t0k3n") && !debug.contains("sekrit-1"), "{debug}");
+    assert!(
+        !debug.contains("t0k3n") && !debug.contains("sekrit-1"),
+        "{debug}"
+    );
     let sink = config.sink("hooked").expect("hooked");
     assert_eq!(sink.database, None);
     assert_eq!(sink.database_name(), crate::message::WEBHOOK_DATABASE_NAME);
@@ -1477,22 +1480,26 @@ fn webhook_source_mistakes_are_all_reported_without_secrets() {
     };
     let both = auth("{bearer_token: t0k3n, hmac_secret: sekrit}");
     assert!(
-        both.starts_with("webhook_sources[0].auth: set either `bearer_token` or `hmac_secret`, not both"),
+        both.starts_with(
+            "webhook_sources[0].auth: set either `bearer_token` or `hmac_secret`, not both"
+        ),
         "{both}"
     );
-    assert!(!both.contains("t0k3n") && !both.contains("sekrit"), "{both}");
+    assert!(
+        !both.contains("t0k3n") && !both.contains("sekrit"),
+        "{both}"
+    );
     assert!(auth("{}").contains("set `bearer_token`"));
     assert!(auth("{bearer_token: \"\"}").contains("must not be empty"));
     assert!(auth("{token: x}").contains("unknown field `token`"));
-    let text = format!(
-        "{DATABASE}{WEBHOOK_SOURCES}webhook_sources_typo: 1\n"
-    );
+    let text = format!("{DATABASE}{WEBHOOK_SOURCES}webhook_sources_typo: 1\n");
     assert!(errors(&text)[0].contains("unknown field `webhook_sources_typo`"));
     let text = format!(
         "{DATABASE}{WEBHOOK_SOURCES}  - name: signed\n    auth: {{hmac_secret: x}}\n    max_body_bytes: 0\n"
     );
     assert!(
-        error(&text).contains("webhook_sources[2].max_body_bytes: must be between 1 and 67108864, got 0"),
+        error(&text)
+            .contains("webhook_sources[2].max_body_bytes: must be between 1 and 67108864, got 0"),
         "{}",
         error(&text)
     );
@@ -1521,9 +1528,7 @@ fn webhook_source_mistakes_are_all_reported_without_secrets() {
         assert!(lines.contains(expected), "no {expected:?} in:\n{lines}");
     }
     assert_eq!(lines.lines().count(), 5, "{lines}");
-    let text = format!(
-        "{WEBHOOK_SOURCES}  - name: signed\n    auth: {{hmac_secret: y}}\n"
-    );
+    let text = format!("{WEBHOOK_SOURCES}  - name: signed\n    auth: {{hmac_secret: y}}\n");
     assert!(
         Config::from_yaml(&text, fixture_dir().path(), &|_| Some("t".into()))
             .unwrap_err()

@@ -151,7 +151,8 @@ impl SinkPipeline {
             .iter()
             .filter(|c| self.accepts(c))
             .map(|change| {
-                let message = Message::from_change(change, self.config.database_name(), &self.consumer);
+                let message =
+                    Message::from_change(change, self.config.database_name(), &self.consumer);
                 Pending {
                     group_id: group_id(&message),
                     message,

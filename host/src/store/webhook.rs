@@ -119,11 +119,10 @@ impl Store {
         })?;
         rows.map(|row| {
             let (seq, request_id, records, accepted_at) = row?;
-            let records =
-                serde_json::from_str(&records).map_err(|error| StoreError::Corrupt {
-                    what: "webhook request",
-                    detail: format!("records of {source} #{seq}: {error}"),
-                })?;
+            let records = serde_json::from_str(&records).map_err(|error| StoreError::Corrupt {
+                what: "webhook request",
+                detail: format!("records of {source} #{seq}: {error}"),
+            })?;
             Ok(WebhookRequest {
                 seq: seq as u64,
                 request_id,
@@ -218,7 +217,10 @@ mod tests {
             .accept_webhook("other", "c", &[record(3)], Some("k1"), 60_000)
             .unwrap();
         assert_eq!(elsewhere, Acceptance::Stored { seq: 1 });
-        assert_eq!(store.webhook_requests_after("hooks", 0, 10).unwrap().len(), 1);
+        assert_eq!(
+            store.webhook_requests_after("hooks", 0, 10).unwrap().len(),
+            1
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
         // Past a (tiny) retention the key is forgotten, and then pruned.
         let expired = store

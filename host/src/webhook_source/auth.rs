@@ -18,22 +18,32 @@ pub const TIMESTAMP_TOLERANCE_SECS: u64 = 300;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthFailure {
     /// No `Authorization: Bearer ...` header.
-    #[error("missing `Authorization: Bearer <token>` header; this webhook source takes a bearer token")]
+    #[error(
+        "missing `Authorization: Bearer <token>` header; this webhook source takes a bearer token"
+    )]
     MissingToken,
     /// The token is not the configured one.
     #[error("the bearer token does not match this webhook source's `bearer_token`")]
     WrongToken,
     /// No signature header.
-    #[error("missing `X-Weft-Signature: sha256=<hex>` header; this webhook source takes an HMAC-SHA256 signature of the body")]
+    #[error(
+        "missing `X-Weft-Signature: sha256=<hex>` header; this webhook source takes an HMAC-SHA256 signature of the body"
+    )]
     MissingSignature,
     /// The signature header is not `sha256=` and 64 hex digits.
-    #[error("`X-Weft-Signature` must be `sha256=` followed by the 64 hex digits of the HMAC-SHA256")]
+    #[error(
+        "`X-Weft-Signature` must be `sha256=` followed by the 64 hex digits of the HMAC-SHA256"
+    )]
     MalformedSignature,
     /// The timestamp header is not a Unix time near now.
-    #[error("`X-Weft-Timestamp` must be the Unix time in seconds, within {TIMESTAMP_TOLERANCE_SECS} s of now; an old signed request cannot be replayed")]
+    #[error(
+        "`X-Weft-Timestamp` must be the Unix time in seconds, within {TIMESTAMP_TOLERANCE_SECS} s of now; an old signed request cannot be replayed"
+    )]
     StaleTimestamp,
     /// The signature is not the body's.
-    #[error("the signature does not match the body: sign the raw body (or `<X-Weft-Timestamp>.<body>`) with HMAC-SHA256 keyed with `hmac_secret`")]
+    #[error(
+        "the signature does not match the body: sign the raw body (or `<X-Weft-Timestamp>.<body>`) with HMAC-SHA256 keyed with `hmac_secret`"
+    )]
     WrongSignature,
 }
 
@@ -153,14 +163,22 @@ mod tests {
         // weft's webhook sink signs "<timestamp>.<body>".
         let now = 1_700_000_000;
         let by_sink = crate::sinks::webhook::signature(b"s3cret", now, body);
-        let signed = headers(&[("x-weft-signature", &by_sink), ("x-weft-timestamp", "1700000000")]);
+        let signed = headers(&[
+            ("x-weft-signature", &by_sink),
+            ("x-weft-timestamp", "1700000000"),
+        ]);
         assert_eq!(verify_body(&auth, &signed, body, now + 10), Ok(()));
         assert_eq!(
             verify_body(&auth, &signed, body, now + 1000),
             Err(AuthFailure::StaleTimestamp)
         );
         assert_eq!(
-            verify_body(&auth, &headers(&[("x-weft-signature", "sha256=zz")]), body, 0),
+            verify_body(
+                &auth,
+                &headers(&[("x-weft-signature", "sha256=zz")]),
+                body,
+                0
+            ),
             Err(AuthFailure::MalformedSignature)
         );
         assert_eq!(

@@ -14,7 +14,9 @@ pub enum BodyError {
     #[error("the body is not valid JSON: {0}")]
     NotJson(String),
     /// JSON, but not an object.
-    #[error("the body must be a JSON object (one message) or {{\"data\": [...]}} (a batch); got {0}")]
+    #[error(
+        "the body must be a JSON object (one message) or {{\"data\": [...]}} (a batch); got {0}"
+    )]
     NotObject(&'static str),
     /// A batch element is not an object.
     #[error("data[{index}] must be a JSON object; got {kind}")]
@@ -95,7 +97,11 @@ mod tests {
     #[test]
     fn an_object_is_one_message_and_data_alone_is_a_batch() {
         let one = records(br#"{"id": 1, "data": [1]}"#).unwrap();
-        assert_eq!(one.len(), 1, "an object with more than `data` is one message");
+        assert_eq!(
+            one.len(),
+            1,
+            "an object with more than `data` is one message"
+        );
         assert_eq!(one[0]["data"], serde_json::json!([1]));
         let batch = records(br#"{"data": [{"id": 1}, {"id": 2}]}"#).unwrap();
         let ids: Vec<_> = batch.iter().map(|r| r["id"].clone()).collect();

@@ -106,12 +106,17 @@ impl WebhookFeed {
     }
 
     async fn prune_keys(&self) {
-        let (store, source, retention) =
-            (self.store.clone(), self.source.clone(), self.key_retention_ms);
-        let pruned = tokio::task::spawn_blocking(move || loop {
-            match store.prune_webhook_keys(&source, retention, KEY_PRUNE_BATCH) {
-                Ok(n) if n == KEY_PRUNE_BATCH as usize => continue,
-                done => return done,
+        let (store, source, retention) = (
+            self.store.clone(),
+            self.source.clone(),
+            self.key_retention_ms,
+        );
+        let pruned = tokio::task::spawn_blocking(move || {
+            loop {
+                match store.prune_webhook_keys(&source, retention, KEY_PRUNE_BATCH) {
+                    Ok(n) if n == KEY_PRUNE_BATCH as usize => continue,
+                    done => return done,
+                }
             }
         })
         .await;
@@ -232,7 +237,10 @@ sinks:
         })
         .await;
         wait_for("the log pruned", || {
-            store.webhook_requests_after("hooks", 0, 10).unwrap().is_empty()
+            store
+                .webhook_requests_after("hooks", 0, 10)
+                .unwrap()
+                .is_empty()
         })
         .await;
         assert_eq!(store.message_counts("other").unwrap().stored, 0);
@@ -246,16 +254,22 @@ sinks:
             // One group per source: one message in flight at a time.
             let batch = store.receive("orders", 10, limits).unwrap();
             assert_eq!(batch.len(), 1);
-            store.ack("orders", &[batch[0].ack_id.clone()]).unwrap();
+            store.ack("orders", &[batch[0].ack_id]).unwrap();
             seen.push(batch[0].payload.clone());
         }
-        let ns: Vec<i64> = seen.iter().map(|m| m["record"]["n"].as_i64().unwrap()).collect();
+        let ns: Vec<i64> = seen
+            .iter()
+            .map(|m| m["record"]["n"].as_i64().unwrap())
+            .collect();
         assert_eq!(ns, vec![1, 2, 3]);
         let third = &seen[2]["metadata"];
         assert_eq!(third["webhook_source"], "hooks");
         assert_eq!(third["table_schema"], WEBHOOK_SCHEMA);
         assert_eq!(third["table_name"], "hooks");
-        assert_eq!((third["commit_lsn"].as_u64(), third["commit_idx"].as_u64()), (Some(2), Some(1)));
+        assert_eq!(
+            (third["commit_lsn"].as_u64(), third["commit_idx"].as_u64()),
+            (Some(2), Some(1))
+        );
         assert_eq!(
             third["idempotency_key"],
             crate::message::webhook_idempotency_key("req-b", 1)
