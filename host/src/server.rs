@@ -276,18 +276,16 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .instrument(span),
         );
         let name = database.name.clone();
-        let pipeline_shutdown = shutdown.clone();
-        tasks.spawn(
-            async move {
-                pipeline
-                    .run(events_rx, pipeline_shutdown)
-                    .await
-                    .map_err(|source| ServerError::Pipeline {
-                        database: name,
-                        source,
-                    })
-            }
-            .instrument(info_span!("pipeline", database = %database.name)),
+        spawn_pipeline(
+            &mut tasks,
+            pipeline,
+            events_rx,
+            &shutdown,
+            info_span!("pipeline", database = %database.name),
+            |source| ServerError::Pipeline {
+                database: name,
+                source,
+            },
         );
     }
 
@@ -396,15 +394,29 @@ fn spawn_webhook_source(
         }
         .instrument(info_span!("webhook_feed", source = %source.name)),
     );
-    let pipeline_shutdown = shutdown.clone();
+    spawn_pipeline(
+        tasks,
+        pipeline,
+        events_rx,
+        shutdown,
+        info_span!("pipeline", webhook_source = %source.name),
+        move |e| pipeline_failed(e.to_string()),
+    );
+}
+
+/// Runs `pipeline` on `events` in `tasks`, inside `span`, until
+/// `shutdown`; an error it stops with becomes `failed(error)`.
+fn spawn_pipeline(
+    tasks: &mut JoinSet<Result<(), ServerError>>,
+    pipeline: Pipeline,
+    events: mpsc::Receiver<SourceEvent>,
+    shutdown: &CancellationToken,
+    span: tracing::Span,
+    failed: impl FnOnce(crate::pipeline::PipelineError) -> ServerError + Send + 'static,
+) {
+    let shutdown = shutdown.clone();
     tasks.spawn(
-        async move {
-            pipeline
-                .run(events_rx, pipeline_shutdown)
-                .await
-                .map_err(|e| pipeline_failed(e.to_string()))
-        }
-        .instrument(info_span!("pipeline", webhook_source = %source.name)),
+        async move { pipeline.run(events, shutdown).await.map_err(failed) }.instrument(span),
     );
 }
 
