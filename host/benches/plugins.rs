@@ -475,6 +475,7 @@ fn sample(i: usize) -> Message {
             database_name: "shop".into(),
             transaction_annotations: None,
             enrichment: None,
+            webhook_source: None,
             consumer: ConsumerRef::for_sink("orders"),
         },
     }

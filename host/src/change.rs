@@ -108,6 +108,19 @@ pub struct Change {
     /// Set on a `read` change a backfill emitted: it goes to that
     /// backfill's sink only, with a key derived from the backfill.
     pub backfill: Option<Arc<BackfillTag>>,
+    /// Set on a change a webhook source accepted (see
+    /// `crate::webhook_source`): it names the source and keys the message.
+    pub webhook: Option<Arc<WebhookTag>>,
+}
+
+/// Which webhook source accepted a change, and in which request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookTag {
+    /// The source's name.
+    pub source: String,
+    /// The id weft gave the request that carried it (a UUID), from which
+    /// its messages' idempotency keys derive.
+    pub request_id: String,
 }
 
 /// Which backfill emitted a `read` change, and for which sink.

@@ -13,6 +13,8 @@
 //! * [`plugins`] hosts user functions as WebAssembly components.
 //! * [`pipeline`] runs each sink's function chain and hands messages to sinks.
 //! * [`backfill`] replays existing rows into a sink alongside live changes.
+//! * [`webhook_source`] accepts messages POSTed to weft and feeds them to
+//!   their sinks' pipeline as a source database's changes are.
 //! * [`store`] is weft's durable state (SQLite).
 //! * [`api`] serves the HTTP APIs.
 //! * [`health`] holds the health checks of databases, slots, sinks and plugins.
@@ -34,3 +36,4 @@ pub mod server;
 pub mod sinks;
 pub mod source;
 pub mod store;
+pub mod webhook_source;

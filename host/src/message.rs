@@ -57,6 +57,9 @@ pub struct Metadata {
     /// Data added by an enrichment function.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enrichment: Option<Value>,
+    /// The webhook source that accepted the message; absent on changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_source: Option<String>,
     /// The sink the message is delivered to.
     pub consumer: ConsumerRef,
 }
@@ -88,19 +91,33 @@ impl Message {
                 commit_timestamp: timestamp_text(change.commit_timestamp),
                 commit_lsn: change.commit_lsn,
                 commit_idx: change.commit_idx,
-                idempotency_key: match &change.backfill {
-                    Some(tag) => backfill_idempotency_key(&tag.id, &change.primary_key_values()),
-                    None => idempotency_key(change.commit_lsn, change.commit_idx),
+                idempotency_key: match (&change.backfill, &change.webhook) {
+                    (Some(tag), _) => {
+                        backfill_idempotency_key(&tag.id, &change.primary_key_values())
+                    }
+                    (None, Some(tag)) => {
+                        webhook_idempotency_key(&tag.request_id, change.commit_idx)
+                    }
+                    (None, None) => idempotency_key(change.commit_lsn, change.commit_idx),
                 },
                 record_pks: change.primary_key_values(),
                 database_name: database_name.to_string(),
                 transaction_annotations: None,
                 enrichment: None,
+                webhook_source: change.webhook.as_ref().map(|tag| tag.source.clone()),
                 consumer: consumer.clone(),
             },
         }
     }
 }
+
+/// `metadata.database_name` of a webhook source's messages.
+pub const WEBHOOK_DATABASE_NAME: &str = "webhook";
+
+/// `metadata.table_schema` of a webhook source's messages; `table_name` is
+/// the source's name, so functions, routing defaults and message groups see
+/// the source as the table `webhook.<name>`.
+pub const WEBHOOK_SCHEMA: &str = "webhook";
 
 /// A TRUNCATE of one table, in Sequin's message shape: `action` is
 /// `"truncate"`, `record` is `{}`, `changes` is null, and `metadata` is a
@@ -163,6 +180,7 @@ impl TruncateMessage {
                     database_name: database_name.to_string(),
                     transaction_annotations: None,
                     enrichment: None,
+                    webhook_source: None,
                     consumer: consumer.clone(),
                 },
                 truncate: TruncateOptions {
@@ -194,6 +212,14 @@ pub fn backfill_idempotency_key(backfill_id: &str, primary_key: &[String]) -> St
         .encode(format!("{backfill_id}:{}", primary_key.join(":")))
 }
 
+/// The idempotency key of the message at `index` of the webhook request
+/// weft gave the id `request_id`: `Base64("<request_id>:<index>")`. Request
+/// ids are UUIDs stored with the request, so the key is stable across
+/// restarts and redeliveries and never repeats.
+pub fn webhook_idempotency_key(request_id: &str, index: u32) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{request_id}:{index}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +241,7 @@ mod tests {
                 database_name: "db".into(),
                 transaction_annotations: None,
                 enrichment: None,
+                webhook_source: None,
                 consumer: ConsumerRef::for_sink("s"),
             },
         };

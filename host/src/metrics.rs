@@ -124,6 +124,9 @@ const SECONDS_BUCKETS: &[f64] = &[
     0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+/// Requests to webhook sources. Labels: `source`, `outcome` (`accepted`,
+/// `duplicate`, `unauthorized`, `too_large`, `malformed`, `error`).
+pub const WEBHOOK_REQUESTS: &str = "weft_webhook_source_requests_total";
 
 /// Adds `n` to the counter `name` of `sink`.
 pub fn count(name: &'static str, sink: &str, n: usize) {

@@ -11,6 +11,7 @@ use tracing::{Instrument, error, info, info_span};
 
 use crate::api::PullApiState;
 use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
+use crate::change::SourceEvent;
 use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
@@ -92,6 +93,14 @@ pub enum ServerError {
     Sink {
         /// The sink's name.
         sink: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A webhook source's feed or pipeline stopped with an error.
+    #[error("webhook source {source_name}: {detail}")]
+    WebhookSource {
+        /// The source's name.
+        source_name: String,
         /// What went wrong.
         detail: String,
     },
@@ -182,6 +191,17 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             }
         }
     }
+    // Served from the start: what a source accepts waits in the store for
+    // its pipeline.
+    let webhook_feeds: Vec<_> = config
+        .webhook_sources
+        .iter()
+        .map(|source| {
+            let (ingress, feed) = crate::webhook_source::WebhookIngress::new(source, store.clone());
+            pull_api.add_webhook_source(ingress);
+            (source, feed)
+        })
+        .collect();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ServerError::Listen {
@@ -228,7 +248,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         let sinks: Vec<&SinkConfig> = config
             .sinks
             .iter()
-            .filter(|sink| sink.database == database.name)
+            .filter(|sink| sink.takes_database(&database.name))
             .collect();
         if sinks.is_empty() {
             info!(database = %database.name, "no sinks on this database; not replicating it");
@@ -245,18 +265,9 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             slot: database.slot.name.clone(),
             publication: database.publication.name.clone(),
         }));
-        // Events can carry big rows (TOAST values): a short queue keeps
-        // memory bounded while the pipeline stores a batch.
-        let (events_tx, events_rx) = mpsc::channel(1024);
-        let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
-        let pipeline = Pipeline::new(
-            pipelines,
-            store.clone(),
-            durable_tx,
-            pull_api.clone(),
-            BatchLimits::default(),
-        )
-        .with_backfills(backfills.clone());
+        let (pipeline, events_tx, events_rx, durable_rx) =
+            wire_pipeline(pipelines, &store, &pull_api);
+        let pipeline = pipeline.with_backfills(backfills.clone());
         let name = database.name.clone();
         let span = info_span!("source", database = %name, slot = %database.slot.name);
         let source_shutdown = shutdown.clone();
@@ -272,20 +283,30 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             .instrument(span),
         );
         let name = database.name.clone();
-        let pipeline_shutdown = shutdown.clone();
-        tasks.spawn(
-            async move {
-                pipeline
-                    .run(events_rx, pipeline_shutdown)
-                    .await
-                    .map_err(|source| ServerError::Pipeline {
-                        database: name,
-                        source,
-                    })
-            }
-            .instrument(
-                info_span!("pipeline", database = %database.name, slot = %database.slot.name),
-            ),
+        spawn_pipeline(
+            &mut tasks,
+            pipeline,
+            events_rx,
+            &shutdown,
+            info_span!("pipeline", database = %database.name, slot = %database.slot.name),
+            |source| ServerError::Pipeline {
+                database: name,
+                source,
+            },
+        );
+    }
+
+    for (source, feed) in webhook_feeds {
+        let sinks: Vec<&SinkConfig> = config.sinks_of_webhook(&source.name).collect();
+        if sinks.is_empty() {
+            info!(source = %source.name, "no sinks take this webhook source; its messages are accepted and dropped");
+        }
+        let pipelines = sinks
+            .iter()
+            .map(|sink| sink_pipeline(&config, &engine, sink))
+            .collect::<Result<Vec<_>, _>>()?;
+        spawn_webhook_source(
+            source, feed, pipelines, &store, &pull_api, &shutdown, &mut tasks,
         );
     }
 
@@ -323,6 +344,87 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         }
     }
     result
+}
+
+/// The pipeline of `pipelines`, the channel its source sends events on,
+/// and the watch on which it reports what is stored.
+fn wire_pipeline(
+    pipelines: Vec<SinkPipeline>,
+    store: &Store,
+    pull_api: &PullApiState,
+) -> (
+    Pipeline,
+    mpsc::Sender<SourceEvent>,
+    mpsc::Receiver<SourceEvent>,
+    watch::Receiver<Lsn>,
+) {
+    // Events can carry big rows (TOAST values, webhook batches): a short
+    // queue keeps memory bounded while the pipeline stores a batch.
+    let (events_tx, events_rx) = mpsc::channel(1024);
+    let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
+    let pipeline = Pipeline::new(
+        pipelines,
+        store.clone(),
+        durable_tx,
+        pull_api.clone(),
+        BatchLimits::default(),
+    );
+    (pipeline, events_tx, events_rx, durable_rx)
+}
+
+/// Runs the webhook source `source`'s feed and the pipeline of its sinks
+/// (`pipelines`); see [`crate::webhook_source`].
+fn spawn_webhook_source(
+    source: &crate::config::WebhookSourceConfig,
+    feed: crate::webhook_source::WebhookFeed,
+    pipelines: Vec<SinkPipeline>,
+    store: &Store,
+    pull_api: &PullApiState,
+    shutdown: &CancellationToken,
+    tasks: &mut JoinSet<Result<(), ServerError>>,
+) {
+    let (pipeline, events_tx, events_rx, durable_rx) = wire_pipeline(pipelines, store, pull_api);
+    let failed = |name: &str| {
+        let name = name.to_string();
+        move |detail: String| ServerError::WebhookSource {
+            source_name: name,
+            detail,
+        }
+    };
+    let (feed_failed, pipeline_failed) = (failed(&source.name), failed(&source.name));
+    let feed_shutdown = shutdown.clone();
+    tasks.spawn(
+        async move {
+            feed.run(events_tx, durable_rx, feed_shutdown)
+                .await
+                .map_err(|e| feed_failed(e.to_string()))
+        }
+        .instrument(info_span!("webhook_feed", source = %source.name)),
+    );
+    spawn_pipeline(
+        tasks,
+        pipeline,
+        events_rx,
+        shutdown,
+        info_span!("pipeline", webhook_source = %source.name),
+        move |e| pipeline_failed(e.to_string()),
+    );
+}
+
+/// Runs `pipeline` on `events` in `tasks`, inside `span`, until
+/// `shutdown`; an error it stops with becomes `failed(error)`.
+fn spawn_pipeline(
+    tasks: &mut JoinSet<Result<(), ServerError>>,
+    pipeline: Pipeline,
+    events: mpsc::Receiver<SourceEvent>,
+    shutdown: &CancellationToken,
+    span: tracing::Span,
+    failed: impl FnOnce(crate::pipeline::PipelineError) -> ServerError + Send + 'static,
+) {
+    let shutdown = shutdown.clone();
+    tasks.spawn(
+        async move { pipeline.run(events, shutdown).await.map_err(failed) }.instrument(span),
+    );
 }
 
 /// Records the config weft starts with and each function's component in
@@ -456,7 +558,7 @@ fn source_query(
     let database = config
         .databases
         .iter()
-        .find(|d| d.name == sink.database)
+        .find(|d| sink.takes_database(&d.name))
         .expect("config validation guarantees the database exists");
     let connection =
         crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {

@@ -49,7 +49,7 @@ fn unknown_key_names_its_path() {
 fn missing_field_names_its_path() {
     let config =
         format!("{DATABASE}sinks:\n  - name: s\n    destination: {{ type: sequin_stream }}\n");
-    assert_refused(&config, &["sinks[0]", "missing field `database`"]);
+    assert_refused(&config, &["sinks[0]", "missing `database`"]);
 }
 
 #[test]

@@ -204,6 +204,7 @@ pub(crate) fn message(record: &str) -> Message {
             database_name: "shop".into(),
             transaction_annotations: None,
             enrichment: None,
+            webhook_source: None,
             consumer: ConsumerRef::for_sink("items"),
         },
     }

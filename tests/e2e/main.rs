@@ -31,4 +31,5 @@ mod toast;
 mod truncate;
 mod types;
 mod webhook;
+mod webhook_source;
 mod workload;

@@ -1,5 +1,5 @@
 //! The HTTP APIs (axum): the Sequin-compatible pull API, sinks' dead
-//! letters, and health.
+//! letters, webhook sources' ingress, and health.
 //!
 //! [`router`] builds the routes, [`serve`] runs them until shutdown. Errors
 //! use the management API's shape, `{"summary", "validation_errors"}`, see
@@ -13,6 +13,7 @@ mod params;
 mod pull;
 mod quarantine;
 mod request_metrics;
+mod webhook_sources;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -28,6 +29,7 @@ use crate::pipeline::Breaker;
 use crate::sinks::delivery::DeliveryWaker;
 use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
 use crate::store::Store;
+use crate::webhook_source::WebhookIngress;
 
 pub use error::ApiError;
 
@@ -42,6 +44,7 @@ pub struct PullApiState {
     breakers: Arc<RwLock<HashMap<String, Breaker>>>,
     backfills: Arc<RwLock<Option<BackfillLauncher>>>,
     config_text: Arc<RwLock<Option<String>>>,
+    webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
     shutdown: CancellationToken,
 }
 
@@ -57,6 +60,7 @@ impl PullApiState {
             breakers: Arc::default(),
             backfills: Arc::default(),
             config_text: Arc::default(),
+            webhook_sources: Arc::default(),
             shutdown,
         }
     }
@@ -104,6 +108,36 @@ impl PullApiState {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(name.to_string(), waker);
+    }
+
+    /// Accepts requests for the webhook source `ingress` describes.
+    pub fn add_webhook_source(&self, ingress: WebhookIngress) {
+        self.webhook_sources
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(ingress.config().name.clone(), ingress);
+    }
+
+    /// The webhook source called `name`, if served.
+    pub fn webhook_source(&self, name: &str) -> Option<WebhookIngress> {
+        self.webhook_sources
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The names of the webhook sources served, sorted.
+    pub fn webhook_source_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .webhook_sources
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
     }
 
     /// Serves backfills through `launcher`.
@@ -190,7 +224,8 @@ impl PullApiState {
 /// `/api/sequin_streams/{name}/`, dead letters under
 /// `/api/sinks/{sink}/dead_letters`, backfills under
 /// `/api/sinks/{sink}/backfills`, a sink's quarantine at
-/// `/api/sinks/{sink}/quarantine`, plus `GET /health` (liveness),
+/// `/api/sinks/{sink}/quarantine`, webhook sources at
+/// `POST /api/webhook_sources/{name}`, plus `GET /health` (liveness),
 /// `GET /health/ready` (readiness: every replication slot streams),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
 /// `GET /api/config/export` (the running config, secrets redacted) and
@@ -234,6 +269,11 @@ pub fn router(state: PullApiState) -> Router {
         .route(
             "/api/sinks/{name}/quarantine",
             get(quarantine::get).delete(quarantine::reset),
+        )
+        .route(
+            "/api/webhook_sources/{name}",
+            // The handler enforces each source's own `max_body_bytes`.
+            post(webhook_sources::post).layer(axum::extract::DefaultBodyLimit::disable()),
         )
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)

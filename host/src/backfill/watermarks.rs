@@ -143,6 +143,7 @@ impl Watermarks {
                         new: Some(row),
                         old: None,
                         backfill: Some(Arc::clone(&tag)),
+                        webhook: None,
                     })
                     .collect::<Vec<_>>();
                 debug!(backfill = %tag.id, selected, emitted = reads.len(), "backfill chunk emitted");
@@ -215,6 +216,7 @@ mod tests {
             new: Some(row),
             old: None,
             backfill: None,
+            webhook: None,
         }
     }
 

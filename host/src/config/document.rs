@@ -7,12 +7,13 @@ use serde_yaml_ng::Value;
 use super::bounds;
 use super::http_endpoint::HttpEndpointConfig;
 use super::model::{FunctionConfig, PublicationConfig, SinkConfig, SlotConfig};
+use super::webhook_source::WebhookSourceConfig;
 
 /// A whole config file. Unknown top-level keys are errors that list these.
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`"
+    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`"
 )]
 pub(crate) struct Document {
     #[serde(default)]
@@ -24,6 +25,8 @@ pub(crate) struct Document {
     /// Destinations stay raw until `validate` reads them per `type`.
     #[serde(default)]
     pub(crate) sinks: Vec<SinkConfig<Value>>,
+    #[serde(default)]
+    pub(crate) webhook_sources: Vec<WebhookSourceConfig>,
 }
 
 /// A `databases:` entry as written: either `url` or the separate fields.

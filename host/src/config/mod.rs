@@ -28,6 +28,7 @@ pub mod model;
 mod path;
 mod pg_url;
 mod validate;
+mod webhook_source;
 
 #[cfg(test)]
 mod tests;
@@ -45,6 +46,9 @@ pub use model::{
     HttpGrant, InitialBackfill, LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig,
     SlotConfig, SourceConfig, TableRef, TruncatePolicy,
 };
+pub use webhook_source::{
+    DEFAULT_IDEMPOTENCY_KEY_RETENTION_MS, DEFAULT_MAX_BODY_BYTES, WebhookAuth, WebhookSourceConfig,
+};
 
 use document::Document;
 use path::DocPath;
@@ -61,6 +65,8 @@ pub struct Config {
     pub sinks: Vec<SinkConfig>,
     /// HTTP endpoints webhook sinks deliver to (`http_endpoints:`).
     pub http_endpoints: Vec<HttpEndpointConfig>,
+    /// Endpoints that accept messages POSTed to weft (`webhook_sources:`).
+    pub webhook_sources: Vec<WebhookSourceConfig>,
 }
 
 impl Config {
@@ -126,7 +132,24 @@ impl Config {
 
     /// The sinks that stream from the database named `database`.
     pub fn sinks_of<'a>(&'a self, database: &'a str) -> impl Iterator<Item = &'a SinkConfig> + 'a {
-        self.sinks.iter().filter(move |s| s.database == database)
+        self.sinks
+            .iter()
+            .filter(move |s| s.takes_database(database))
+    }
+
+    /// The webhook source named `name`.
+    pub fn webhook_source(&self, name: &str) -> Option<&WebhookSourceConfig> {
+        self.webhook_sources.iter().find(|w| w.name == name)
+    }
+
+    /// The sinks that take the webhook source named `source`.
+    pub fn sinks_of_webhook<'a>(
+        &'a self,
+        source: &'a str,
+    ) -> impl Iterator<Item = &'a SinkConfig> + 'a {
+        self.sinks
+            .iter()
+            .filter(move |s| s.source.webhook.as_deref() == Some(source))
     }
 }
 

@@ -351,17 +351,19 @@ impl Default for FunctionLimits {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a sink mapping with `name`, `database` and `destination`"
+    expecting = "a sink mapping with `name`, `database` (or `source: {webhook: NAME}`) and `destination`"
 )]
 pub struct SinkConfig<D = DestinationConfig> {
     /// The sink's name: the consumer name in messages and the `{name}` of
     /// its API routes.
     #[serde(deserialize_with = "bounds::resource_name")]
     pub name: String,
-    /// The `name` of the database whose changes this sink receives.
-    pub database: String,
-    /// Which tables' changes the sink receives; default all tables in the
-    /// database's publication.
+    /// The `name` of the database whose changes this sink receives; `None`
+    /// (and required to be) for a sink that takes a webhook source.
+    #[serde(default)]
+    pub database: Option<String>,
+    /// Which tables' changes the sink receives (default all tables in the
+    /// database's publication), or which webhook source's messages.
     #[serde(default)]
     pub source: SourceConfig,
     /// Which actions the sink receives; default all.
@@ -497,6 +499,20 @@ impl<D> SinkConfig<D> {
         self.actions.contains(action) && self.source.includes(schema, table)
     }
 
+    /// `metadata.database_name` of this sink's messages: its database's
+    /// name, or [`crate::message::WEBHOOK_DATABASE_NAME`] for a sink that
+    /// takes a webhook source.
+    pub fn database_name(&self) -> &str {
+        self.database
+            .as_deref()
+            .unwrap_or(crate::message::WEBHOOK_DATABASE_NAME)
+    }
+
+    /// Whether this sink takes the database named `database`'s changes.
+    pub fn takes_database(&self, database: &str) -> bool {
+        self.database.as_deref() == Some(database)
+    }
+
     pub(crate) fn with_destination<E>(self, destination: E) -> SinkConfig<E> {
         SinkConfig {
             name: self.name,
@@ -519,7 +535,7 @@ impl<D> SinkConfig<D> {
     }
 }
 
-/// `source:` of a sink: which tables it receives.
+/// `source:` of a sink: which tables it receives, or which webhook source.
 ///
 /// A table is received when it is not excluded (its schema is in
 /// `exclude_schemas` or it is in `exclude_tables`) and either no include
@@ -528,7 +544,7 @@ impl<D> SinkConfig<D> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a source mapping with include_/exclude_ lists"
+    expecting = "a source mapping with include_/exclude_ lists, or `{webhook: NAME}`"
 )]
 pub struct SourceConfig {
     /// Schemas whose tables are received.
@@ -543,11 +559,19 @@ pub struct SourceConfig {
     /// Tables not received, each `schema.table`.
     #[serde(default, deserialize_with = "non_empty_list")]
     pub exclude_tables: Option<Vec<TableRef>>,
+    /// The `name` of the webhook source whose messages the sink receives,
+    /// instead of a database's changes (then the lists above stay unset).
+    #[serde(default)]
+    pub webhook: Option<String>,
 }
 
 impl SourceConfig {
-    /// Whether changes to `schema.table` reach the sink.
+    /// Whether changes to `schema.table` reach the sink (never for a sink
+    /// that takes a webhook source).
     pub fn includes(&self, schema: &str, table: &str) -> bool {
+        if self.webhook.is_some() {
+            return false;
+        }
         let is_table = |t: &TableRef| t.schema == schema && t.table == table;
         let has = |list: &Option<Vec<String>>| list.iter().flatten().any(|s| s == schema);
         let excluded =

@@ -201,7 +201,7 @@ fn full_config_parses_with_every_value_and_default() {
     assert_eq!(filter.limits, FunctionLimits::default());
 
     let sink = config.sink("orders-stream").expect("sink");
-    assert_eq!(sink.database, "main");
+    assert_eq!(sink.database.as_deref(), Some("main"));
     assert_eq!(sink.function(FunctionKind::Transform), Some("upcase"));
     assert_eq!(sink.function(FunctionKind::Filter), Some("only-big"));
     assert_eq!(sink.function(FunctionKind::Routing), None);
@@ -246,12 +246,12 @@ fn empty_document_is_an_empty_config() {
 fn unknown_top_level_key_lists_allowed_keys() {
     assert_eq!(
         error("databases: []\napi_tokens: []\n"),
-        "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks` \
-         (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
+        "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, \
+         `webhook_sources` (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
     );
     assert_eq!(
         error("sinkz: []\n"),
-        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks` (line 1, column 8)"
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources` (line 1, column 8)"
     );
 }
 
@@ -291,7 +291,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
             "    source: {include_table: [public.x]}\n    destination: {type: sequin_stream}\n"
         )),
         "sinks[0].source.include_table: unknown field `include_table`, expected one of `include_schemas`, \
-         `exclude_schemas`, `include_tables`, `exclude_tables` (line 14, column 29)"
+         `exclude_schemas`, `include_tables`, `exclude_tables`, `webhook` (line 14, column 29)"
     );
     assert_eq!(
         error(&with_sink(
@@ -308,7 +308,7 @@ fn missing_required_fields_are_named() {
         error(&format!(
             "{DATABASE}sinks:\n  - name: s\n    destination: {{type: sequin_stream}}\n"
         )),
-        "sinks[0]: missing field `database` (line 8, column 5)"
+        "sinks[0]: missing `database`: name the database whose changes this sink receives, or take a webhook source's messages with `source: {webhook: NAME}` (line 8, column 5)"
     );
     assert_eq!(
         error(&with_sink("")),
@@ -749,7 +749,7 @@ sinks:
 fn wrong_shapes_are_described_in_config_terms() {
     assert_eq!(
         error("- databases\n"),
-        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks` (line 1, column 1)"
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources` (line 1, column 1)"
     );
     assert_eq!(
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
@@ -1426,5 +1426,128 @@ fn truncate_defaults_to_skip_and_names_its_values() {
             "    truncate: deliver\n    destination: {type: redis_stream, host: localhost, stream_key: k}\n",
         ))
         .is_ok()
+    );
+}
+
+const WEBHOOK_SOURCES: &str = "\
+webhook_sources:
+  - name: orders_in
+    auth: {bearer_token: \"${HOOK_TOKEN:-dev-token}\"}
+  - name: signed
+    auth: {hmac_secret: sekrit-1}
+    max_body_bytes: 2048
+    idempotency_key_retention_ms: 60000
+";
+
+#[test]
+fn webhook_sources_resolve_and_sinks_take_them_instead_of_a_database() {
+    let text = format!(
+        "{WEBHOOK_SOURCES}{FUNCTIONS}sinks:\n  - name: hooked\n    source: {{webhook: orders_in}}\n    transform: up\n    destination: {{type: sequin_stream}}\n"
+    );
+    let dir = fixture_dir();
+    let config = Config::from_yaml(&text, dir.path(), &|name| {
+        (name == "HOOK_TOKEN").then(|| "t0k3n".into())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let orders = config.webhook_source("orders_in").expect("orders_in");
+    assert_eq!(orders.auth, WebhookAuth::BearerToken("t0k3n".into()));
+    assert_eq!(orders.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+    assert_eq!(
+        orders.idempotency_key_retention_ms,
+        DEFAULT_IDEMPOTENCY_KEY_RETENTION_MS
+    );
+    let signed = config.webhook_source("signed").expect("signed");
+    assert_eq!(signed.auth, WebhookAuth::HmacSecret("sekrit-1".into()));
+    assert_eq!(signed.max_body_bytes, 2048);
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("t0k3n") && !debug.contains("sekrit-1"),
+        "{debug}"
+    );
+    let sink = config.sink("hooked").expect("hooked");
+    assert_eq!(sink.database, None);
+    assert_eq!(sink.database_name(), crate::message::WEBHOOK_DATABASE_NAME);
+    assert_eq!(config.sinks_of_webhook("orders_in").count(), 1);
+    assert_eq!(config.sinks_of_webhook("signed").count(), 0);
+    assert!(!sink.source.includes("webhook", "orders_in"));
+}
+
+#[test]
+fn webhook_source_mistakes_are_all_reported_without_secrets() {
+    let auth = |auth: &str| {
+        error(&format!(
+            "webhook_sources:\n  - name: w\n    auth: {auth}\n"
+        ))
+    };
+    let both = auth("{bearer_token: t0k3n, hmac_secret: sekrit}");
+    assert!(
+        both.starts_with(
+            "webhook_sources[0].auth: set either `bearer_token` or `hmac_secret`, not both"
+        ),
+        "{both}"
+    );
+    assert!(
+        !both.contains("t0k3n") && !both.contains("sekrit"),
+        "{both}"
+    );
+    assert!(auth("{}").contains("set `bearer_token`"));
+    assert!(auth("{bearer_token: \"\"}").contains("must not be empty"));
+    assert!(auth("{token: x}").contains("unknown field `token`"));
+    let text = format!("{DATABASE}{WEBHOOK_SOURCES}webhook_sources_typo: 1\n");
+    assert!(errors(&text)[0].contains("unknown field `webhook_sources_typo`"));
+    let text = format!(
+        "{DATABASE}{WEBHOOK_SOURCES}  - name: signed\n    auth: {{hmac_secret: x}}\n    max_body_bytes: 0\n"
+    );
+    assert!(
+        error(&text)
+            .contains("webhook_sources[2].max_body_bytes: must be between 1 and 67108864, got 0"),
+        "{}",
+        error(&text)
+    );
+    let sinks = "sinks:
+  - name: both
+    database: main
+    source: {webhook: orders_in, include_tables: [public.orders]}
+    actions: [update]
+    initial_backfill: true
+    destination: {type: sequin_stream}
+  - name: nowhere
+    source: {webhook: nope}
+    destination: {type: sequin_stream}
+";
+    let text = format!("{DATABASE}{WEBHOOK_SOURCES}{sinks}");
+    let lines = Config::from_yaml(&text, fixture_dir().path(), &|_| Some("t".into()))
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "sinks[0].database: a sink takes a database's changes or a webhook source's messages, not both",
+        "sinks[0].source.include_tables: selects tables, but this sink takes a webhook source",
+        "sinks[0].actions: webhook messages are all inserts",
+        "sinks[0].initial_backfill: a webhook source has no tables to backfill",
+        "sinks[1].source.webhook: no webhook source named \"nope\"; defined webhook_sources: [\"orders_in\", \"signed\"]",
+    ] {
+        assert!(lines.contains(expected), "no {expected:?} in:\n{lines}");
+    }
+    assert_eq!(lines.lines().count(), 5, "{lines}");
+    let text = format!("{WEBHOOK_SOURCES}  - name: signed\n    auth: {{hmac_secret: y}}\n");
+    assert!(
+        Config::from_yaml(&text, fixture_dir().path(), &|_| Some("t".into()))
+            .unwrap_err()
+            .to_string()
+            .contains("duplicate webhook source name \"signed\"")
+    );
+}
+
+#[test]
+fn an_enrichment_that_queries_the_database_cannot_serve_a_webhook_sink() {
+    let text = format!(
+        "{WEBHOOK_SOURCES}functions:\n  - name: names\n    type: enrichment\n    file: up.wasm\n    grants: {{source_query: true}}\nsinks:\n  - name: hooked\n    source: {{webhook: orders_in}}\n    enrichment: names\n    destination: {{type: sequin_stream}}\n"
+    );
+    let message = Config::from_yaml(&text, fixture_dir().path(), &|_| Some("t".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("sinks[0].enrichment: function \"names\" is granted `source_query`"),
+        "{message}"
     );
 }

@@ -52,9 +52,20 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
     );
     let http_endpoints = document.http_endpoints;
     check_http_endpoints(&http_endpoints, &root.key("http_endpoints"), &mut problems);
+    let webhook_sources = document.webhook_sources;
+    check_unique_names(
+        webhook_sources.iter().map(|w| w.name.as_str()),
+        "webhook source",
+        &root.key("webhook_sources"),
+        &mut problems,
+    );
+    let webhook_names: Vec<String> = webhook_sources.iter().map(|w| w.name.clone()).collect();
     let sinks = resolve_sinks(
         document.sinks,
-        &database_names,
+        &Sources {
+            databases: &database_names,
+            webhooks: &webhook_names,
+        },
         &functions,
         &root.key("sinks"),
         &mut problems,
@@ -67,6 +78,7 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
             functions,
             sinks,
             http_endpoints,
+            webhook_sources,
         })
     } else {
         Err(problems.0)
@@ -369,9 +381,15 @@ fn resolve_functions(
     functions
 }
 
+/// The names of what sinks can take changes or messages from.
+struct Sources<'a> {
+    databases: &'a [String],
+    webhooks: &'a [String],
+}
+
 fn resolve_sinks(
     raw: Vec<SinkConfig<Value>>,
-    database_names: &[String],
+    sources: &Sources<'_>,
     functions: &[FunctionConfig],
     list: &DocPath,
     problems: &mut Problems,
@@ -381,15 +399,7 @@ fn resolve_sinks(
     let mut sinks = Vec::with_capacity(raw.len());
     for (i, sink) in raw.into_iter().enumerate() {
         let path = list.index(i);
-        if !database_names.contains(&sink.database) {
-            problems.add(
-                path.key("database"),
-                format!(
-                    "no database named {:?}; defined databases: {database_names:?}",
-                    sink.database
-                ),
-            );
-        }
+        check_sink_source(&sink, sources, functions, &path, problems);
         for kind in FunctionKind::ALL {
             let Some(name) = sink.function(kind) else {
                 continue;
@@ -432,6 +442,88 @@ fn resolve_sinks(
         }
     }
     sinks
+}
+
+/// A sink takes either a database (that exists) or a webhook source (that
+/// exists), and only the settings that fit what it takes.
+fn check_sink_source(
+    sink: &SinkConfig<Value>,
+    sources: &Sources<'_>,
+    functions: &[FunctionConfig],
+    path: &DocPath,
+    problems: &mut Problems,
+) {
+    let Some(webhook) = &sink.source.webhook else {
+        match &sink.database {
+            None => problems.add(
+                path.clone(),
+                "missing `database`: name the database whose changes this sink receives, or take a webhook source's messages with `source: {webhook: NAME}`",
+            ),
+            Some(database) if !sources.databases.contains(database) => problems.add(
+                path.key("database"),
+                format!(
+                    "no database named {database:?}; defined databases: {:?}",
+                    sources.databases
+                ),
+            ),
+            Some(_) => {}
+        }
+        return;
+    };
+    let source = path.key("source");
+    if !sources.webhooks.contains(webhook) {
+        problems.add(
+            source.key("webhook"),
+            format!(
+                "no webhook source named {webhook:?}; defined webhook_sources: {:?}",
+                sources.webhooks
+            ),
+        );
+    }
+    if sink.database.is_some() {
+        problems.add(
+            path.key("database"),
+            "a sink takes a database's changes or a webhook source's messages, not both; remove `database` (or `source.webhook`)",
+        );
+    }
+    let lists = [
+        ("include_schemas", sink.source.include_schemas.is_some()),
+        ("exclude_schemas", sink.source.exclude_schemas.is_some()),
+        ("include_tables", sink.source.include_tables.is_some()),
+        ("exclude_tables", sink.source.exclude_tables.is_some()),
+    ];
+    for (key, set) in lists {
+        if set {
+            problems.add(
+                source.key(key),
+                "selects tables, but this sink takes a webhook source, which has none; remove it",
+            );
+        }
+    }
+    if !sink.actions.contains(crate::change::Action::Insert) {
+        problems.add(
+            path.key("actions"),
+            "webhook messages are all inserts, so this sink would receive nothing; remove `actions`",
+        );
+    }
+    if sink.initial_backfill.is_some() {
+        problems.add(
+            path.key("initial_backfill"),
+            "a webhook source has no tables to backfill; remove it",
+        );
+    }
+    if let Some(name) = &sink.enrichment
+        && functions
+            .iter()
+            .any(|f| &f.name == name && f.grants.source_query)
+    {
+        problems.add(
+            path.key("enrichment"),
+            format!(
+                "function {name:?} is granted `source_query`, which queries the sink's database, and this sink takes a webhook source; use an enrichment without that grant"
+            ),
+        );
+    }
 }
 
 /// Unique names, and headers that HTTP can carry. Secret header values are

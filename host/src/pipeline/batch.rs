@@ -170,6 +170,7 @@ mod tests {
             new: Some(serde_json::Map::new()),
             old: None,
             backfill: None,
+            webhook: None,
         })
     }
 

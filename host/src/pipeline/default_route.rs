@@ -113,6 +113,7 @@ mod tests {
             database_name: "shop".into(),
             transaction_annotations: None,
             enrichment: None,
+            webhook_source: None,
             consumer: ConsumerRef::for_sink("s"),
         }
     }

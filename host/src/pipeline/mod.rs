@@ -434,6 +434,7 @@ mod tests {
             new: Some(new),
             old: None,
             backfill: None,
+            webhook: None,
         })
     }
 

@@ -142,14 +142,18 @@ impl SinkPipeline {
         &self.config
     }
 
-    /// Whether this sink takes `change` (its tables and actions, and only
-    /// its own backfills' reads; the filter function comes later, in the
-    /// chain).
+    /// Whether this sink takes `change` (its tables and actions, only its
+    /// own backfills' reads, and only its webhook source's messages; the
+    /// filter function comes later, in the chain).
     pub fn accepts(&self, change: &Change) -> bool {
         if let Some(tag) = &change.backfill
             && tag.sink != self.config.name
         {
             return false;
+        }
+        if let Some(tag) = &change.webhook {
+            return self.config.source.webhook.as_ref() == Some(&tag.source)
+                && self.config.actions.contains(change.action);
         }
         self.config.accepts(
             &change.relation.schema,
@@ -172,7 +176,8 @@ impl SinkPipeline {
             .iter()
             .filter(|c| self.accepts(c))
             .map(|change| {
-                let message = Message::from_change(change, &self.config.database, &self.consumer);
+                let message =
+                    Message::from_change(change, self.config.database_name(), &self.consumer);
                 Pending {
                     group_id: group_id(&message),
                     message,

@@ -43,6 +43,7 @@ fn change(lsn: u64, idx: u32, id: i64, what: &str) -> Change {
         new: Some(Row::from(new)),
         old: None,
         backfill: None,
+        webhook: None,
     }
 }
 

@@ -51,8 +51,13 @@ pub fn messages(sink: &SinkConfig, truncates: &[Truncate], cursor: Lsn) -> Vec<N
             if !sink.source.includes(&relation.schema, &relation.name) {
                 continue;
             }
-            let message =
-                TruncateMessage::new(truncate, relation, commit_idx, &sink.database, &consumer);
+            let message = TruncateMessage::new(
+                truncate,
+                relation,
+                commit_idx,
+                sink.database_name(),
+                &consumer,
+            );
             let group_id = relation.qualified_name();
             let route = default_route::truncate_route(
                 sink.destination.type_name(),

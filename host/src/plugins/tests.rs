@@ -84,6 +84,7 @@ pub(crate) fn message(action: Action, record: Value, changes: Option<Value>) -> 
             database_name: "app".into(),
             transaction_annotations: None,
             enrichment: None,
+            webhook_source: None,
             consumer: ConsumerRef::for_sink("orders-out"),
         },
     }

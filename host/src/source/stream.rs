@@ -512,6 +512,7 @@ impl<'a> Session<'a> {
                             new,
                             old,
                             backfill: None,
+                            webhook: None,
                         }),
                         PendingKind::Truncate {
                             mut more,
@@ -619,6 +620,7 @@ impl<'a> Session<'a> {
             new,
             old,
             backfill: None,
+            webhook: None,
         };
         open.next_idx += 1;
         self.emit(SourceEvent::Change(change)).await

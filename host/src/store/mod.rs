@@ -1,5 +1,6 @@
 //! weft's durable state, in SQLite: sink cursors, every sink's undelivered
-//! messages (pulled by consumers or pushed by delivery workers) and dead letters.
+//! messages (pulled by consumers or pushed by delivery workers), dead letters,
+//! and webhook sources' accepted requests.
 //!
 //! Everything lives in one file that users can open with `sqlite3`. The
 //! store is the point of no return for the Sequin Stream sink: once
@@ -18,6 +19,7 @@ mod held;
 mod inventory;
 mod pull;
 mod schema;
+mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,6 +38,7 @@ pub use inventory::PluginRecord;
 pub use pull::{
     AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, QueueDepths, ReceiveLimits,
 };
+pub use webhook::{Acceptance, WebhookRequest};
 
 /// A failure of the durable store.
 #[derive(Debug, thiserror::Error)]

@@ -162,6 +162,37 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         loaded_at        INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 8: webhook sources (`store::webhook`). `webhook_requests` is each
+    // source's log of accepted requests, kept until every sink of the source
+    // has stored its messages; `seq` is the position in that log (sinks'
+    // cursors count it as their commit_lsn) and `records` the JSON array of
+    // the request's messages. `webhook_sources.last_seq` keeps positions
+    // from repeating once the log is pruned. `webhook_idempotency_keys`
+    // remembers each `Idempotency-Key` for the source's retention.
+    r#"
+    CREATE TABLE webhook_sources (
+        source    TEXT PRIMARY KEY,
+        last_seq  INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE webhook_requests (
+        source       TEXT NOT NULL,
+        seq          INTEGER NOT NULL,
+        request_id   TEXT NOT NULL,
+        records      TEXT NOT NULL,
+        accepted_at  INTEGER NOT NULL,
+        PRIMARY KEY (source, seq)
+    ) STRICT;
+    CREATE TABLE webhook_idempotency_keys (
+        source       TEXT NOT NULL,
+        key          TEXT NOT NULL,
+        seq          INTEGER NOT NULL,
+        messages     INTEGER NOT NULL,
+        accepted_at  INTEGER NOT NULL,
+        PRIMARY KEY (source, key)
+    ) STRICT;
+    CREATE INDEX webhook_idempotency_keys_age
+        ON webhook_idempotency_keys (source, accepted_at);
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per
