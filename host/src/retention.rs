@@ -52,13 +52,13 @@ impl RetentionJob {
         counter.increment(0);
         let mut ticker = tokio::time::interval(self.interval());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut client = None;
+        let mut connection = None;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = ticker.tick() => {}
             }
-            match self.round(&mut client, &shutdown).await {
+            match self.round(&mut connection, &shutdown).await {
                 Ok(deleted) => {
                     counter.increment(deleted);
                     if deleted > 0 {
@@ -67,7 +67,7 @@ impl RetentionJob {
                     crate::health::global().clear(EntityKind::Sink, &self.name, RETENTION_CHECK);
                 }
                 Err(error) => {
-                    client = None;
+                    connection = None;
                     tracing::warn!(retention = %self.name, %error, "retention round failed; trying again next round");
                     crate::health::global().fail(
                         EntityKind::Sink,
@@ -84,34 +84,40 @@ impl RetentionJob {
     /// One round: deletes batches until one is short; returns the rows deleted.
     async fn round(
         &self,
-        client: &mut Option<tokio_postgres::Client>,
+        connection: &mut Option<Connection>,
         shutdown: &CancellationToken,
     ) -> Result<u64, String> {
-        if client
-            .as_ref()
-            .is_none_or(tokio_postgres::Client::is_closed)
-        {
-            let (connected, _driver) = self
+        if connection.as_ref().is_none_or(|c| c.client.is_closed()) {
+            let (client, _driver) = self
                 .target
                 .connect_query()
                 .await
                 .map_err(|e| e.to_string())?;
-            *client = Some(connected);
+            *connection = Some(Connection {
+                client,
+                indexed: false,
+            });
         }
-        let client = client.as_ref().expect("connected above");
+        let connection = connection.as_mut().expect("connected above");
         let table = self.table.quoted();
-        let exists: bool = client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-            .await
-            .map_err(|e| e.to_string())?
-            .get(0);
-        if !exists {
-            return Ok(0);
+        if !connection.indexed {
+            let exists: bool = connection
+                .client
+                .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+                .await
+                .map_err(|e| e.to_string())?
+                .get(0);
+            if !exists {
+                return Ok(0);
+            }
+            connection
+                .client
+                .batch_execute(&create_index(&self.table))
+                .await
+                .map_err(|e| e.to_string())?;
+            connection.indexed = true;
         }
-        client
-            .batch_execute(&create_index(&self.table))
-            .await
-            .map_err(|e| e.to_string())?;
+        let client = &connection.client;
         let delete = format!(
             "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} \
              WHERE committed_at < now() - make_interval(secs => $1) ORDER BY committed_at LIMIT $2)"
@@ -130,6 +136,13 @@ impl RetentionJob {
             tokio::time::sleep(PAUSE).await;
         }
     }
+}
+
+/// A retention task's connection, and whether the event table and its
+/// `committed_at` index are known to exist (checked once per connection).
+struct Connection {
+    client: tokio_postgres::Client,
+    indexed: bool,
 }
 
 /// `CREATE INDEX IF NOT EXISTS` on the event table's `committed_at`.

@@ -49,6 +49,8 @@ pub struct SinkPipeline {
     config: SinkConfig,
     consumer: ConsumerRef,
     chain: FunctionChain,
+    /// [`SinkPipeline::plugins`].
+    plugins: String,
     backlog: Option<BacklogGuard>,
     retry: RetryPolicy,
     breaker: Breaker,
@@ -86,6 +88,7 @@ impl SinkPipeline {
             breaker: Breaker::new(&config.name, config.quarantine_after_traps),
             retry,
             config,
+            plugins: plugin_names(&chain),
             chain,
             cooldown: Duration::ZERO,
         }
@@ -97,28 +100,8 @@ impl SinkPipeline {
     }
 
     /// The sink's functions as `kind=name` pairs, for logs; `-` for none.
-    pub fn plugins(&self) -> String {
-        let chain = &self.chain;
-        let names: Vec<String> = [
-            (
-                "enrichment",
-                chain.enrichment.as_ref().map(|f| f.name.as_str()),
-            ),
-            ("filter", chain.filter.as_ref().map(|f| f.name.as_str())),
-            (
-                "transform",
-                chain.transform.as_ref().map(|f| f.name.as_str()),
-            ),
-            ("routing", chain.routing.as_ref().map(|f| f.name.as_str())),
-        ]
-        .into_iter()
-        .filter_map(|(kind, name)| name.map(|name| format!("{kind}={name}")))
-        .collect();
-        if names.is_empty() {
-            "-".into()
-        } else {
-            names.join(",")
-        }
+    pub fn plugins(&self) -> &str {
+        &self.plugins
     }
 
     /// The sink's name.
@@ -484,6 +467,31 @@ pub fn group_id(message: &Message) -> String {
         message.metadata.table_name,
         message.metadata.record_pks.join(":")
     )
+}
+
+/// `chain`'s functions as `kind=name` pairs, `-` for none (computed once:
+/// every stored batch's `sink` span carries it).
+fn plugin_names(chain: &FunctionChain) -> String {
+    let names: Vec<String> = [
+        (
+            "enrichment",
+            chain.enrichment.as_ref().map(|f| f.name.as_str()),
+        ),
+        ("filter", chain.filter.as_ref().map(|f| f.name.as_str())),
+        (
+            "transform",
+            chain.transform.as_ref().map(|f| f.name.as_str()),
+        ),
+        ("routing", chain.routing.as_ref().map(|f| f.name.as_str())),
+    ]
+    .into_iter()
+    .filter_map(|(kind, name)| name.map(|name| format!("{kind}={name}")))
+    .collect();
+    if names.is_empty() {
+        "-".into()
+    } else {
+        names.join(",")
+    }
 }
 
 #[cfg(test)]
