@@ -70,14 +70,23 @@ impl DeliveryOutcome {
 /// Where a push sink delivers: one implementation per destination type.
 #[async_trait]
 pub trait Destination: Send + Sync + 'static {
+    /// The sink's batch size, parallelism, timeout and retries.
+    fn limits(&self) -> &DeliveryLimits;
+
     /// Most messages handed to one [`Destination::deliver`] call.
-    fn batch_size(&self) -> u32;
+    fn batch_size(&self) -> u32 {
+        self.limits().batch_size
+    }
 
     /// Most [`Destination::deliver`] calls running at once.
-    fn max_in_flight(&self) -> usize;
+    fn max_in_flight(&self) -> usize {
+        self.limits().max_in_flight as usize
+    }
 
     /// An upper bound on one [`Destination::deliver`] call (its timeout).
-    fn max_delivery_time(&self) -> Duration;
+    fn max_delivery_time(&self) -> Duration {
+        self.limits().request_timeout
+    }
 
     /// Delivers `batch` (commit order, at most one message per group) and
     /// returns one outcome per message, index-aligned. Must return within
@@ -533,16 +542,21 @@ mod tests {
         bytes_in_flight: Mutex<(usize, usize)>,
     }
 
+    const RECORDER_LIMITS: DeliveryLimits = DeliveryLimits {
+        batch_size: 3,
+        max_in_flight: 2,
+        request_timeout: Duration::from_secs(5),
+        retry: RetryPolicy {
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(600),
+            max_retry_count: None,
+        },
+    };
+
     #[async_trait]
     impl Destination for Recorder {
-        fn batch_size(&self) -> u32 {
-            3
-        }
-        fn max_in_flight(&self) -> usize {
-            2
-        }
-        fn max_delivery_time(&self) -> Duration {
-            Duration::from_secs(5)
+        fn limits(&self) -> &DeliveryLimits {
+            &RECORDER_LIMITS
         }
         async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
             let bytes = batch_bytes(batch);

@@ -13,7 +13,7 @@ use super::errors::classify;
 use super::producer::{KafkaProducer, SinkProducer};
 use crate::config::destination::topic_name_problem;
 use crate::plugins::Payload;
-use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
 /// The header carrying the message's idempotency key, for consumers that
@@ -190,12 +190,8 @@ impl KafkaDestination {
 
 #[async_trait]
 impl Destination for KafkaDestination {
-    fn batch_size(&self) -> u32 {
-        self.settings.limits.batch_size
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.settings.limits.max_in_flight as usize
+    fn limits(&self) -> &DeliveryLimits {
+        &self.settings.limits
     }
 
     fn max_delivery_time(&self) -> Duration {

@@ -1,7 +1,5 @@
 //! Publishing a NATS sink's messages and its retry logic.
 
-use std::time::Duration;
-
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_trait::async_trait;
@@ -9,7 +7,7 @@ use bytes::Bytes;
 
 use super::{NatsConnection, NatsSettings};
 use crate::plugins::Payload;
-use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
 /// The header carrying the idempotency key; JetStream drops a message
@@ -173,16 +171,8 @@ impl NatsDestination {
 
 #[async_trait]
 impl Destination for NatsDestination {
-    fn batch_size(&self) -> u32 {
-        self.settings.limits.batch_size
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.settings.limits.max_in_flight as usize
-    }
-
-    fn max_delivery_time(&self) -> Duration {
-        self.settings.limits.request_timeout
+    fn limits(&self) -> &DeliveryLimits {
+        &self.settings.limits
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

@@ -2,7 +2,6 @@
 //! each outcome means for retries.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use lapin::Confirmation;
@@ -10,7 +9,7 @@ use lapin::options::BasicPublishOptions;
 
 use super::connection::is_not_found;
 use super::{Outgoing, RabbitMqConnection, RabbitMqSettings};
-use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
 /// Publishes a RabbitMQ sink's messages.
@@ -146,16 +145,8 @@ impl RabbitMqDestination {
 
 #[async_trait]
 impl Destination for RabbitMqDestination {
-    fn batch_size(&self) -> u32 {
-        self.settings().limits.batch_size
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.settings().limits.max_in_flight as usize
-    }
-
-    fn max_delivery_time(&self) -> Duration {
-        self.settings().limits.request_timeout
+    fn limits(&self) -> &DeliveryLimits {
+        &self.settings().limits
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

@@ -1,15 +1,13 @@
 //! `redis_stream`: each message is `XADD`ed to its stream, one field per
 //! top-level key of the message, plus `idempotency_key`.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use redis::Cmd;
 use serde_json::Value;
 
 use super::RedisConnection;
 use crate::plugins::Payload;
-use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
 /// The entry field carrying the message's idempotency key.
@@ -87,16 +85,8 @@ fn json_kind(value: &Value) -> &'static str {
 
 #[async_trait]
 impl Destination for RedisStreamDestination {
-    fn batch_size(&self) -> u32 {
-        self.connection.settings().limits.batch_size
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.connection.settings().limits.max_in_flight as usize
-    }
-
-    fn max_delivery_time(&self) -> Duration {
-        self.connection.settings().limits.request_timeout
+    fn limits(&self) -> &DeliveryLimits {
+        &self.connection.settings().limits
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

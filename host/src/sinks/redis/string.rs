@@ -1,15 +1,13 @@
 //! `redis_string`: each message `SET`s its route's key to the payload, or
 //! `DEL`s it.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use redis::Cmd;
 use serde_json::Value;
 
 use super::RedisConnection;
 use crate::plugins::{KeyAction, Payload};
-use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
 /// Delivers a `redis_string` sink's messages.
@@ -61,16 +59,8 @@ fn value(payload: &Payload) -> Vec<u8> {
 
 #[async_trait]
 impl Destination for RedisStringDestination {
-    fn batch_size(&self) -> u32 {
-        self.connection.settings().limits.batch_size
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.connection.settings().limits.max_in_flight as usize
-    }
-
-    fn max_delivery_time(&self) -> Duration {
-        self.connection.settings().limits.request_timeout
+    fn limits(&self) -> &DeliveryLimits {
+        &self.connection.settings().limits
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {

@@ -12,7 +12,7 @@ use sha2::Sha256;
 
 use super::WebhookSettings;
 use crate::plugins::{Payload, Route};
-use crate::sinks::delivery::{DeliveryOutcome, Destination};
+use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
 /// Header carrying the request's Unix time in seconds, part of the signed text.
@@ -164,16 +164,8 @@ impl WebhookDestination {
 
 #[async_trait]
 impl Destination for WebhookDestination {
-    fn batch_size(&self) -> u32 {
-        self.settings.limits.batch_size
-    }
-
-    fn max_in_flight(&self) -> usize {
-        self.settings.limits.max_in_flight as usize
-    }
-
-    fn max_delivery_time(&self) -> Duration {
-        self.settings.limits.request_timeout
+    fn limits(&self) -> &DeliveryLimits {
+        &self.settings.limits
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
