@@ -146,7 +146,7 @@ struct Connection {
 }
 
 /// `CREATE INDEX IF NOT EXISTS` on the event table's `committed_at`.
-fn create_index(table: &TableName) -> String {
+pub(crate) fn create_index(table: &TableName) -> String {
     let index = crate::source::protocol::quote_ident(&format!(
         "{}_committed_at_idx",
         table.name.chars().take(45).collect::<String>()

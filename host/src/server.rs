@@ -191,6 +191,18 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             }
         }
     }
+    for retention in &config.change_retentions {
+        if let Some(job) = retention_job(&config, retention)? {
+            let shutdown = shutdown.clone();
+            tasks.spawn(
+                async move {
+                    job.run(shutdown).await;
+                    Ok(())
+                }
+                .instrument(info_span!("retention", retention = %retention.name)),
+            );
+        }
+    }
     // Served from the start: what a source accepts waits in the store for
     // its pipeline.
     let webhook_feeds: Vec<_> = config
@@ -344,6 +356,44 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         }
     }
     result
+}
+
+/// How to connect to `database`.
+fn connect_options(
+    database: &DatabaseConfig,
+) -> Result<crate::source::PgConnectOptions, ServerError> {
+    crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {
+        ServerError::Source {
+            database: database.name.clone(),
+            source,
+        }
+    })
+}
+
+/// The task deleting `retention`'s old event rows, when it has `retain_for`.
+fn retention_job(
+    config: &Config,
+    retention: &crate::config::change_retention::ChangeRetentionConfig,
+) -> Result<Option<crate::retention::RetentionJob>, ServerError> {
+    let Some(retain_for) = retention.retain_for else {
+        return Ok(None);
+    };
+    let database = config
+        .databases
+        .iter()
+        .find(|d| d.name == retention.destination_database)
+        .expect("config validation guarantees the database exists");
+    let target = connect_options(database)?;
+    let table = retention.destination_table();
+    Ok(Some(crate::retention::RetentionJob {
+        name: retention.name.clone(),
+        target,
+        table: crate::source::slot::TableName {
+            schema: table.schema,
+            name: table.table,
+        },
+        retain_for,
+    }))
 }
 
 /// The pipeline of `pipelines`, the channel its source sends events on,
@@ -560,13 +610,7 @@ fn source_query(
         .iter()
         .find(|d| sink.takes_database(&d.name))
         .expect("config validation guarantees the database exists");
-    let connection =
-        crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {
-            ServerError::Source {
-                database: database.name.clone(),
-                source,
-            }
-        })?;
+    let connection = connect_options(database)?;
     Ok(SourceQuery::new(
         &function.name,
         connection.query_config(),
@@ -626,13 +670,7 @@ fn source_config(
     }
     tables.sort();
     tables.dedup();
-    let connection =
-        crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {
-            ServerError::Source {
-                database: database.name.clone(),
-                source,
-            }
-        })?;
+    let connection = connect_options(database)?;
     Ok(crate::source::SourceConfig {
         name: database.name.clone(),
         connection,

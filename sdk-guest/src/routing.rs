@@ -30,6 +30,7 @@ pub enum KeyAction {
 /// | redis_stream | `stream_key` |
 /// | webhook | `method`, `endpoint_path` (starts with `/`, ≤ 2000 chars), `headers` |
 /// | rabbitmq | `exchange`, `routing_key`, `headers`, `message_id` |
+/// | postgres | `table` (`schema.table`) |
 /// | sequin_stream | none (a routing function cannot be configured) |
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Route {
@@ -59,6 +60,8 @@ pub struct Route {
     pub routing_key: Option<String>,
     /// RabbitMQ: the message id.
     pub message_id: Option<String>,
+    /// Postgres: the target table, `schema.table`.
+    pub table: Option<String>,
 }
 
 impl From<Route> for world::Route {
@@ -80,6 +83,7 @@ impl From<Route> for world::Route {
             exchange: route.exchange,
             routing_key: route.routing_key,
             message_id: route.message_id,
+            table: route.table,
         }
     }
 }

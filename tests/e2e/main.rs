@@ -6,6 +6,7 @@ mod harness;
 
 mod backfill;
 mod backlog;
+mod change_retention;
 mod config_errors;
 mod crash;
 mod dashboard;
@@ -19,6 +20,7 @@ mod languages;
 mod metrics;
 mod nats;
 mod poison;
+mod postgres_sink;
 mod rabbitmq;
 mod redis;
 mod scaffold;

@@ -11,6 +11,7 @@
 
 pub mod avro;
 pub mod certs;
+pub mod column_types;
 pub mod guests;
 pub mod kafka;
 pub mod nats;

@@ -9,6 +9,7 @@
 //! cargo bench -p weft --bench e2e -- latency --rate 2000 --seconds 20
 //! cargo bench -p weft --bench e2e -- throughput --only pull
 //! cargo bench -p weft --bench e2e -- backfill --changes 1000000   # scenario 3 (N rows)
+//! cargo bench -p weft --bench e2e -- pgsink --changes 200000      # scenario 4 (N rows)
 //! ```
 //!
 //! * `throughput`: one slot per consumer is created before any write, then
@@ -20,6 +21,8 @@
 //!   message's `metadata.commit_timestamp`.
 //! * `backfill`: N existing rows backfilled into the pull sink, next to
 //!   `COPY (SELECT * …) TO STDOUT` of the same table.
+//! * `pgsink`: N existing rows backfilled into the postgres sink (mirror
+//!   and append modes), next to `COPY … FROM` into the same table.
 //!
 //! A new sink is one more [`targets::Target`] (and [`targets::LiveTarget`]
 //! for latency) in `targets.rs`, listed in [`throughput_targets`] and
@@ -35,6 +38,7 @@ mod harness;
 mod backfill;
 mod baseline;
 mod latency;
+mod pg_sink;
 mod report;
 mod targets;
 mod throughput;
@@ -66,7 +70,7 @@ fn main() {
     let scenarios: Vec<&str> = args
         .iter()
         .map(String::as_str)
-        .filter(|a| matches!(*a, "throughput" | "latency" | "backfill"))
+        .filter(|a| matches!(*a, "throughput" | "latency" | "backfill" | "pgsink"))
         .collect();
     let scenarios = if scenarios.is_empty() {
         vec!["throughput", "latency"]
@@ -80,6 +84,7 @@ fn main() {
         match scenario {
             "throughput" => throughput::run(&settings, throughput_targets),
             "backfill" => backfill::run(&settings),
+            "pgsink" => pg_sink::run(&settings),
             _ => latency::run(&settings, latency_targets),
         }
     }

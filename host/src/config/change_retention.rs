@@ -13,7 +13,11 @@ use serde::de::{self, Deserializer};
 
 use super::bounds;
 use super::column_filter::ColumnFilter;
-use super::model::{ActionSet, TableRef};
+use super::destination::{DestinationConfig, PostgresConfig};
+use super::model::{
+    ActionSet, DEFAULT_MAX_MEMORY_MB, DEFAULT_QUARANTINE_AFTER_TRAPS, LoadSheddingPolicy,
+    SinkConfig, SourceConfig, TableRef, TruncatePolicy,
+};
 use crate::change::Action;
 
 /// A `change_retentions:` entry, as written (Sequin's keys).
@@ -73,6 +77,38 @@ impl ChangeRetentionConfig {
         TableRef {
             schema: self.destination_table_schema.clone(),
             table: self.destination_table_name.clone(),
+        }
+    }
+
+    /// The sink that runs this change retention: the source table's
+    /// changes, narrowed by actions, filters and filter function, appended
+    /// to the event table by a `postgres` sink.
+    pub fn sink(&self) -> SinkConfig {
+        SinkConfig {
+            name: self.name.clone(),
+            database: Some(self.source_database.clone()),
+            source: SourceConfig {
+                include_tables: Some(vec![self.source_table()]),
+                ..SourceConfig::default()
+            },
+            actions: self.actions,
+            transform: None,
+            filter: self.filter.clone(),
+            routing: None,
+            enrichment: None,
+            max_retry_count: None,
+            max_memory_mb: DEFAULT_MAX_MEMORY_MB,
+            max_backlog_messages: None,
+            load_shedding_policy: LoadSheddingPolicy::default(),
+            quarantine_after_traps: DEFAULT_QUARANTINE_AFTER_TRAPS,
+            truncate: TruncatePolicy::Skip,
+            initial_backfill: None,
+            column_filters: self.filters.clone(),
+            destination: DestinationConfig::Postgres(PostgresConfig::event_log(
+                &self.destination_database,
+                self.destination_table(),
+                self.create_table,
+            )),
         }
     }
 }

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_yaml_ng::Value;
 
 use super::bounds;
+use super::change_retention::ChangeRetentionConfig;
 use super::http_endpoint::HttpEndpointConfig;
 use super::model::{FunctionConfig, PublicationConfig, SinkConfig, SlotConfig};
 use super::webhook_source::WebhookSourceConfig;
@@ -13,7 +14,7 @@ use super::webhook_source::WebhookSourceConfig;
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`"
+    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`"
 )]
 pub(crate) struct Document {
     #[serde(default)]
@@ -27,6 +28,8 @@ pub(crate) struct Document {
     pub(crate) sinks: Vec<SinkConfig<Value>>,
     #[serde(default)]
     pub(crate) webhook_sources: Vec<WebhookSourceConfig>,
+    #[serde(default)]
+    pub(crate) change_retentions: Vec<ChangeRetentionConfig>,
 }
 
 /// A `databases:` entry as written: either `url` or the separate fields.

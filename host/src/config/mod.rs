@@ -36,8 +36,8 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use destination::{
-    DeliveryConfig, DestinationConfig, RedisConnectionConfig, RedisStreamConfig, RedisStringConfig,
-    SequinStreamConfig, WebhookConfig,
+    DeliveryConfig, DestinationConfig, PostgresConfig, PostgresMode, RedisConnectionConfig,
+    RedisStreamConfig, RedisStringConfig, SequinStreamConfig, WebhookConfig,
 };
 pub use error::{ConfigError, ConfigIssue, Location};
 pub use http_endpoint::HttpEndpointConfig;
@@ -67,6 +67,9 @@ pub struct Config {
     pub http_endpoints: Vec<HttpEndpointConfig>,
     /// Endpoints that accept messages POSTed to weft (`webhook_sources:`).
     pub webhook_sources: Vec<WebhookSourceConfig>,
+    /// Event logs of source tables (`change_retentions:`); each also runs
+    /// as the `postgres` sink of its name in [`Config::sinks`].
+    pub change_retentions: Vec<change_retention::ChangeRetentionConfig>,
 }
 
 impl Config {
@@ -188,13 +191,7 @@ fn parse(text: &str) -> Result<Document, ConfigError> {
 }
 
 /// Top-level sections of sequin.yml that weft does not have (yet).
-const SEQUIN_ONLY_SECTIONS: &[&str] = &[
-    "account",
-    "users",
-    "api_tokens",
-    "change_retentions",
-    "transforms",
-];
+const SEQUIN_ONLY_SECTIONS: &[&str] = &["account", "users", "api_tokens", "transforms"];
 
 /// Whether the text holds no YAML content at all.
 fn is_blank(text: &str) -> bool {

@@ -425,6 +425,10 @@ pub struct SinkConfig<D = DestinationConfig> {
     /// `schema.table`. Default none.
     #[serde(default)]
     pub initial_backfill: Option<InitialBackfill>,
+    /// Column-value filters every change must pass (from a change
+    /// retention's `filters:`; sinks have no such key of their own).
+    #[serde(skip)]
+    pub column_filters: Vec<super::column_filter::ColumnFilter>,
     /// Where messages go; `type` selects the kind of destination.
     pub destination: D,
 }
@@ -530,6 +534,7 @@ impl<D> SinkConfig<D> {
             quarantine_after_traps: self.quarantine_after_traps,
             truncate: self.truncate,
             initial_backfill: self.initial_backfill,
+            column_filters: self.column_filters,
             destination,
         }
     }

@@ -247,11 +247,11 @@ fn unknown_top_level_key_lists_allowed_keys() {
     assert_eq!(
         error("databases: []\napi_tokens: []\n"),
         "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, \
-         `webhook_sources` (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
+         `webhook_sources`, `change_retentions` (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
     );
     assert_eq!(
         error("sinkz: []\n"),
-        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources` (line 1, column 8)"
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions` (line 1, column 8)"
     );
 }
 
@@ -1550,4 +1550,128 @@ fn an_enrichment_that_queries_the_database_cannot_serve_a_webhook_sink() {
         message.contains("sinks[0].enrichment: function \"names\" is granted `source_query`"),
         "{message}"
     );
+}
+
+#[test]
+fn postgres_sinks_take_a_databases_entry_and_their_defaults() {
+    let config = load(&with_sink(
+        "    source: {include_tables: [public.orders]}\n    destination: {type: postgres, database: main, mode: append}\n",
+    ))
+    .unwrap();
+    let DestinationConfig::Postgres(postgres) = &config.sink("s").unwrap().destination else {
+        panic!("a postgres destination");
+    };
+    assert_eq!(postgres.mode, PostgresMode::Append);
+    assert_eq!(postgres.table, None);
+    assert!(!postgres.create_table);
+    assert_eq!(
+        (
+            postgres.delivery.batch_size,
+            postgres.delivery.max_in_flight
+        ),
+        (1000, 1)
+    );
+    let missing = error(&with_sink(
+        "    source: {include_tables: [public.orders]}\n    destination: {type: postgres, database: warehouse, table: public.copy}\n",
+    ));
+    assert!(
+        missing.contains("sinks[0].destination.database: no database named \"warehouse\""),
+        "{missing}"
+    );
+    let bad_table = error(&with_sink(
+        "    source: {include_tables: [public.orders]}\n    destination: {type: postgres, database: main, table: copy}\n",
+    ));
+    assert!(bad_table.contains("schema-qualified"), "{bad_table}");
+}
+
+const RETENTION: &str = "\
+change_retentions:
+  - name: orders-log
+    source_database: main
+    source_table_name: orders
+    destination_database: main
+    actions: [insert, delete]
+    filters: [{column_name: status, operator: \"=\", comparison_value: paid}]
+    retain_for: 7d
+";
+
+#[test]
+fn a_change_retention_runs_as_an_append_sink_of_its_name() {
+    let config = load(&format!("{DATABASE}{RETENTION}")).unwrap();
+    assert_eq!(config.change_retentions.len(), 1);
+    let sink = config.sink("orders-log").expect("the retention's sink");
+    assert_eq!(sink.database.as_deref(), Some("main"));
+    assert!(sink.accepts("public", "orders", Action::Insert));
+    assert!(!sink.accepts("public", "orders", Action::Update));
+    assert!(!sink.accepts("public", "other", Action::Insert));
+    assert_eq!(sink.column_filters.len(), 1);
+    let DestinationConfig::Postgres(postgres) = &sink.destination else {
+        panic!("a postgres destination");
+    };
+    assert_eq!(postgres.mode, PostgresMode::Append);
+    assert_eq!(
+        postgres.table.as_ref().unwrap().to_string(),
+        "public.weft_events"
+    );
+    assert!(postgres.create_table);
+}
+
+#[test]
+fn change_retention_mistakes_are_named() {
+    let clash = format!(
+        "{DATABASE}{FUNCTIONS}{}sinks:\n  - name: orders-log\n    database: main\n    destination: {{type: sequin_stream}}\n",
+        RETENTION.replace("filters: [", "filter: up\n    filters: [")
+    );
+    let lines = errors(&clash);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("change_retentions[0].name: a sink is named \"orders-log\" too")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("change_retentions[0].filter: function \"up\" has type transform")),
+        "{lines:#?}"
+    );
+    let unknown = error(&format!(
+        "{DATABASE}{}",
+        RETENTION.replace(
+            "destination_database: main",
+            "destination_database: archive"
+        )
+    ));
+    assert!(
+        unknown
+            .contains("change_retentions[0].destination_database: no database named \"archive\""),
+        "{unknown}"
+    );
+    let itself = error(&format!(
+        "{DATABASE}{}",
+        RETENTION.replace(
+            "destination_database: main",
+            "destination_database: main\n    destination_table_name: orders"
+        )
+    ));
+    assert!(itself.contains("is the source table itself"), "{itself}");
+}
+
+#[test]
+fn a_postgres_sink_may_not_write_into_a_table_it_reads() {
+    let mirror = error(&with_sink(
+        "    destination: {type: postgres, database: main}\n",
+    ));
+    assert!(mirror.contains("needs `table`"), "{mirror}");
+    let append = error(&with_sink(
+        "    destination: {type: postgres, database: main, mode: append}\n",
+    ));
+    assert!(
+        append.contains("public.weft_events is one of the tables this sink reads"),
+        "{append}"
+    );
+    load(&with_sink(
+        "    source: {include_tables: [public.orders]}\n    destination: {type: postgres, database: main, mode: append}\n",
+    ))
+    .expect("an event table the sink does not read");
 }

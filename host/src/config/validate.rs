@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_yaml_ng::Value;
 
+use super::change_retention::ChangeRetentionConfig;
 use super::destination::DestinationConfig;
 use super::document::{DatabaseDoc, Document};
 use super::http_endpoint::HttpEndpointConfig;
@@ -70,7 +71,24 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
         &root.key("sinks"),
         &mut problems,
     );
-    check_push_settings(&sinks, &http_endpoints, &root.key("sinks"), &mut problems);
+    let change_retentions = document.change_retentions;
+    check_change_retentions(
+        &change_retentions,
+        &sinks,
+        &database_names,
+        &functions,
+        &root.key("change_retentions"),
+        &mut problems,
+    );
+    check_push_settings(
+        &sinks,
+        &http_endpoints,
+        &database_names,
+        &root.key("sinks"),
+        &mut problems,
+    );
+    let mut sinks = sinks;
+    sinks.extend(change_retentions.iter().map(ChangeRetentionConfig::sink));
 
     if problems.0.is_empty() {
         Ok(Config {
@@ -79,6 +97,7 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
             sinks,
             http_endpoints,
             webhook_sources,
+            change_retentions,
         })
     } else {
         Err(problems.0)
@@ -570,10 +589,82 @@ fn check_http_endpoints(endpoints: &[HttpEndpointConfig], list: &DocPath, proble
     }
 }
 
-/// A webhook sink names an existing endpoint; `max_retry_count` is for push sinks.
+/// Names that refer to a sink's, database's or function's entry exist (and
+/// the function is a filter); filters are well formed.
+fn check_change_retentions(
+    retentions: &[ChangeRetentionConfig],
+    sinks: &[SinkConfig],
+    databases: &[String],
+    functions: &[FunctionConfig],
+    list: &DocPath,
+    problems: &mut Problems,
+) {
+    check_unique_names(
+        retentions.iter().map(|r| r.name.as_str()),
+        "change retention",
+        list,
+        problems,
+    );
+    for (i, retention) in retentions.iter().enumerate() {
+        let path = list.index(i);
+        if sinks.iter().any(|s| s.name == retention.name) {
+            problems.add(
+                path.key("name"),
+                format!(
+                    "a sink is named {:?} too; a change retention runs as a sink of its own name, so pick another",
+                    retention.name
+                ),
+            );
+        }
+        for (key, database) in [
+            ("source_database", &retention.source_database),
+            ("destination_database", &retention.destination_database),
+        ] {
+            if !databases.contains(database) {
+                problems.add(
+                    path.key(key),
+                    format!("no database named {database:?}; defined databases: {databases:?}"),
+                );
+            }
+        }
+        for (j, filter) in retention.filters.iter().enumerate() {
+            if let Some(problem) = filter.problem() {
+                problems.add(path.key("filters").index(j), problem);
+            }
+        }
+        if let Some(name) = &retention.filter {
+            match functions.iter().find(|f| &f.name == name) {
+                None => problems.add(
+                    path.key("filter"),
+                    format!("no function named {name:?}; define it under `functions` with `type: filter`"),
+                ),
+                Some(function) if function.kind != FunctionKind::Filter => problems.add(
+                    path.key("filter"),
+                    format!(
+                        "function {name:?} has type {}, but `filter` needs a function of type filter",
+                        function.kind
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
+        if retention.source_database == retention.destination_database
+            && retention.source_table() == retention.destination_table()
+        {
+            problems.add(
+                path.key("destination_table_name"),
+                "is the source table itself; every event would become a new change of it; name another table",
+            );
+        }
+    }
+}
+
+/// A webhook sink names an existing endpoint, a postgres sink an existing
+/// database; `max_retry_count` is for push sinks.
 fn check_push_settings(
     sinks: &[SinkConfig],
     endpoints: &[HttpEndpointConfig],
+    databases: &[String],
     list: &DocPath,
     problems: &mut Problems,
 ) {
@@ -632,6 +723,20 @@ fn check_push_settings(
                 }
             }
             DestinationConfig::RedisStream(_) => {}
+            DestinationConfig::Postgres(postgres) => {
+                if let Some(problem) = feeds_itself(sink, postgres) {
+                    problems.add(path.key("destination").key("table"), problem);
+                }
+                if !databases.contains(&postgres.database) {
+                    problems.add(
+                        path.key("destination").key("database"),
+                        format!(
+                            "no database named {:?}; defined databases: {databases:?} (a postgres sink writes into a `databases` entry)",
+                            postgres.database
+                        ),
+                    );
+                }
+            }
             DestinationConfig::SequinStream(_) => {
                 if sink.max_retry_count.is_some() {
                     problems.add(
@@ -642,4 +747,24 @@ fn check_push_settings(
             }
         }
     }
+}
+
+/// Why a postgres sink would write into a table it reads from itself, so
+/// that each write becomes a new change of it, endlessly.
+fn feeds_itself(sink: &SinkConfig, postgres: &super::PostgresConfig) -> Option<String> {
+    if sink.database.as_deref() != Some(postgres.database.as_str()) {
+        return None;
+    }
+    let Some(table) = postgres.table.clone().or_else(|| {
+        (postgres.mode == super::PostgresMode::Append)
+            .then(super::PostgresConfig::default_event_table)
+    }) else {
+        return Some(
+            "a mirror into the sink's own database needs `table`: without it each row is written back into its own source table; name another table".into(),
+        );
+    };
+    sink.accepts(&table.schema, &table.table, crate::change::Action::Insert)
+        .then(|| format!(
+            "{table} is one of the tables this sink reads, so every row written would come back as a new change; name another table, or narrow the sink's `source` (e.g. `include_tables`)"
+        ))
 }

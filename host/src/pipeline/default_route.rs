@@ -11,7 +11,9 @@
 //!   `action` is `del` for deletes and `set` otherwise;
 //! - rabbitmq: `routing_key` is the NATS subject above, `message_id` the
 //!   idempotency key; the exchange comes from the sink's config;
-//! - redis_stream, webhook, sequin_stream: nothing beyond their config.
+//! - redis_stream, webhook, sequin_stream: nothing beyond their config;
+//! - postgres: no `table`, so the sink's `table` (or the source table's
+//!   name) applies unless a routing function chooses one.
 
 use crate::change::Action;
 use crate::message::Metadata;
@@ -92,6 +94,7 @@ pub fn merge(defaults: Route, chosen: Option<Route>) -> Route {
         exchange: chosen.exchange.or(defaults.exchange),
         routing_key: chosen.routing_key.or(defaults.routing_key),
         message_id: chosen.message_id.or(defaults.message_id),
+        table: chosen.table.or(defaults.table),
     }
 }
 

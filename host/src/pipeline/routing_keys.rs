@@ -25,6 +25,7 @@ pub fn allowed_keys(sink_type: &str) -> Option<&'static [&'static str]> {
         "redis_stream" => &["stream_key"],
         "webhook" => &["method", "endpoint_path", "headers"],
         "rabbitmq" => &["exchange", "routing_key", "headers", "message_id"],
+        "postgres" => &["table"],
         "sequin_stream" => &[],
         _ => return None,
     })
@@ -144,6 +145,11 @@ pub fn validate(route: &Route, sink_type: &str) -> Result<(), RouteError> {
             return invalid("endpoint_path", format!("{path:?} must start with `/`"));
         }
     }
+    if let Some(table) = &route.table
+        && let Err(reason) = crate::config::TableRef::parse(table)
+    {
+        return invalid("table", reason);
+    }
     if let Some(headers) = &route.headers {
         for (name, value) in headers {
             let token = !name.is_empty()
@@ -190,8 +196,10 @@ mod tests {
             exchange: Some("e".into()),
             routing_key: Some("r".into()),
             message_id: Some("m".into()),
+            table: Some("public.t".into()),
         };
         for sink_type in [
+            "postgres",
             "kafka",
             "nats",
             "redis_string",
@@ -232,6 +240,7 @@ mod tests {
                     "exchange" => route.exchange = every.exchange.clone(),
                     "routing_key" => route.routing_key = every.routing_key.clone(),
                     "message_id" => route.message_id = every.message_id.clone(),
+                    "table" => route.table = every.table.clone(),
                     other => panic!("untested key {other}"),
                 }
             }
@@ -290,6 +299,19 @@ mod tests {
 
     #[test]
     fn values_are_checked() {
+        let unqualified = Route {
+            table: Some("orders".into()),
+            ..Route::default()
+        };
+        assert!(matches!(
+            validate(&unqualified, "postgres"),
+            Err(RouteError::InvalidValue { key: "table", .. })
+        ));
+        let qualified = Route {
+            table: Some("archive.orders".into()),
+            ..Route::default()
+        };
+        assert_eq!(validate(&qualified, "postgres"), Ok(()));
         let method = Route {
             method: Some("BREW".into()),
             ..Route::default()

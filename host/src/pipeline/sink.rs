@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::change::Change;
+use crate::change::{Action, Change};
 use crate::config::SinkConfig;
 use crate::lsn::Lsn;
 use crate::message::{ConsumerRef, Message};
@@ -142,7 +142,21 @@ impl SinkPipeline {
             &change.relation.schema,
             &change.relation.name,
             change.action,
-        )
+        ) && self.passes_column_filters(change)
+    }
+
+    /// Whether `change` passes the sink's column-value filters: read from
+    /// the new row, or from the old row of a delete.
+    fn passes_column_filters(&self, change: &Change) -> bool {
+        let filters = &self.config.column_filters;
+        if filters.is_empty() {
+            return true;
+        }
+        let row = match change.action {
+            Action::Delete => change.old.as_ref(),
+            _ => change.new.as_ref(),
+        };
+        row.is_some_and(|row| crate::config::column_filter::all_match(filters, row))
     }
 
     /// Turns the changes this sink takes into what to store for it: the
@@ -455,7 +469,7 @@ fn dead_letter(pending: Pending, error: String) -> NewDeadLetter {
 /// every push sink can (brokers carry bytes; a webhook sends them as the
 /// body with their content type); pull consumers receive JSON only.
 fn carries_bytes(sink_type: &str) -> bool {
-    sink_type != "sequin_stream"
+    !matches!(sink_type, "sequin_stream" | "postgres")
 }
 
 /// The message group of a message: its table and primary-key values.

@@ -72,6 +72,9 @@ pub struct Route {
     /// RabbitMQ: the message id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
+    /// Postgres: the target table, `schema.table`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
 }
 
 impl Route {
@@ -91,6 +94,7 @@ impl Route {
             ("exchange", self.exchange.is_some()),
             ("routing_key", self.routing_key.is_some()),
             ("message_id", self.message_id.is_some()),
+            ("table", self.table.is_some()),
         ];
         set.into_iter()
             .filter_map(|(name, is_set)| is_set.then_some(name))
@@ -117,6 +121,7 @@ impl From<world::Route> for Route {
             exchange: route.exchange,
             routing_key: route.routing_key,
             message_id: route.message_id,
+            table: route.table,
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod delivery;
 pub mod kafka;
 pub mod nats;
+pub mod postgres;
 pub mod rabbitmq;
 pub mod redis;
 pub mod sequin_stream;
@@ -71,6 +72,14 @@ pub fn push_destination(
             let settings = kafka::KafkaSettings::resolve(sink, kafka)?;
             let retry = settings.limits.retry;
             Ok((Arc::new(kafka::KafkaDestination::new(settings)?), retry))
+        }
+        DestinationConfig::Postgres(settings) => {
+            let settings = postgres::PostgresSettings::resolve(config, sink, settings)?;
+            let retry = settings.limits.retry;
+            Ok((
+                Arc::new(postgres::PostgresDestination::new(&sink.name, settings)),
+                retry,
+            ))
         }
     }
 }

@@ -22,6 +22,7 @@ const FIELDS: [&str; 10] = [
     "exchange",
     "routing_key",
     "message_id",
+    "table",
 ];
 const HEADER: &str = "header.";
 const DEFAULT: &str = "default.";
@@ -46,7 +47,7 @@ impl Routing for RouteTemplate {
                     || key.starts_with(HEADER)
                     || key.starts_with(DEFAULT)
             },
-            "the route fields (`topic`, `message_key`, `subject`, `key`, `stream_key`, `method`, `endpoint_path`, `exchange`, `routing_key`, `message_id`), `header.<name>`, `expire_ms` and `default.<path>`",
+            "the route fields (`topic`, `message_key`, `subject`, `key`, `stream_key`, `method`, `endpoint_path`, `exchange`, `routing_key`, `message_id`, `table`), `header.<name>`, `expire_ms` and `default.<path>`",
         )?;
         let mut fields = BTreeMap::new();
         let mut headers = Vec::new();
@@ -114,6 +115,7 @@ impl Routing for RouteTemplate {
                 "exchange" => route.exchange = value,
                 "routing_key" => route.routing_key = value,
                 "message_id" => route.message_id = value,
+                "table" => route.table = value,
                 _ => unreachable!("init admits only FIELDS"),
             }
         }

@@ -11,6 +11,7 @@
 mod delivery;
 mod kafka;
 mod nats;
+mod postgres;
 mod rabbitmq;
 mod redis;
 mod rules;
@@ -20,6 +21,7 @@ mod webhook;
 pub use delivery::{DeliveryConfig, DeliveryDefaults};
 pub use kafka::{Compression, KafkaConfig, SaslMechanism, topic_name_problem};
 pub use nats::NatsConfig;
+pub use postgres::{PostgresConfig, PostgresMode};
 pub use rabbitmq::RabbitMqConfig;
 pub use redis::{RedisConnectionConfig, RedisStreamConfig, RedisStringConfig};
 pub use sequin_stream::SequinStreamConfig;
@@ -53,6 +55,9 @@ pub enum DestinationConfig {
     /// `type: rabbitmq`: messages are published to a RabbitMQ exchange with
     /// publisher confirms by the sink's delivery worker.
     RabbitMq(RabbitMqConfig),
+    /// `type: postgres`: rows are mirrored into (or events appended to) a
+    /// Postgres table, one transaction per delivery.
+    Postgres(PostgresConfig),
 }
 
 /// `type` values accepted today.
@@ -64,6 +69,7 @@ const SUPPORTED: &[&str] = &[
     "redis_stream",
     "kafka",
     "rabbitmq",
+    "postgres",
 ];
 
 /// Sequin's other destination types, which weft does not have (yet); named
@@ -97,6 +103,7 @@ impl DestinationConfig {
             DestinationConfig::RedisStream(_) => "redis_stream",
             DestinationConfig::Kafka(_) => "kafka",
             DestinationConfig::RabbitMq(_) => "rabbitmq",
+            DestinationConfig::Postgres(_) => "postgres",
         }
     }
 
@@ -111,6 +118,7 @@ impl DestinationConfig {
             DestinationConfig::RedisString(string) => Some(&string.connection.delivery),
             DestinationConfig::RedisStream(stream) => Some(&stream.connection.delivery),
             DestinationConfig::Kafka(kafka) => Some(&kafka.delivery),
+            DestinationConfig::Postgres(postgres) => Some(&postgres.delivery),
         }
     }
 
@@ -158,6 +166,7 @@ impl DestinationConfig {
             }
             "kafka" => push_settings_of(settings).map(DestinationConfig::Kafka),
             "rabbitmq" => push_settings_of(settings).map(DestinationConfig::RabbitMq),
+            "postgres" => push_settings_of(settings).map(DestinationConfig::Postgres),
             planned if PLANNED.contains(&planned) => Err(DestinationProblem {
                 path: type_path,
                 message: format!(

@@ -5,7 +5,7 @@
 //! Kafka `topic`/`message_key`, NATS `subject`/`headers`, Redis string
 //! `key`/`action`/`expire_ms`, Redis stream `stream_key`, webhook
 //! `method`/`endpoint_path`/`headers`, RabbitMQ
-//! `exchange`/`routing_key`/`headers`/`message_id`.
+//! `exchange`/`routing_key`/`headers`/`message_id`, Postgres `table`.
 
 use weft_sdk_guest::{Change, Config, Error, Route, Routing, export_routing};
 

@@ -43,6 +43,7 @@ impl Routing for TableRouting {
                 "exchange" => route.exchange = Some(self.exchange.clone()),
                 "routing_key" => route.routing_key = Some(table.clone()),
                 "message_id" => route.message_id = Some(format!("routed-{}", m.idempotency_key)),
+                "table" => route.table = Some(format!("routed.{}", m.table_name)),
                 other => return Err(Error::permanent(format!("unknown key {other}"))),
             }
         }

@@ -1,0 +1,104 @@
+//! Append mode: one row per message in an event table, deduplicated by
+//! the message's idempotency key so that a replayed batch adds nothing.
+//!
+//! The event table's schema (created by `create_table: true`):
+//!
+//! | column | type | holds |
+//! |---|---|---|
+//! | `id` | `bigserial` primary key | delivery order |
+//! | `seq` | `bigint` | the commit LSN of the change's transaction |
+//! | `commit_idx` | `integer` | the change's position in its transaction |
+//! | `source_database` | `text` | `metadata.database_name` |
+//! | `source_schema`, `source_table` | `text` | the source table |
+//! | `action` | `text` | insert, update, delete, read (or truncate) |
+//! | `record_pks` | `jsonb` | the primary-key values, as strings |
+//! | `record` | `jsonb` | the row (a delete's old values) |
+//! | `changes` | `jsonb` | an update's old values of changed columns |
+//! | `committed_at` | `timestamptz` | the commit timestamp |
+//! | `inserted_at` | `timestamptz` | when weft wrote the row |
+//! | `idempotency_key` | `text` unique | the message's idempotency key |
+
+use serde_json::{Value, json};
+use tokio_postgres::Transaction;
+
+use super::item::Item;
+use super::target::quoted;
+use crate::config::TableRef;
+use crate::source::slot::TableName;
+use crate::store::StoredMessage;
+
+/// `CREATE TABLE IF NOT EXISTS` of an event table, with its
+/// `committed_at` index (which time-based retention deletes by).
+pub fn create_sql(table: &TableRef) -> String {
+    let name = quoted(table);
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {name} (
+           id bigserial PRIMARY KEY,
+           seq bigint NOT NULL,
+           commit_idx integer NOT NULL,
+           source_database text NOT NULL,
+           source_schema text NOT NULL,
+           source_table text NOT NULL,
+           action text NOT NULL,
+           record_pks jsonb NOT NULL,
+           record jsonb NOT NULL,
+           changes jsonb,
+           committed_at timestamptz NOT NULL,
+           inserted_at timestamptz NOT NULL DEFAULT now(),
+           idempotency_key text NOT NULL UNIQUE
+         );
+         {index};",
+        schema = crate::source::protocol::quote_ident(&table.schema),
+        index = crate::retention::create_index(&TableName {
+            schema: table.schema.clone(),
+            name: table.table.clone(),
+        }),
+    )
+}
+
+/// Inserts one event row per item (in batch order) into `table`.
+pub async fn write(
+    tx: &Transaction<'_>,
+    table: &TableRef,
+    items: &[&Item],
+    batch: &[StoredMessage],
+) -> Result<(), tokio_postgres::Error> {
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let message = &batch[item.index];
+            json!({
+                "seq": message.commit_lsn.0,
+                "commit_idx": message.commit_idx,
+                "source_database": item.meta_str("database_name"),
+                "source_schema": item.meta_str("table_schema"),
+                "source_table": item.meta_str("table_name"),
+                "action": item.action_name,
+                "record_pks": item.metadata.get("record_pks").cloned().unwrap_or(json!([])),
+                "record": item.record,
+                "changes": item.changes,
+                "committed_at": item.meta_str("commit_timestamp"),
+                "idempotency_key": message.idempotency_key,
+            })
+        })
+        .collect();
+    let rows = serde_json::to_string(&rows).expect("JSON values serialize");
+    tx.execute(&insert_sql(table), &[&rows]).await?;
+    Ok(())
+}
+
+fn insert_sql(table: &TableRef) -> String {
+    format!(
+        "INSERT INTO {table} (seq, commit_idx, source_database, source_schema, source_table, \
+           action, record_pks, record, changes, committed_at, idempotency_key) \
+         SELECT (e.r->>'seq')::bigint, (e.r->>'commit_idx')::integer, e.r->>'source_database', \
+           e.r->>'source_schema', e.r->>'source_table', e.r->>'action', e.r->'record_pks', \
+           e.r->'record', NULLIF(e.r->'changes', 'null'::jsonb), \
+           COALESCE(NULLIF(e.r->>'committed_at', '')::timestamptz, now()), e.r->>'idempotency_key' \
+         FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS e(r, n) \
+         ORDER BY e.n \
+         ON CONFLICT (idempotency_key) DO NOTHING",
+        table = quoted(table),
+    )
+}
