@@ -13,7 +13,14 @@ use crate::harness::oracle::{SCHEMA, Seen, concurrent_workload, digest, oracle};
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::{WeftProcess, http};
 
-fn config(pg: &PgCluster) -> String {
+/// The change retentions, and with `replay` a pull sink on the accounts
+/// event table (which must exist by then: weft checks a sink's tables).
+fn config(pg: &PgCluster, replay: bool) -> String {
+    let replay = if replay {
+        "sinks:\n  - name: replay\n    database: load\n    source: { include_tables: [public.accounts_events] }\n    destination: { type: sequin_stream, ack_wait_ms: 60000 }\n"
+    } else {
+        ""
+    };
     format!(
         r#"
 databases:
@@ -41,12 +48,7 @@ change_retentions:
     filters:
       - {{ column_name: qty, operator: ">=", comparison_value: 6 }}
     retain_for: 7d
-sinks:
-  - name: replay
-    database: load
-    source: {{ include_tables: [public.accounts_events] }}
-    destination: {{ type: sequin_stream, ack_wait_ms: 60000 }}
-"#,
+{replay}"#,
         port = pg.port()
     )
 }
@@ -105,17 +107,25 @@ fn event_tables_hold_each_kept_change_once_through_a_sigkill_and_replay_in_order
     // Every table, so that the event tables weft creates are published too.
     pg.psql("CREATE PUBLICATION weft_retention FOR ALL TABLES");
     let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg));
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, false));
     pg.wait_for_active_slot("weft_retention");
 
-    std::thread::scope(|scope| {
+    // SIGKILL once the first event rows are in, while the rest stream.
+    let at_kill = std::thread::scope(|scope| {
         let workload = scope.spawn(|| concurrent_workload(&pg, 7, 12, 1, &[]));
-        std::thread::sleep(Duration::from_secs(3));
+        let at_kill = weft.wait_until(
+            "the first event rows",
+            Duration::from_secs(120),
+            || match pg.try_psql_in("postgres", "SELECT count(*) FROM accounts_events") {
+                Ok(n) if n.trim() != "0" => Ok(n.trim().parse::<usize>().unwrap()),
+                other => Err(other),
+            },
+        );
         weft.kill();
-        std::thread::sleep(Duration::from_millis(500));
         weft.restart();
         let (committed, _) = workload.join().unwrap();
         assert!(committed > 0);
+        at_kill
     });
 
     let (all, _) = oracle(&pg);
@@ -126,6 +136,10 @@ fn event_tables_hold_each_kept_change_once_through_a_sigkill_and_replay_in_order
     assert!(
         accounts_count > 100 && lines_count > 100,
         "{accounts_count} {lines_count}"
+    );
+    assert!(
+        at_kill < accounts_count,
+        "killed mid-stream: {at_kill} of {accounts_count} rows were in"
     );
     for (table, want, count) in [
         ("accounts_events", &accounts, accounts_count),
@@ -149,7 +163,11 @@ fn event_tables_hold_each_kept_change_once_through_a_sigkill_and_replay_in_order
         }
     }
 
-    // A backfill of the event table replays it, in id order.
+    // A backfill of the event table replays it, in id order, through a
+    // sink added once the table exists.
+    assert_eq!(weft.terminate(), Some(0));
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, true));
+    pg.wait_for_active_slot("weft_retention");
     let response = http()
         .post(weft.url("/api/sinks/replay/backfills"))
         .json(&json!({ "table": "public.accounts_events" }))
@@ -193,4 +211,42 @@ fn event_tables_hold_each_kept_change_once_through_a_sigkill_and_replay_in_order
         "the replay holds every change, per row in commit order"
     );
     assert_eq!(weft.terminate(), Some(0));
+}
+
+#[test]
+fn retain_for_deletes_event_rows_once_they_are_older() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE notes (id int PRIMARY KEY, body text)");
+    let config = format!(
+        "{}change_retentions:\n  - name: notes-log\n    source_database: shop\n    source_table_name: notes\n    destination_database: shop\n    destination_table_name: notes_events\n    retain_for: 3s\n",
+        pg.databases_yaml("weft_retain")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_retain");
+    pg.psql("INSERT INTO notes SELECT g, 'n' || g FROM generate_series(1, 50) g");
+    let count = || pg.try_psql_in("postgres", "SELECT count(*) FROM notes_events");
+    weft.wait_until("50 event rows", Duration::from_secs(60), || match count() {
+        Ok(n) if n == "50" => Ok(()),
+        other => Err(other),
+    });
+    // Rows younger than 3 s stay; then they go, and are counted.
+    weft.wait_until(
+        "the rows to age out",
+        Duration::from_secs(60),
+        || match count() {
+            Ok(n) if n == "0" => Ok(()),
+            other => Err(other),
+        },
+    );
+    let deleted = weft.metric(
+        "weft_change_retention_deleted_total",
+        &[("retention", "notes-log")],
+    );
+    assert_eq!(deleted, Some(50.0));
+    pg.psql("INSERT INTO notes VALUES (51, 'late')");
+    weft.wait_until("the new row", Duration::from_secs(60), || match count() {
+        Ok(n) if n == "1" => Ok(()),
+        other => Err(other),
+    });
 }

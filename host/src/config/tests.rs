@@ -316,7 +316,7 @@ fn missing_required_fields_are_named() {
     );
     assert_eq!(
         error(&with_sink("    destination: {ack_wait_ms: 1000}\n")),
-        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 14, column 18)"
+        "sinks[0].destination: missing field `type`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq, postgres (line 14, column 18)"
     );
     assert_eq!(
         error("databases:\n  - name: main\n    url: postgres://h/db\n    slot: {name: s}\n"),
@@ -340,14 +340,14 @@ fn bad_enum_values_list_the_allowed_values() {
     );
     assert_eq!(
         error(&with_sink("    destination:\n      type: kafak\n")),
-        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 15, column 13)"
+        "sinks[0].destination.type: unknown destination type `kafak`; allowed types: sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq, postgres (line 15, column 13)"
     );
     assert_eq!(
         error(&with_sink(
             "    destination:\n      type: sqs\n      queue_url: t\n"
         )),
         "sinks[0].destination.type: destination type `sqs` is not supported yet; supported types: \
-         sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq (line 15, column 13)"
+         sequin_stream, webhook, nats, redis_string, redis_stream, kafka, rabbitmq, postgres (line 15, column 13)"
     );
 }
 
@@ -749,7 +749,7 @@ sinks:
 fn wrong_shapes_are_described_in_config_terms() {
     assert_eq!(
         error("- databases\n"),
-        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources` (line 1, column 1)"
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions` (line 1, column 1)"
     );
     assert_eq!(
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),

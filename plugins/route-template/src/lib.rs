@@ -11,7 +11,7 @@ use weft_sdk_guest::{Change, Config, Error, Route, Routing, export_routing};
 use template::Template;
 
 /// The route fields a template may fill, by config key.
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "topic",
     "message_key",
     "subject",

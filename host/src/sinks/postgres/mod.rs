@@ -162,13 +162,7 @@ impl PostgresDestination {
                 }
             };
             let all: Vec<&Item> = items.iter().collect();
-            let written = self.write(&mut client, &all, batch).await;
-            if written.is_err() {
-                // A table created or read inside the rolled-back transaction
-                // may not exist, or may have changed: read it again.
-                self.tables.lock().await.clear();
-            }
-            match written {
+            match self.write(&mut client, &all, batch).await {
                 Ok(()) => {
                     for item in &items {
                         outcomes[item.index] = Some(DeliveryOutcome::Delivered);
@@ -206,6 +200,21 @@ impl PostgresDestination {
         items: &[&Item],
         batch: &[StoredMessage],
     ) -> Result<(), WriteError> {
+        let written = self.write_transaction(client, items, batch).await;
+        if written.is_err() {
+            // A table created or read inside the rolled-back transaction
+            // may not exist, or may have changed: read it again next time.
+            self.tables.lock().await.clear();
+        }
+        written
+    }
+
+    async fn write_transaction(
+        &self,
+        client: &mut Client,
+        items: &[&Item],
+        batch: &[StoredMessage],
+    ) -> Result<(), WriteError> {
         let mut by_table: Vec<(&TableRef, Vec<&Item>)> = Vec::new();
         for &item in items {
             match by_table.iter_mut().find(|(table, _)| **table == item.table) {
@@ -221,11 +230,7 @@ impl PostgresDestination {
                 PostgresMode::Mirror => match mirror::write(&tx, &target, &items).await {
                     Ok(()) => {}
                     Err(MirrorError::Sql(error)) => return Err(WriteError::Sql(error)),
-                    Err(MirrorError::Refused(refused)) => {
-                        // The catalog may be stale (a column was added).
-                        self.tables.lock().await.remove(table);
-                        return Err(WriteError::Refused(refused));
-                    }
+                    Err(MirrorError::Refused(refused)) => return Err(WriteError::Refused(refused)),
                 },
             }
         }

@@ -85,14 +85,20 @@ impl Special {
                      FROM jsonb_array_elements({json}) WITH ORDINALITY AS d{depth}(x, o) ORDER BY d{depth}.o)::{type_name}"
                 ),
             ),
-            Special::ArrayOf { type_name, element } => typed(
-                "array",
-                format!(
-                    "ARRAY(SELECT {} FROM jsonb_array_elements({json}) WITH ORDINALITY AS a{depth}(x, o) \
-                     ORDER BY a{depth}.o)::{type_name}",
-                    element.sql(&format!("a{depth}.x"), depth + 1)
-                ),
-            ),
+            // An array literal of the elements' texts: `ARRAY(...)` would
+            // read a domain over an array as one more dimension.
+            Special::ArrayOf { type_name, element } => {
+                let item = element.sql(&format!("a{depth}.x"), depth + 1);
+                typed(
+                    "array",
+                    format!(
+                        "(SELECT ('{{' || coalesce(string_agg(CASE WHEN ({item}) IS NULL THEN 'NULL' \
+                         ELSE '\"' || replace(replace(({item})::text, E'\\\\', E'\\\\\\\\'), '\"', E'\\\\\"') || '\"' END, \
+                         ',' ORDER BY a{depth}.o), '') || '}}')::{type_name} \
+                         FROM jsonb_array_elements({json}) WITH ORDINALITY AS a{depth}(x, o))"
+                    ),
+                )
+            }
         }
     }
 }
@@ -400,7 +406,7 @@ mod tests {
         );
         assert!(sql.contains("(d1.x #>> '{}')::integer"), "{sql}");
         assert!(sql.contains("::ints END"), "{sql}");
-        assert!(sql.ends_with("::ints[] END"), "{sql}");
+        assert!(sql.contains(")::ints[] FROM"), "{sql}");
     }
 
     #[test]
