@@ -148,6 +148,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     if let Some(text) = &config_text {
         pull_api.set_config_text(text.clone());
     }
+    pull_api.set_change_retentions(config.change_retentions.clone());
     for sink in &config.sinks {
         match &sink.destination {
             DestinationConfig::SequinStream(settings) => {

@@ -239,6 +239,21 @@ fn retain_for_deletes_event_rows_once_they_are_older() {
             other => Err(other),
         },
     );
+    let listed = weft.get_json("/api/change_retentions");
+    assert_eq!(listed["data"][0]["name"], "notes-log", "{listed}");
+    assert_eq!(listed["data"][0]["destination_table_name"], "notes_events");
+    assert_eq!(listed["data"][0]["retain_for_seconds"], 3);
+    assert_eq!(
+        listed["data"][0]["actions"],
+        serde_json::json!(["insert", "update", "delete"])
+    );
+    let one = weft.get_json("/api/change_retentions/notes-log");
+    assert_eq!(one["source_table_name"], "notes", "{one}");
+    let missing = http()
+        .get(weft.url("/api/change_retentions/nope"))
+        .send()
+        .unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
     let deleted = weft.metric(
         "weft_change_retention_deleted_total",
         &[("retention", "notes-log")],

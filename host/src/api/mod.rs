@@ -6,6 +6,7 @@
 //! [`ApiError`].
 
 mod backfills;
+mod change_retentions;
 mod dead_letters;
 mod error;
 pub mod metrics_listener;
@@ -24,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::backfill::BackfillLauncher;
+use crate::config::change_retention::ChangeRetentionConfig;
 use crate::message::ConsumerRef;
 use crate::pipeline::Breaker;
 use crate::sinks::delivery::DeliveryWaker;
@@ -44,6 +46,7 @@ pub struct PullApiState {
     breakers: Arc<RwLock<HashMap<String, Breaker>>>,
     backfills: Arc<RwLock<Option<BackfillLauncher>>>,
     config_text: Arc<RwLock<Option<String>>>,
+    change_retentions: Arc<RwLock<Vec<ChangeRetentionConfig>>>,
     webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
     shutdown: CancellationToken,
 }
@@ -60,6 +63,7 @@ impl PullApiState {
             breakers: Arc::default(),
             backfills: Arc::default(),
             config_text: Arc::default(),
+            change_retentions: Arc::default(),
             webhook_sources: Arc::default(),
             shutdown,
         }
@@ -156,6 +160,22 @@ impl PullApiState {
             .clone()
     }
 
+    /// Serves `retentions` at `/api/change_retentions`.
+    pub fn set_change_retentions(&self, retentions: Vec<ChangeRetentionConfig>) {
+        *self
+            .change_retentions
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = retentions;
+    }
+
+    /// The change retentions served.
+    fn change_retentions(&self) -> Vec<ChangeRetentionConfig> {
+        self.change_retentions
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// Serves `text`, the config file as written, at `/api/config/export`.
     pub fn set_config_text(&self, text: String) {
         *self
@@ -228,7 +248,8 @@ impl PullApiState {
 /// `POST /api/webhook_sources/{name}`, plus `GET /health` (liveness),
 /// `GET /health/ready` (readiness: every replication slot streams),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
-/// `GET /api/config/export` (the running config, secrets redacted) and
+/// `GET /api/config/export` (the running config, secrets redacted),
+/// `GET /api/change_retentions[/{name}]` and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
     let consumer = Router::new()
@@ -249,6 +270,8 @@ pub fn router(state: PullApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
         .route("/api/config/export", get(export_config))
+        .route("/api/change_retentions", get(change_retentions::list))
+        .route("/api/change_retentions/{name}", get(change_retentions::get))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
         .route(
             "/api/sinks/{name}/backfills",

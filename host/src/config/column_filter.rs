@@ -11,13 +11,13 @@
 
 use std::cmp::Ordering;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::change::Row;
 
 /// One filter.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(
     deny_unknown_fields,
     expecting = "a filter like {column_name: status, operator: \"=\", comparison_value: active}"
@@ -34,7 +34,7 @@ pub struct ColumnFilter {
 }
 
 /// The operators Sequin's column filters have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(expecting = "one of =, !=, >, >=, <, <=, in, not in, is null, is not null")]
 pub enum FilterOperator {
     /// Equal.

@@ -451,7 +451,7 @@ fn resolve_sinks(
                         path.key("routing"),
                         format!(
                             "{sink_type} sinks take no routing keys, so a routing function has nothing to choose; \
-                             remove `routing` (routing applies to kafka, nats, redis_string, redis_stream, webhook and rabbitmq sinks)"
+                             remove `routing` (routing applies to kafka, nats, redis_string, redis_stream, webhook, rabbitmq and postgres sinks)"
                         ),
                     );
                 }
