@@ -149,6 +149,13 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         pull_api.set_config_text(text.clone());
     }
     pull_api.set_change_retentions(config.change_retentions.clone());
+    let tokens = crate::api::auth::ApiTokens::new(config.api_tokens.clone());
+    if !tokens.enabled() {
+        tracing::warn!(
+            "no api_tokens configured: the HTTP API (pull, dead letters, backfills, config export) answers anyone who can reach {listen}; add api_tokens to require `Authorization: Bearer <token>`"
+        );
+    }
+    pull_api.set_api_tokens(tokens);
     for sink in &config.sinks {
         match &sink.destination {
             DestinationConfig::SequinStream(settings) => {

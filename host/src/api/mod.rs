@@ -5,6 +5,7 @@
 //! use the management API's shape, `{"summary", "validation_errors"}`, see
 //! [`ApiError`].
 
+pub mod auth;
 mod backfills;
 mod change_retentions;
 mod dead_letters;
@@ -47,6 +48,7 @@ pub struct PullApiState {
     backfills: Arc<RwLock<Option<BackfillLauncher>>>,
     config_text: Arc<RwLock<Option<String>>>,
     change_retentions: Arc<RwLock<Vec<ChangeRetentionConfig>>>,
+    api_tokens: Arc<RwLock<auth::ApiTokens>>,
     webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
     shutdown: CancellationToken,
 }
@@ -64,6 +66,7 @@ impl PullApiState {
             backfills: Arc::default(),
             config_text: Arc::default(),
             change_retentions: Arc::default(),
+            api_tokens: Arc::default(),
             webhook_sources: Arc::default(),
             shutdown,
         }
@@ -155,6 +158,23 @@ impl PullApiState {
     /// The backfill launcher, once set.
     pub fn backfills(&self) -> Option<BackfillLauncher> {
         self.backfills
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Asks every request (but probes and webhook-source posts) for one
+    /// of `tokens`; see [`auth`].
+    pub fn set_api_tokens(&self, tokens: auth::ApiTokens) {
+        *self
+            .api_tokens
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = tokens;
+    }
+
+    /// The tokens the API accepts.
+    fn api_tokens(&self) -> auth::ApiTokens {
+        self.api_tokens
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
@@ -301,6 +321,10 @@ pub fn router(state: PullApiState) -> Router {
         .nest("/api/http_pull_consumers/{name}", consumer.clone())
         .nest("/api/sequin_streams/{name}", consumer)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
         .layer(axum::middleware::from_fn(request_metrics::record))
         .with_state(state)
 }

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 
+use super::api_token::ApiTokenConfig;
 use super::bounds;
 use super::change_retention::ChangeRetentionConfig;
 use super::http_endpoint::HttpEndpointConfig;
@@ -14,7 +15,7 @@ use super::webhook_source::WebhookSourceConfig;
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`"
+    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`"
 )]
 pub(crate) struct Document {
     #[serde(default)]
@@ -30,6 +31,8 @@ pub(crate) struct Document {
     pub(crate) webhook_sources: Vec<WebhookSourceConfig>,
     #[serde(default)]
     pub(crate) change_retentions: Vec<ChangeRetentionConfig>,
+    #[serde(default)]
+    pub(crate) api_tokens: Vec<ApiTokenConfig>,
 }
 
 /// A `databases:` entry as written: either `url` or the separate fields.

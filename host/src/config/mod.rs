@@ -14,6 +14,7 @@
 //!    sinks, databases and functions, component files — and reports all of
 //!    them, located in the text by `locate`.
 
+pub mod api_token;
 mod bounds;
 pub mod change_retention;
 pub mod column_filter;
@@ -70,6 +71,8 @@ pub struct Config {
     /// Event logs of source tables (`change_retentions:`); each also runs
     /// as the `postgres` sink of its name in [`Config::sinks`].
     pub change_retentions: Vec<change_retention::ChangeRetentionConfig>,
+    /// Bearer tokens the HTTP API accepts (`api_tokens:`); none leaves it open.
+    pub api_tokens: Vec<api_token::ApiTokenConfig>,
 }
 
 impl Config {
@@ -191,7 +194,7 @@ fn parse(text: &str) -> Result<Document, ConfigError> {
 }
 
 /// Top-level sections of sequin.yml that weft does not have (yet).
-const SEQUIN_ONLY_SECTIONS: &[&str] = &["account", "users", "api_tokens", "transforms"];
+const SEQUIN_ONLY_SECTIONS: &[&str] = &["account", "users", "transforms"];
 
 /// Whether the text holds no YAML content at all.
 fn is_blank(text: &str) -> bool {

@@ -245,13 +245,13 @@ fn empty_document_is_an_empty_config() {
 #[test]
 fn unknown_top_level_key_lists_allowed_keys() {
     assert_eq!(
-        error("databases: []\napi_tokens: []\n"),
-        "api_tokens: unknown field `api_tokens`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, \
-         `webhook_sources`, `change_retentions` (`api_tokens` is a sequin.yml section that weft does not support yet) (line 2, column 13)"
+        error("databases: []\nusers: []\n"),
+        "users: unknown field `users`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, \
+         `webhook_sources`, `change_retentions`, `api_tokens` (`users` is a sequin.yml section that weft does not support yet) (line 2, column 8)"
     );
     assert_eq!(
         error("sinkz: []\n"),
-        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions` (line 1, column 8)"
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens` (line 1, column 8)"
     );
 }
 
@@ -438,8 +438,8 @@ fn all_unresolved_references_are_reported_together() {
              (line 18, column 13)",
             "sinks[1].routing: no function named \"nowhere\"; defined functions: [\"up\"] (line 19, column 14)",
             "sinks[1].routing: sequin_stream sinks take no routing keys, so a routing function has nothing \
-             to choose; remove `routing` (routing applies to kafka, nats, redis_string, redis_stream, webhook \
-             and rabbitmq sinks) (line 19, column 14)",
+             to choose; remove `routing` (routing applies to kafka, nats, redis_string, redis_stream, webhook, \
+             rabbitmq and postgres sinks) (line 19, column 14)",
         ]
     );
 }
@@ -749,7 +749,7 @@ sinks:
 fn wrong_shapes_are_described_in_config_terms() {
     assert_eq!(
         error("- databases\n"),
-        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions` (line 1, column 1)"
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens` (line 1, column 1)"
     );
     assert_eq!(
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
@@ -1674,4 +1674,20 @@ fn a_postgres_sink_may_not_write_into_a_table_it_reads() {
         "    source: {include_tables: [public.orders]}\n    destination: {type: postgres, database: main, mode: append}\n",
     ))
     .expect("an event table the sink does not read");
+}
+
+#[test]
+fn api_tokens_are_named_and_long_enough() {
+    let config = load("api_tokens:\n  - {name: ci, token: 0123456789abcdef0123}\n").unwrap();
+    assert_eq!(config.api_tokens[0].name, "ci");
+    assert!(!format!("{:?}", config.api_tokens).contains("0123456789"));
+    let short = error("api_tokens:\n  - {name: ci, token: secret}\n");
+    assert!(
+        short.starts_with("api_tokens[0].token: is 6 characters long, too short"),
+        "{short}"
+    );
+    let twice = error(
+        "api_tokens:\n  - {name: ci, token: 0123456789abcdef0123}\n  - {name: ci, token: 0123456789abcdef0124}\n",
+    );
+    assert!(twice.contains("duplicate API token name \"ci\""), "{twice}");
 }

@@ -89,6 +89,18 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
     );
     let mut sinks = sinks;
     sinks.extend(change_retentions.iter().map(ChangeRetentionConfig::sink));
+    let api_tokens = document.api_tokens;
+    check_unique_names(
+        api_tokens.iter().map(|t| t.name.as_str()),
+        "API token",
+        &root.key("api_tokens"),
+        &mut problems,
+    );
+    for (i, token) in api_tokens.iter().enumerate() {
+        if let Some(problem) = token.problem() {
+            problems.add(root.key("api_tokens").index(i).key("token"), problem);
+        }
+    }
 
     if problems.0.is_empty() {
         Ok(Config {
@@ -98,6 +110,7 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
             http_endpoints,
             webhook_sources,
             change_retentions,
+            api_tokens,
         })
     } else {
         Err(problems.0)

@@ -2,7 +2,7 @@
 //! an HMAC-SHA256 signature of the body. Both compare in constant time, and
 //! no failure ever repeats the configured token or secret.
 
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -54,12 +54,8 @@ pub fn verify_headers(auth: &WebhookAuth, headers: &HeaderMap) -> Result<(), Aut
     let WebhookAuth::BearerToken(token) = auth else {
         return Ok(());
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(AuthFailure::MissingToken)?;
-    if bool::from(given.trim().as_bytes().ct_eq(token.as_bytes())) {
+    let given = crate::api::auth::bearer(headers).ok_or(AuthFailure::MissingToken)?;
+    if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
         Ok(())
     } else {
         Err(AuthFailure::WrongToken)

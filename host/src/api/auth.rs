@@ -1,0 +1,132 @@
+//! Bearer-token authentication of the HTTP API (`api_tokens:` in the
+//! config): every route asks for `Authorization: Bearer <token>` with one
+//! of the configured tokens, compared in constant time. Not asked of:
+//! `/health` and `/health/ready` (probes), and `POST
+//! /api/webhook_sources/{name}`, which each source authenticates itself.
+//! With no token configured the API is open, and weft warns at start.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::{ApiError, PullApiState};
+use crate::config::api_token::ApiTokenConfig;
+
+/// The tokens the API accepts. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ApiTokens(Arc<Vec<ApiTokenConfig>>);
+
+impl ApiTokens {
+    /// Accepts exactly `tokens` (none: the API is open).
+    pub fn new(tokens: Vec<ApiTokenConfig>) -> ApiTokens {
+        ApiTokens(Arc::new(tokens))
+    }
+
+    /// Whether any token is configured.
+    pub fn enabled(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// The name of the token `given` is, if any. Every token is compared,
+    /// in constant time, so timing tells nothing about which one is close.
+    fn find(&self, given: &str) -> Option<&str> {
+        let mut found = None;
+        for token in self.0.iter() {
+            if bool::from(given.as_bytes().ct_eq(token.token.as_bytes())) {
+                found = Some(token.name.as_str());
+            }
+        }
+        found
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// The name of the token a request was authenticated with.
+#[derive(Debug, Clone)]
+pub struct TokenName(pub String);
+
+/// Middleware: refuses a request without a known token with 401.
+pub async fn require_token(
+    State(state): State<PullApiState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let tokens = state.api_tokens();
+    if !tokens.enabled() || exempt(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    let name = bearer(request.headers()).and_then(|given| tokens.find(given));
+    match name {
+        Some(name) => {
+            let name = TokenName(name.to_string());
+            request.extensions_mut().insert(name);
+            next.run(request).await
+        }
+        None => {
+            let summary = if bearer(request.headers()).is_some() {
+                "unknown API token; send `Authorization: Bearer <token>` with one of the config's `api_tokens`"
+            } else {
+                "missing API token; send `Authorization: Bearer <token>` with one of the config's `api_tokens`"
+            };
+            let mut response = ApiError::new(StatusCode::UNAUTHORIZED, summary).into_response();
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+    }
+}
+
+/// Routes that never ask for an API token.
+fn exempt(method: &Method, path: &str) -> bool {
+    matches!(path, "/health" | "/health/ready")
+        || (method == Method::POST && path.starts_with("/api/webhook_sources/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> ApiTokens {
+        ApiTokens::new(vec![
+            ApiTokenConfig {
+                name: "ci".into(),
+                token: "0123456789abcdef".into(),
+            },
+            ApiTokenConfig {
+                name: "ops".into(),
+                token: "fedcba9876543210".into(),
+            },
+        ])
+    }
+
+    #[test]
+    fn a_token_is_found_by_its_whole_value_only() {
+        assert_eq!(tokens().find("fedcba9876543210"), Some("ops"));
+        assert_eq!(tokens().find("fedcba987654321"), None);
+        assert_eq!(tokens().find(""), None);
+        assert!(!ApiTokens::default().enabled());
+    }
+
+    #[test]
+    fn probes_and_webhook_posts_are_exempt() {
+        assert!(exempt(&Method::GET, "/health/ready"));
+        assert!(exempt(&Method::POST, "/api/webhook_sources/orders"));
+        assert!(!exempt(&Method::GET, "/api/webhook_sources/orders"));
+        assert!(!exempt(&Method::GET, "/metrics"));
+        assert!(!exempt(&Method::POST, "/api/http_pull_consumers/s/receive"));
+    }
+}
