@@ -21,6 +21,12 @@ fn routes() -> Vec<(Method, &'static str, Option<Value>)> {
         (Method::GET, "/api/health", None),
         (Method::GET, "/api/config/export", None),
         (Method::GET, "/api/change_retentions", None),
+        (Method::GET, "/api/sinks", None),
+        (Method::GET, "/api/sinks/pull", None),
+        (Method::GET, "/api/postgres_databases", None),
+        (Method::GET, "/api/postgres_databases/shop", None),
+        (Method::GET, "/api/destinations/http_endpoints", None),
+        (Method::GET, "/api/destinations/http_endpoints/hook", None),
         (Method::GET, "/api/change_retentions/nope", None),
         (Method::GET, "/api/sinks/pull/dead_letters", None),
         (
@@ -94,6 +100,7 @@ fn every_route_asks_for_a_configured_token_but_probes_and_webhook_posts() {
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
     let config = format!(
         "{databases}api_tokens:\n  - {{ name: ci, token: \"{TOKEN}\" }}\n  - {{ name: ops, token: \"{OTHER}\" }}\n\
+         http_endpoints:\n  - {{ name: hook, url: \"http://127.0.0.1:9\", encrypted_headers: {{ Authorization: \"Bearer very-secret-value\" }} }}\n\
          webhook_sources:\n  - {{ name: inbox, auth: {{ bearer_token: source-secret-0123456789 }} }}\n\
          sinks:\n  - {{ name: pull, database: shop, destination: {{ type: sequin_stream }} }}\n\
          \x20 - {{ name: hooks, source: {{ webhook: inbox }}, destination: {{ type: sequin_stream }} }}\n",
@@ -121,6 +128,43 @@ fn every_route_asks_for_a_configured_token_but_probes_and_webhook_posts() {
             assert_ne!(status, 401, "{method} {path} with a good token: {body}");
         }
     }
+    // The management resources show the config's entries, secrets redacted.
+    let get = |path: &str| send(&weft, &Method::GET, path, &None, Some(TOKEN)).2;
+    let sinks = get("/api/sinks");
+    let names: Vec<&str> = sinks["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pull", "hooks"], "{sinks}");
+    let pull = get("/api/sinks/pull");
+    assert_eq!(pull["destination"]["type"], "sequin_stream", "{pull}");
+    assert_eq!(pull["status"], "active");
+    assert_eq!(pull["id"].as_str().unwrap().len(), 36);
+    assert_eq!(
+        get("/api/postgres_databases/shop")["slot"]["name"],
+        "weft_auth"
+    );
+    let endpoint = get("/api/destinations/http_endpoints/hook");
+    assert_eq!(
+        endpoint["encrypted_headers"]["Authorization"], "(redacted)",
+        "{endpoint}"
+    );
+    assert!(
+        !get("/api/destinations/http_endpoints")
+            .to_string()
+            .contains("very-secret")
+    );
+    let (status, _, missing) = send(&weft, &Method::GET, "/api/sinks/nope", &None, Some(TOKEN));
+    assert_eq!(status, 404, "{missing}");
+    assert!(
+        missing["summary"]
+            .as_str()
+            .unwrap()
+            .contains("GET /api/sinks lists them")
+    );
+
     for probe in ["/health", "/health/ready"] {
         assert_eq!(
             send(&weft, &Method::GET, probe, &None, None).0,

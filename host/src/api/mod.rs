@@ -15,6 +15,7 @@ mod params;
 mod pull;
 mod quarantine;
 mod request_metrics;
+mod resources;
 mod webhook_sources;
 
 use std::collections::HashMap;
@@ -204,6 +205,21 @@ impl PullApiState {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text);
     }
 
+    /// The running config as JSON, secrets redacted; `None` without a
+    /// config file.
+    fn exported_config(&self) -> Result<Option<serde_json::Value>, ApiError> {
+        let Some(text) = self.config_text() else {
+            return Ok(None);
+        };
+        let yaml = redacted(&text)?;
+        serde_yaml_ng::from_str(&yaml).map(Some).map_err(|error| {
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read the running config: {error}"),
+            )
+        })
+    }
+
     /// The config file as written, once set.
     fn config_text(&self) -> Option<String> {
         self.config_text
@@ -269,7 +285,9 @@ impl PullApiState {
 /// `GET /health/ready` (readiness: every replication slot streams),
 /// `GET /api/health` (each entity's checks, see [`crate::health`]) and
 /// `GET /api/config/export` (the running config, secrets redacted),
-/// `GET /api/change_retentions[/{name}]` and
+/// `GET /api/change_retentions[/{name}]`, the read-only management
+/// resources `GET /api/sinks`, `/api/postgres_databases` and
+/// `/api/destinations/http_endpoints` (see [`resources`]) and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
     let consumer = Router::new()
@@ -290,6 +308,18 @@ pub fn router(state: PullApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
         .route("/api/config/export", get(export_config))
+        .route("/api/sinks", get(resources::sinks))
+        .route("/api/sinks/{name}", get(resources::sink))
+        .route("/api/postgres_databases", get(resources::databases))
+        .route("/api/postgres_databases/{name}", get(resources::database))
+        .route(
+            "/api/destinations/http_endpoints",
+            get(resources::http_endpoints),
+        )
+        .route(
+            "/api/destinations/http_endpoints/{name}",
+            get(resources::http_endpoint),
+        )
         .route("/api/change_retentions", get(change_retentions::list))
         .route("/api/change_retentions/{name}", get(change_retentions::get))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)
@@ -395,17 +425,20 @@ async fn export_config(
             "this weft was started without a config file, so there is nothing to export",
         )
     })?;
-    let yaml =
-        crate::config::export::export(&text, crate::config::export::Secrets::Redact, &|name| {
-            std::env::var(name).ok()
-        })
-        .map_err(|error| {
-            ApiError::new(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot export the running config: {error}"),
-            )
-        })?;
-    Ok(axum::Json(serde_json::json!({ "yaml": yaml })))
+    Ok(axum::Json(serde_json::json!({ "yaml": redacted(&text)? })))
+}
+
+/// The config `text` as YAML with every secret redacted.
+fn redacted(text: &str) -> Result<String, ApiError> {
+    crate::config::export::export(text, crate::config::export::Secrets::Redact, &|name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|error| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot export the running config: {error}"),
+        )
+    })
 }
 
 async fn metrics() -> axum::response::Response {

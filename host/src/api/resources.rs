@@ -1,0 +1,112 @@
+//! Read-only management resources in Sequin's routes: `GET /api/sinks`,
+//! `GET /api/postgres_databases` and `GET /api/destinations/http_endpoints`
+//! (each also `/{name}`). Each entry is the config entry as written (the
+//! sequin.yml keys, `${VAR}` references kept, every secret redacted, as
+//! `config export` shows it); a sink adds its consumer `id`, its `status`
+//! and its health checks.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::{ApiError, PullApiState};
+use crate::health::EntityKind;
+use crate::message::ConsumerRef;
+
+/// `GET /api/sinks`.
+pub(super) async fn sinks(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
+    let data: Vec<Value> = section(&state, "sinks")?
+        .into_iter()
+        .map(|sink| with_status(&state, sink))
+        .collect();
+    Ok(Json(json!({ "data": data })))
+}
+
+/// `GET /api/sinks/{name}`.
+pub(super) async fn sink(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let sink = named(section(&state, "sinks")?, "sink", "/api/sinks", &name)?;
+    Ok(Json(with_status(&state, sink)))
+}
+
+/// `GET /api/postgres_databases`.
+pub(super) async fn databases(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "data": section(&state, "databases")? })))
+}
+
+/// `GET /api/postgres_databases/{name}`.
+pub(super) async fn database(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let databases = section(&state, "databases")?;
+    named(databases, "database", "/api/postgres_databases", &name).map(Json)
+}
+
+/// `GET /api/destinations/http_endpoints`.
+pub(super) async fn http_endpoints(
+    State(state): State<PullApiState>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "data": section(&state, "http_endpoints")? })))
+}
+
+/// `GET /api/destinations/http_endpoints/{name}`.
+pub(super) async fn http_endpoint(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let endpoints = section(&state, "http_endpoints")?;
+    named(
+        endpoints,
+        "http endpoint",
+        "/api/destinations/http_endpoints",
+        &name,
+    )
+    .map(Json)
+}
+
+/// The entries of the top-level `key` of the running config, redacted.
+fn section(state: &PullApiState, key: &str) -> Result<Vec<Value>, ApiError> {
+    let Some(document) = state.exported_config()? else {
+        return Ok(Vec::new());
+    };
+    Ok(document
+        .get(key)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// The entry named `name`, or a 404 that says where to list them.
+fn named(entries: Vec<Value>, what: &str, list: &str, name: &str) -> Result<Value, ApiError> {
+    entries
+        .into_iter()
+        .find(|entry| entry["name"] == name)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no {what} named {name:?}; GET {list} lists them"),
+            )
+        })
+}
+
+/// A sink entry with its consumer id, status and health checks.
+fn with_status(state: &PullApiState, mut sink: Value) -> Value {
+    let name = sink["name"].as_str().unwrap_or_default().to_string();
+    let quarantined = state.breaker(&name).and_then(|b| b.quarantine()).is_some();
+    if let Value::Object(fields) = &mut sink {
+        fields.insert("id".into(), json!(ConsumerRef::for_sink(&name).id));
+        fields.insert(
+            "status".into(),
+            json!(if quarantined { "quarantined" } else { "active" }),
+        );
+        fields.insert(
+            "health".into(),
+            json!(crate::health::global().checks(EntityKind::Sink, &name)),
+        );
+    }
+    sink
+}
