@@ -209,20 +209,36 @@ fn main() -> ExitCode {
                 .thread_name("weft")
                 .build()
                 .expect("the tokio runtime starts");
-            let options = weft::server::RunOptions {
-                config,
-                data_dir,
-                listen,
-                config_text: std::fs::read_to_string(&config_path).ok(),
-                metrics_listen: metrics_listen.0,
-                metrics_auth,
-            };
-            match runtime.block_on(weft::server::run(options)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    tracing::error!("{error:#}");
-                    eprintln!("weft: {error:#}");
-                    ExitCode::FAILURE
+            let mut config = config;
+            loop {
+                let options = weft::server::RunOptions {
+                    config,
+                    data_dir: data_dir.clone(),
+                    listen,
+                    config_text: std::fs::read_to_string(&config_path).ok(),
+                    metrics_listen: metrics_listen.0,
+                    metrics_auth: metrics_auth.clone(),
+                    config_path: Some(config_path.clone()),
+                };
+                match runtime.block_on(weft::server::run(options)) {
+                    Ok(weft::server::RunOutcome::Stopped) => return ExitCode::SUCCESS,
+                    // The API checked the applied config, but the file or
+                    // the environment may have changed since.
+                    Ok(weft::server::RunOutcome::Reload) => {
+                        match weft::config::Config::load(&config_path) {
+                            Ok(reloaded) => config = reloaded,
+                            Err(error) => {
+                                tracing::error!("the applied config no longer loads: {error}");
+                                eprintln!("{error}");
+                                return ExitCode::from(2);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!("{error:#}");
+                        eprintln!("weft: {error:#}");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
         }

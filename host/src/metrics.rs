@@ -224,12 +224,14 @@ type Collector = Box<dyn Fn() + Send + Sync>;
 
 static COLLECTORS: Mutex<Vec<Collector>> = Mutex::new(Vec::new());
 
-/// Runs `collector` before each [`render`].
+/// Runs `collector` before each [`render`], in place of any collector
+/// set before (a run of the server sets one; a reloaded run replaces it).
 pub fn on_render(collector: impl Fn() + Send + Sync + 'static) {
-    COLLECTORS
+    let mut collectors = COLLECTORS
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .push(Box::new(collector));
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    collectors.clear();
+    collectors.push(Box::new(collector));
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

@@ -38,6 +38,17 @@ pub struct RunOptions {
     pub metrics_listen: Option<SocketAddr>,
     /// Credentials the metrics listener asks for; `None`: open.
     pub metrics_auth: Option<crate::api::metrics_listener::BasicAuth>,
+    /// The config file, which `POST /api/config/apply` rewrites.
+    pub config_path: Option<PathBuf>,
+}
+
+/// How a run ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// A shutdown signal: exit.
+    Stopped,
+    /// A config was applied through the API: run again with the file.
+    Reload,
 }
 
 /// Why weft could not start or stopped with an error.
@@ -114,8 +125,9 @@ pub enum ServerError {
     },
 }
 
-/// Runs weft until a shutdown signal, or until a source or pipeline fails.
-pub async fn run(options: RunOptions) -> Result<(), ServerError> {
+/// Runs weft until a shutdown signal or an applied config, or until a
+/// source or pipeline fails.
+pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     let RunOptions {
         config,
         data_dir,
@@ -123,6 +135,7 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
         config_text,
         metrics_listen,
         metrics_auth,
+        config_path,
     } = options;
     crate::metrics::install();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
@@ -147,6 +160,9 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
     let pull_api = PullApiState::new(store.clone(), shutdown.clone());
     if let Some(text) = &config_text {
         pull_api.set_config_text(text.clone());
+    }
+    if let Some(path) = config_path {
+        pull_api.set_config_path(path);
     }
     pull_api.set_change_retentions(config.change_retentions.clone());
     let tokens = crate::api::auth::ApiTokens::new(config.api_tokens.clone());
@@ -363,7 +379,13 @@ pub async fn run(options: RunOptions) -> Result<(), ServerError> {
             }
         }
     }
-    result
+    result.map(|()| {
+        if pull_api.reload_requested() {
+            RunOutcome::Reload
+        } else {
+            RunOutcome::Stopped
+        }
+    })
 }
 
 /// How to connect to `database`.

@@ -8,6 +8,7 @@
 pub mod auth;
 mod backfills;
 mod change_retentions;
+mod config_apply;
 mod dead_letters;
 mod error;
 pub mod metrics_listener;
@@ -48,6 +49,8 @@ pub struct PullApiState {
     breakers: Arc<RwLock<HashMap<String, Breaker>>>,
     backfills: Arc<RwLock<Option<BackfillLauncher>>>,
     config_text: Arc<RwLock<Option<String>>>,
+    config_path: Arc<RwLock<Option<std::path::PathBuf>>>,
+    reload: Arc<std::sync::atomic::AtomicBool>,
     change_retentions: Arc<RwLock<Vec<ChangeRetentionConfig>>>,
     api_tokens: Arc<RwLock<auth::ApiTokens>>,
     webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
@@ -66,6 +69,8 @@ impl PullApiState {
             breakers: Arc::default(),
             backfills: Arc::default(),
             config_text: Arc::default(),
+            config_path: Arc::default(),
+            reload: Arc::default(),
             change_retentions: Arc::default(),
             api_tokens: Arc::default(),
             webhook_sources: Arc::default(),
@@ -179,6 +184,37 @@ impl PullApiState {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
+    }
+
+    /// Plans and applies configs against the file at `path`
+    /// (`/api/config/plan`, `/api/config/apply`).
+    pub fn set_config_path(&self, path: std::path::PathBuf) {
+        *self
+            .config_path
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(path);
+    }
+
+    /// The config file and its text as weft runs it, when it has one.
+    fn config_file(&self) -> Option<(std::path::PathBuf, String)> {
+        let path = self
+            .config_path
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()?;
+        Some((path, self.config_text()?))
+    }
+
+    /// Stops everything, as a shutdown does, so that weft starts again
+    /// with the config file (see [`PullApiState::reload_requested`]).
+    fn request_reload(&self) {
+        self.reload.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shutdown.cancel();
+    }
+
+    /// Whether the API asked for a restart with the (applied) config file.
+    pub fn reload_requested(&self) -> bool {
+        self.reload.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Serves `retentions` at `/api/change_retentions`.
@@ -308,6 +344,8 @@ pub fn router(state: PullApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/health", get(entity_health))
         .route("/api/config/export", get(export_config))
+        .route("/api/config/plan", post(config_apply::plan_config))
+        .route("/api/config/apply", post(config_apply::apply_config))
         .route("/api/sinks", get(resources::sinks))
         .route("/api/sinks/{name}", get(resources::sink))
         .route("/api/postgres_databases", get(resources::databases))

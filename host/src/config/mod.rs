@@ -28,6 +28,7 @@ mod locate;
 pub mod model;
 mod path;
 mod pg_url;
+pub mod plan;
 mod validate;
 mod webhook_source;
 

@@ -1,0 +1,126 @@
+//! `POST /api/config/plan` and `POST /api/config/apply`, taking
+//! `{"yaml": "..."}` as Sequin's do.
+//!
+//! Plan validates the proposed config exactly as `weft run` would and
+//! answers the changes it makes (see [`crate::config::plan`]). Apply does
+//! the same and, when something changes, writes the config file (a new
+//! file renamed over the old, so a crash leaves one or the other) and
+//! restarts weft's pipelines in-process with it: in-flight deliveries
+//! finish, every stored message and slot position carries over, so nothing
+//! is lost or reordered. Applying the config that runs changes nothing
+//! (`"applied": false`).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, PullApiState};
+use crate::config::plan::{PlannedChange, plan};
+use crate::config::{Config, ConfigError, export::REDACTED};
+
+/// The request body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ConfigBody {
+    /// The proposed config, sequin.yml layout.
+    yaml: String,
+}
+
+/// `POST /api/config/plan`: `{"changes": [...]}`.
+pub(super) async fn plan_config(
+    State(state): State<PullApiState>,
+    Json(body): Json<ConfigBody>,
+) -> Result<Json<Value>, ApiError> {
+    let (_, changes) = checked_plan(&state, &body.yaml)?;
+    Ok(Json(json!({ "changes": changes })))
+}
+
+/// `POST /api/config/apply`: `{"changes": [...], "applied": bool}`.
+pub(super) async fn apply_config(
+    State(state): State<PullApiState>,
+    Json(body): Json<ConfigBody>,
+) -> Result<Json<Value>, ApiError> {
+    let (path, changes) = checked_plan(&state, &body.yaml)?;
+    if changes.is_empty() {
+        return Ok(Json(json!({ "changes": changes, "applied": false })));
+    }
+    write_atomically(&path, &body.yaml).map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "cannot write the config file {}: {error}; nothing was applied",
+                path.display()
+            ),
+        )
+    })?;
+    tracing::info!(changes = changes.len(), file = %path.display(), "config applied through the API; restarting the pipelines with it");
+    state.request_reload();
+    Ok(Json(json!({ "changes": changes, "applied": true })))
+}
+
+/// The config file and the changes `yaml` makes to it, once `yaml` is a
+/// valid config.
+fn checked_plan(
+    state: &PullApiState,
+    yaml: &str,
+) -> Result<(std::path::PathBuf, Vec<PlannedChange>), ApiError> {
+    let (path, current) = state.config_file().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "this weft was started without a config file, so there is none to plan against or apply to",
+        )
+    })?;
+    if yaml.contains(REDACTED) {
+        return Err(ApiError::bad_param(
+            "yaml",
+            format!(
+                "the config holds {REDACTED:?} in place of secrets (as `config export` writes it); put the secrets, or `${{VAR}}` references to them, back first"
+            ),
+        ));
+    }
+    let base_dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    Config::from_yaml(yaml, base_dir, &|name| std::env::var(name).ok()).map_err(invalid_config)?;
+    let changes = plan(&current, yaml).map_err(|error| ApiError::bad_param("yaml", error))?;
+    Ok((path, changes))
+}
+
+/// A 400 listing every problem under its config path.
+fn invalid_config(error: ConfigError) -> ApiError {
+    let mut api_error = ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "the config is not valid; nothing was applied (see validation_errors)",
+    );
+    for issue in error.issues() {
+        let at = issue
+            .location
+            .map(|l| format!(" (line {}, column {})", l.line, l.column))
+            .unwrap_or_default();
+        let key = if issue.path.is_empty() {
+            "yaml"
+        } else {
+            &issue.path
+        };
+        api_error = api_error.with_validation(key, vec![format!("{}{at}", issue.message)]);
+    }
+    api_error
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory,
+/// synced, then renamed over it.
+fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "config".into());
+    let temporary = path.with_file_name(format!(".{name}.applying"));
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
