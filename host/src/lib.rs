@@ -19,10 +19,13 @@
 //! * [`api`] serves the HTTP APIs.
 //! * [`health`] holds the health checks of databases, slots, sinks and plugins.
 //! * [`retention`] deletes change retentions' event rows past their age.
+//! * [`cli`] is the remote half of the `weft` CLI (contexts, and commands
+//!   that call a running weft's API).
 
 pub mod api;
 pub mod backfill;
 pub mod change;
+pub mod cli;
 pub mod config;
 pub mod health;
 pub mod lsn;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
+use weft::cli::commands;
 
 /// Postgres change-data-capture with sandboxed WebAssembly functions.
 #[derive(Parser)]
@@ -59,22 +60,172 @@ enum Command {
     /// Create and build plugins (WebAssembly functions).
     #[command(subcommand)]
     Plugin(PluginCommand),
-    /// Work with config files.
+    /// Work with config files, locally or on a running weft.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Named weft servers (URL and API token) the remote commands use.
+    #[command(subcommand)]
+    Context(ContextCommand),
+    /// The sinks of a running weft.
+    #[command(subcommand)]
+    Sink(SinkCommand),
+    /// Backfills of a running weft's sinks.
+    #[command(subcommand)]
+    Backfill(BackfillCommand),
+    /// Dead letters of a running weft's sinks.
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(DeadLetterCommand),
+}
+
+/// Which weft to talk to, and how to print.
+#[derive(clap::Args)]
+struct RemoteArgs {
+    /// A saved context (default: the selected one).
+    #[arg(long)]
+    context: Option<String>,
+    /// The API's base URL (overrides the context; default
+    /// http://127.0.0.1:7376).
+    #[arg(long, env = "WEFT_URL")]
+    url: Option<String>,
+    /// The API token (overrides the context's).
+    #[arg(long, env = "WEFT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum ContextCommand {
+    /// Save (or replace) a context; the first one saved is selected.
+    Add {
+        /// Its name.
+        name: String,
+        /// The API's base URL, e.g. http://127.0.0.1:7376.
+        #[arg(long)]
+        url: String,
+        /// The API token, if the server has `api_tokens`.
+        #[arg(long)]
+        token: Option<String>,
+    },
+    /// List the contexts; `*` marks the selected one.
+    Ls,
+    /// Make a context the default.
+    Select {
+        /// Its name.
+        name: String,
+    },
+    /// Forget a context.
+    Rm {
+        /// Its name.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum SinkCommand {
+    /// List the sinks: name, type, source, status.
+    Ls {
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Show one sink's config entry, status and health.
+    Show {
+        /// The sink.
+        name: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum BackfillCommand {
+    /// Start a backfill of one table into a sink.
+    Start {
+        /// The sink.
+        sink: String,
+        /// The table, `schema.table`.
+        #[arg(long)]
+        table: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// List a sink's backfills with their progress.
+    Ls {
+        /// The sink.
+        sink: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Cancel a backfill.
+    Cancel {
+        /// The sink.
+        sink: String,
+        /// The backfill's id.
+        id: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeadLetterCommand {
+    /// List a sink's dead letters.
+    Ls {
+        /// The sink.
+        sink: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Replay dead letters (the listed ids, or all) into the sink.
+    Replay {
+        /// The sink.
+        sink: String,
+        /// Dead letter ids; none replays every one.
+        ids: Vec<i64>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Delete a dead letter for good.
+    Discard {
+        /// The sink.
+        sink: String,
+        /// The dead letter's id.
+        id: i64,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Print the config as YAML with every secret (passwords, tokens,
     /// encrypted headers, URL passwords) redacted; `${VAR}` references stay.
+    /// With `--config`, the local file; without, the running weft's.
     Export {
         /// The YAML config (sequin.yml layout).
         #[arg(long, short, env = "WEFT_CONFIG")]
-        config: PathBuf,
-        /// Print the secrets too, with `${VAR}` references resolved.
+        config: Option<PathBuf>,
+        /// Print the secrets too, with `${VAR}` references resolved (local
+        /// files only: the API never shows secrets).
         #[arg(long)]
         show_secrets: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Show what applying FILE to the running weft would change.
+    Plan {
+        /// The proposed config.
+        file: PathBuf,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Apply FILE to the running weft (it restarts its pipelines with it).
+    Apply {
+        /// The proposed config.
+        file: PathBuf,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
 }
 
@@ -135,6 +286,111 @@ fn export_config(path: &std::path::Path, show_secrets: bool) -> ExitCode {
     }
 }
 
+/// Runs one remote command against the weft `args` name; prints its
+/// output, or its error on stderr (exit status 1; 2 for bad arguments).
+fn remote_command<F, Fut>(args: &RemoteArgs, command: F) -> ExitCode
+where
+    F: FnOnce(commands::Remote, commands::Output) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    let remote = match commands::Remote::resolve(
+        args.url.clone(),
+        args.token.clone(),
+        args.context.as_deref(),
+    ) {
+        Ok(remote) => remote,
+        Err(error) => {
+            eprintln!("weft: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let output = if args.json {
+        commands::Output::Json
+    } else {
+        commands::Output::Table
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
+    match runtime.block_on(command(remote, output)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("weft: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `weft config plan|apply FILE`: sends the file's text as written.
+fn config_change(remote: &RemoteArgs, verb: &'static str, file: &std::path::Path) -> ExitCode {
+    let yaml = match std::fs::read_to_string(file) {
+        Ok(yaml) => yaml,
+        Err(error) => {
+            eprintln!("weft: cannot read {}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    remote_command(remote, |r, out| async move {
+        commands::config_change(&r, verb, yaml, out).await
+    })
+}
+
+/// `weft context ...`: edits the contexts file.
+fn context(command: ContextCommand) -> ExitCode {
+    use weft::cli::context::{Context, Contexts};
+    let result = Contexts::load().and_then(|mut contexts| match command {
+        ContextCommand::Add { name, url, token } => {
+            contexts.add(&name, Context { url, token });
+            contexts.save().map(|()| format!("saved context {name}\n"))
+        }
+        ContextCommand::Ls => {
+            let rows: Vec<Vec<String>> = contexts
+                .contexts
+                .iter()
+                .map(|(name, context)| {
+                    let mark = if contexts.selected.as_deref() == Some(name) {
+                        "*"
+                    } else {
+                        ""
+                    };
+                    vec![
+                        mark.to_string(),
+                        name.clone(),
+                        context.url.clone(),
+                        if context.token.is_some() { "yes" } else { "no" }.to_string(),
+                    ]
+                })
+                .collect();
+            Ok(weft::cli::table::render(
+                &["", "NAME", "URL", "TOKEN"],
+                &rows,
+            ))
+        }
+        ContextCommand::Select { name } => contexts
+            .select(&name)
+            .and_then(|()| contexts.save())
+            .map(|()| format!("selected context {name}\n")),
+        ContextCommand::Rm { name } => contexts
+            .remove(&name)
+            .and_then(|()| contexts.save())
+            .map(|()| format!("removed context {name}\n")),
+    });
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("weft: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Where the metrics listener listens: an address, or nowhere (`off`).
 #[derive(Debug, Clone, Copy)]
 struct MetricsListen(Option<SocketAddr>);
@@ -164,9 +420,74 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Plugin(command) => plugin(command),
         Command::Config(ConfigCommand::Export {
-            config,
+            config: Some(config),
             show_secrets,
+            ..
         }) => export_config(&config, show_secrets),
+        Command::Config(ConfigCommand::Export {
+            config: None,
+            show_secrets,
+            remote,
+        }) => {
+            if show_secrets {
+                eprintln!("weft: --show-secrets needs --config FILE: the API never shows secrets");
+                return ExitCode::from(2);
+            }
+            remote_command(
+                &remote,
+                |r, _| async move { commands::config_export(&r).await },
+            )
+        }
+        Command::Config(ConfigCommand::Plan { file, remote }) => {
+            config_change(&remote, "plan", &file)
+        }
+        Command::Config(ConfigCommand::Apply { file, remote }) => {
+            config_change(&remote, "apply", &file)
+        }
+        Command::Context(command) => context(command),
+        Command::Sink(SinkCommand::Ls { remote }) => {
+            remote_command(
+                &remote,
+                |r, out| async move { commands::sink_ls(&r, out).await },
+            )
+        }
+        Command::Sink(SinkCommand::Show { name, remote }) => {
+            remote_command(&remote, |r, _| async move {
+                commands::sink_show(&r, &name).await
+            })
+        }
+        Command::Backfill(BackfillCommand::Start {
+            sink,
+            table,
+            remote,
+        }) => remote_command(&remote, |r, out| async move {
+            commands::backfill_start(&r, &sink, &table, out).await
+        }),
+        Command::Backfill(BackfillCommand::Ls { sink, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::backfill_ls(&r, &sink, out).await
+            })
+        }
+        Command::Backfill(BackfillCommand::Cancel { sink, id, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::backfill_cancel(&r, &sink, &id, out).await
+            })
+        }
+        Command::DeadLetters(DeadLetterCommand::Ls { sink, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::dead_letters_ls(&r, &sink, out).await
+            })
+        }
+        Command::DeadLetters(DeadLetterCommand::Replay { sink, ids, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::dead_letters_replay(&r, &sink, &ids, out).await
+            })
+        }
+        Command::DeadLetters(DeadLetterCommand::Discard { sink, id, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::dead_letters_discard(&r, &sink, id, out).await
+            })
+        }
         Command::Check { config } => match weft::config::Config::load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());

@@ -8,6 +8,7 @@ mod api_auth;
 mod backfill;
 mod backlog;
 mod change_retention;
+mod cli;
 mod config_apply;
 mod config_errors;
 mod crash;

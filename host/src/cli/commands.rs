@@ -1,0 +1,258 @@
+//! Each remote command: one or two API calls, and what to print (a table,
+//! or the API's JSON with `--json`).
+
+use serde_json::{Value, json};
+
+pub use super::client::Remote;
+use super::table::render;
+
+/// How to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Tables for humans.
+    Table,
+    /// The API's JSON, pretty-printed.
+    Json,
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).expect("JSON values serialize") + "\n"
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn rows(body: &Value) -> &[Value] {
+    body["data"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// `sink ls`.
+pub async fn sink_ls(remote: &Remote, output: Output) -> Result<String, String> {
+    let body = remote.get("/api/sinks").await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    let table: Vec<Vec<String>> = rows(&body)
+        .iter()
+        .map(|sink| {
+            let source = match (&sink["database"], &sink["source"]["webhook"]) {
+                (Value::String(db), _) => db.clone(),
+                (_, Value::String(hook)) => format!("webhook:{hook}"),
+                _ => "-".into(),
+            };
+            vec![
+                text(&sink["name"]),
+                text(&sink["destination"]["type"]),
+                source,
+                text(&sink["status"]),
+            ]
+        })
+        .collect();
+    Ok(render(&["NAME", "TYPE", "SOURCE", "STATUS"], &table))
+}
+
+/// `sink show NAME`: the sink's entry (always JSON: it is nested).
+pub async fn sink_show(remote: &Remote, name: &str) -> Result<String, String> {
+    Ok(pretty(&remote.get(&format!("/api/sinks/{name}")).await?))
+}
+
+/// `config plan FILE` and `config apply FILE`.
+pub async fn config_change(
+    remote: &Remote,
+    verb: &str,
+    yaml: String,
+    output: Output,
+) -> Result<String, String> {
+    let body = remote
+        .post(
+            &format!("/api/config/{verb}"),
+            Some(&json!({ "yaml": yaml })),
+        )
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    let changes = body["changes"].as_array().cloned().unwrap_or_default();
+    let table: Vec<Vec<String>> = changes
+        .iter()
+        .map(|c| {
+            vec![
+                text(&c["action"]),
+                text(&c["resource_type"]),
+                text(&c["name"]),
+            ]
+        })
+        .collect();
+    let head = match (verb, changes.len(), body["applied"].as_bool()) {
+        (_, 0, _) => return Ok("no changes: the config matches the running one\n".into()),
+        ("apply", n, Some(true)) => {
+            format!("applied {n} change(s); weft restarted its pipelines with them\n")
+        }
+        (_, n, _) => format!("{n} change(s) to apply:\n"),
+    };
+    Ok(head + &render(&["ACTION", "RESOURCE", "NAME"], &table))
+}
+
+/// `config export` from the server (secrets redacted).
+pub async fn config_export(remote: &Remote) -> Result<String, String> {
+    let body = remote.get("/api/config/export").await?;
+    Ok(text(&body["yaml"]))
+}
+
+/// `backfill start SINK --table T`.
+pub async fn backfill_start(
+    remote: &Remote,
+    sink: &str,
+    table: &str,
+    output: Output,
+) -> Result<String, String> {
+    let body = remote
+        .post(
+            &format!("/api/sinks/{sink}/backfills"),
+            Some(&json!({ "table": table })),
+        )
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    let started = if body["data"].is_array() {
+        rows(&body).to_vec()
+    } else {
+        vec![body]
+    };
+    Ok(backfill_table(&started))
+}
+
+/// `backfill ls SINK`.
+pub async fn backfill_ls(remote: &Remote, sink: &str, output: Output) -> Result<String, String> {
+    let body = remote.get(&format!("/api/sinks/{sink}/backfills")).await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    Ok(backfill_table(rows(&body)))
+}
+
+fn backfill_table(backfills: &[Value]) -> String {
+    let table: Vec<Vec<String>> = backfills
+        .iter()
+        .map(|b| {
+            vec![
+                text(&b["id"]),
+                text(&b["table"]),
+                text(&b["state"]),
+                format!(
+                    "{}/{}",
+                    text(&b["rows_processed_count"]),
+                    text(&b["rows_initial_count"])
+                ),
+                text(&b["eta_seconds"]),
+            ]
+        })
+        .collect();
+    render(&["ID", "TABLE", "STATE", "ROWS", "ETA_S"], &table)
+}
+
+/// `backfill cancel SINK ID`.
+pub async fn backfill_cancel(
+    remote: &Remote,
+    sink: &str,
+    id: &str,
+    output: Output,
+) -> Result<String, String> {
+    let body = remote
+        .delete(&format!("/api/sinks/{sink}/backfills/{id}"))
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    Ok(format!(
+        "backfill {id} of {sink}: {}\n",
+        text(&body["state"])
+    ))
+}
+
+/// `dead-letters ls SINK`.
+pub async fn dead_letters_ls(
+    remote: &Remote,
+    sink: &str,
+    output: Output,
+) -> Result<String, String> {
+    let body = remote
+        .get(&format!("/api/sinks/{sink}/dead_letters?limit=1000"))
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    let table: Vec<Vec<String>> = rows(&body)
+        .iter()
+        .map(|letter| {
+            let error: String = text(&letter["last_error"]).chars().take(80).collect();
+            vec![
+                text(&letter["id"]),
+                text(&letter["idempotency_key"]),
+                text(&letter["attempts"]),
+                error,
+            ]
+        })
+        .collect();
+    Ok(render(
+        &["ID", "IDEMPOTENCY_KEY", "ATTEMPTS", "LAST_ERROR"],
+        &table,
+    ))
+}
+
+/// `dead-letters replay SINK [ID...]`: the listed ones, or all.
+pub async fn dead_letters_replay(
+    remote: &Remote,
+    sink: &str,
+    ids: &[i64],
+    output: Output,
+) -> Result<String, String> {
+    let body = if ids.is_empty() {
+        None
+    } else {
+        Some(json!({ "ids": ids }))
+    };
+    let answer = remote
+        .post(
+            &format!("/api/sinks/{sink}/dead_letters/replay"),
+            body.as_ref(),
+        )
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&answer));
+    }
+    let replayed: Vec<String> = answer["replayed"]
+        .as_array()
+        .map(|ids| ids.iter().map(text).collect())
+        .unwrap_or_default();
+    Ok(format!(
+        "replayed {} dead letter(s) of {sink}: {}\n",
+        replayed.len(),
+        replayed.join(", ")
+    ))
+}
+
+/// `dead-letters discard SINK ID`.
+pub async fn dead_letters_discard(
+    remote: &Remote,
+    sink: &str,
+    id: i64,
+    output: Output,
+) -> Result<String, String> {
+    let answer = remote
+        .delete(&format!("/api/sinks/{sink}/dead_letters/{id}"))
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&answer));
+    }
+    Ok(format!("discarded dead letter {id} of {sink}\n"))
+}
