@@ -136,6 +136,20 @@ enum SinkCommand {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Stop a sink's deliveries (its messages keep being stored).
+    Pause {
+        /// The sink.
+        name: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Resume a paused sink's deliveries.
+    Resume {
+        /// The sink.
+        name: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -450,6 +464,16 @@ fn main() -> ExitCode {
                 &remote,
                 |r, out| async move { commands::sink_ls(&r, out).await },
             )
+        }
+        Command::Sink(SinkCommand::Pause { name, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::sink_pause(&r, &name, true, out).await
+            })
+        }
+        Command::Sink(SinkCommand::Resume { name, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::sink_pause(&r, &name, false, out).await
+            })
         }
         Command::Sink(SinkCommand::Show { name, remote }) => {
             remote_command(&remote, |r, _| async move {

@@ -175,7 +175,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     for sink in &config.sinks {
         match &sink.destination {
             DestinationConfig::SequinStream(settings) => {
-                pull_api.add_sink(
+                let stream = pull_api.add_sink(
                     &sink.name,
                     SequinStreamSettings {
                         ack_wait: settings.ack_wait(),
@@ -184,6 +184,8 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
                         max_deliver: settings.max_deliver,
                     },
                 );
+                stream.pause_switch().set(store.is_paused(&sink.name)?);
+                pull_api.add_pause_switch(&sink.name, stream.pause_switch());
             }
             _ => {
                 let (destination, retry) =
@@ -195,9 +197,12 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
                     })?;
                 let waker = DeliveryWaker::new();
                 pull_api.add_push_sink(&sink.name, waker.clone());
+                let pause = crate::sinks::pause::PauseSwitch::new(store.is_paused(&sink.name)?);
+                pull_api.add_pause_switch(&sink.name, pause.clone());
                 let worker =
                     DeliveryWorker::new(&sink.name, store.clone(), destination, retry, waker)
-                        .with_memory_budget(sink.max_memory_mb as usize * 1024 * 1024);
+                        .with_memory_budget(sink.max_memory_mb as usize * 1024 * 1024)
+                        .with_pause(pause);
                 let worker_shutdown = shutdown.clone();
                 let name = sink.name.clone();
                 tasks.spawn(

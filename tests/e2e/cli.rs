@@ -172,5 +172,14 @@ fn the_cli_manages_a_running_weft_through_a_saved_context() {
     let left: Value =
         serde_json::from_str(&ok(home, &["dead-letters", "ls", "items", "--json"])).unwrap();
     assert_eq!(left["data"], serde_json::json!([]), "{left}");
+    assert_eq!(
+        ok(home, &["sink", "pause", "items"]),
+        "sink items: paused\n"
+    );
+    assert!(ok(home, &["sink", "ls"]).contains("items  sequin_stream  shop    paused"));
+    assert_eq!(
+        ok(home, &["sink", "resume", "items"]),
+        "sink items: active\n"
+    );
     assert_eq!(weft.terminate(), Some(0));
 }

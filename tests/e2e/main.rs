@@ -22,6 +22,7 @@ mod kafka;
 mod languages;
 mod metrics;
 mod nats;
+mod pause;
 mod poison;
 mod postgres_sink;
 mod rabbitmq;

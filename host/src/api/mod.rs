@@ -13,6 +13,7 @@ mod dead_letters;
 mod error;
 pub mod metrics_listener;
 mod params;
+mod pause;
 mod pull;
 mod quarantine;
 mod request_metrics;
@@ -32,6 +33,7 @@ use crate::config::change_retention::ChangeRetentionConfig;
 use crate::message::ConsumerRef;
 use crate::pipeline::Breaker;
 use crate::sinks::delivery::DeliveryWaker;
+use crate::sinks::pause::PauseSwitch;
 use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
 use crate::store::Store;
 use crate::webhook_source::WebhookIngress;
@@ -53,6 +55,7 @@ pub struct PullApiState {
     reload: Arc<std::sync::atomic::AtomicBool>,
     change_retentions: Arc<RwLock<Vec<ChangeRetentionConfig>>>,
     api_tokens: Arc<RwLock<auth::ApiTokens>>,
+    pauses: Arc<RwLock<HashMap<String, PauseSwitch>>>,
     webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
     shutdown: CancellationToken,
 }
@@ -73,6 +76,7 @@ impl PullApiState {
             reload: Arc::default(),
             change_retentions: Arc::default(),
             api_tokens: Arc::default(),
+            pauses: Arc::default(),
             webhook_sources: Arc::default(),
             shutdown,
         }
@@ -167,6 +171,23 @@ impl PullApiState {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
+    }
+
+    /// Lets the API pause and resume the sink `name` through `switch`.
+    pub fn add_pause_switch(&self, name: &str, switch: PauseSwitch) {
+        self.pauses
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_string(), switch);
+    }
+
+    /// The pause switch of the sink `name`.
+    fn pause_switch(&self, name: &str) -> Option<PauseSwitch> {
+        self.pauses
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// Asks every request (but probes and webhook-source posts) for one
@@ -377,6 +398,8 @@ pub fn router(state: PullApiState) -> Router {
             "/api/sinks/{name}/backfills/{id}/resume",
             post(backfills::resume),
         )
+        .route("/api/sinks/{name}/pause", post(pause::pause))
+        .route("/api/sinks/{name}/resume", post(pause::resume))
         .route(
             "/api/sinks/{name}/quarantine",
             get(quarantine::get).delete(quarantine::reset),

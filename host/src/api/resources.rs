@@ -3,7 +3,7 @@
 //! (each also `/{name}`). Each entry is the config entry as written (the
 //! sequin.yml keys, `${VAR}` references kept, every secret redacted, as
 //! `config export` shows it); a sink adds its consumer `id`, its `status`
-//! and its health checks.
+//! (`paused`, `quarantined` or `active`) and its health checks.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -97,11 +97,18 @@ fn named(entries: Vec<Value>, what: &str, list: &str, name: &str) -> Result<Valu
 fn with_status(state: &PullApiState, mut sink: Value) -> Value {
     let name = sink["name"].as_str().unwrap_or_default().to_string();
     let quarantined = state.breaker(&name).and_then(|b| b.quarantine()).is_some();
+    let paused = state.pause_switch(&name).is_some_and(|p| p.is_paused());
     if let Value::Object(fields) = &mut sink {
         fields.insert("id".into(), json!(ConsumerRef::for_sink(&name).id));
         fields.insert(
             "status".into(),
-            json!(if quarantined { "quarantined" } else { "active" }),
+            json!(if paused {
+                "paused"
+            } else if quarantined {
+                "quarantined"
+            } else {
+                "active"
+            }),
         );
         fields.insert(
             "health".into(),

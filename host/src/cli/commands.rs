@@ -59,6 +59,23 @@ pub async fn sink_ls(remote: &Remote, output: Output) -> Result<String, String> 
     Ok(render(&["NAME", "TYPE", "SOURCE", "STATUS"], &table))
 }
 
+/// `sink pause NAME` (`paused`) and `sink resume NAME`.
+pub async fn sink_pause(
+    remote: &Remote,
+    name: &str,
+    paused: bool,
+    output: Output,
+) -> Result<String, String> {
+    let verb = if paused { "pause" } else { "resume" };
+    let body = remote
+        .post(&format!("/api/sinks/{name}/{verb}"), None)
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    Ok(format!("sink {name}: {}\n", text(&body["status"])))
+}
+
 /// `sink show NAME`: the sink's entry (always JSON: it is nested).
 pub async fn sink_show(remote: &Remote, name: &str) -> Result<String, String> {
     Ok(pretty(&remote.get(&format!("/api/sinks/{name}")).await?))

@@ -30,6 +30,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::pause::PauseSwitch;
 use crate::config::{DeliveryConfig, SinkConfig};
 use crate::health::{self, EntityKind, Status};
 use crate::store::{Store, StoreError, StoreTime, StoredMessage};
@@ -215,6 +216,7 @@ pub struct DeliveryWorker {
     retry: RetryPolicy,
     waker: DeliveryWaker,
     memory_budget: usize,
+    pause: PauseSwitch,
 }
 
 /// A delivery's leased messages and their outcomes.
@@ -237,7 +239,15 @@ impl DeliveryWorker {
             retry,
             waker,
             memory_budget: usize::MAX,
+            pause: PauseSwitch::default(),
         }
+    }
+
+    /// Leases nothing while `pause` is on (running deliveries finish);
+    /// wake the worker after turning it off.
+    pub fn with_pause(mut self, pause: PauseSwitch) -> DeliveryWorker {
+        self.pause = pause;
+        self
     }
 
     /// Bounds the payload bytes this worker holds in memory at once (the
@@ -284,6 +294,7 @@ impl DeliveryWorker {
             let mut store_failed = false;
             let looked_at = StoreTime::now();
             while !shutdown.is_cancelled()
+                && !self.pause.is_paused()
                 && running.len() < max_in_flight
                 && in_flight_bytes < self.memory_budget
             {

@@ -7,6 +7,7 @@
 pub mod delivery;
 pub mod kafka;
 pub mod nats;
+pub mod pause;
 pub mod postgres;
 pub mod rabbitmq;
 pub mod redis;

@@ -2,7 +2,8 @@
 //! written, before `${VAR}` interpolation, so secrets passed through the
 //! environment stay out of the store) and each function's component (file,
 //! kind, SHA-256). An operator can see with `sqlite3` which config and
-//! which plugin build produced the messages in the store.
+//! which plugin build produced the messages in the store. Also which sinks
+//! are paused (see [`crate::sinks::pause`]).
 
 use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};
@@ -97,6 +98,33 @@ impl Store {
             })?
             .collect::<Result<_, _>>()?;
         Ok(rows)
+    }
+}
+
+impl Store {
+    /// Records that `sink` is paused (`true`) or not.
+    pub fn set_paused(&self, sink: &str, paused: bool) -> Result<(), StoreError> {
+        let conn = self.lock();
+        if paused {
+            conn.prepare_cached(
+                "INSERT INTO sink_pauses (sink, paused_at) VALUES (?1, ?2) ON CONFLICT (sink) DO NOTHING",
+            )?
+            .execute(params![sink, now_ms()])?;
+        } else {
+            conn.prepare_cached("DELETE FROM sink_pauses WHERE sink = ?1")?
+                .execute(params![sink])?;
+        }
+        Ok(())
+    }
+
+    /// Whether `sink` was paused.
+    pub fn is_paused(&self, sink: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let found: Option<i64> = conn
+            .prepare_cached("SELECT paused_at FROM sink_pauses WHERE sink = ?1")?
+            .query_row(params![sink], |row| row.get(0))
+            .optional()?;
+        Ok(found.is_some())
     }
 }
 

@@ -193,6 +193,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX webhook_idempotency_keys_age
         ON webhook_idempotency_keys (source, accepted_at);
     "#,
+    // 9: sinks paused through the API.
+    r#"
+    CREATE TABLE sink_pauses (
+        sink       TEXT PRIMARY KEY,
+        paused_at  INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::SequinStreamSettings;
+use crate::sinks::pause::PauseSwitch;
 use crate::store::{AckId, AckOutcome, Delivered, ReceiveLimits, Store, StoreError, StoreTime};
 
 /// A receive, ack or nack could not be served.
@@ -52,6 +53,8 @@ struct Inner {
     changed: Notify,
     /// One permit per receive request allowed open at once (`max_waiting`).
     receivers: Semaphore,
+    /// While on, receives hand out nothing.
+    pause: PauseSwitch,
 }
 
 impl SequinStream {
@@ -65,6 +68,7 @@ impl SequinStream {
                 settings,
                 changed: Notify::new(),
                 receivers,
+                pause: PauseSwitch::default(),
             }),
         }
     }
@@ -72,6 +76,12 @@ impl SequinStream {
     /// The sink's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The switch that pauses this sink's receives; wake the stream after
+    /// turning it off.
+    pub fn pause_switch(&self) -> PauseSwitch {
+        self.inner.pause.clone()
     }
 
     /// The sink's settings.
@@ -117,9 +127,12 @@ impl SequinStream {
                 max_deliver: settings.max_deliver,
             };
             let looked_at = StoreTime::now();
-            let delivered = self
-                .blocking(move |store, sink| store.receive(sink, batch_size, limits))
-                .await?;
+            let delivered = if self.inner.pause.is_paused() {
+                Vec::new()
+            } else {
+                self.blocking(move |store, sink| store.receive(sink, batch_size, limits))
+                    .await?
+            };
             let now = Instant::now();
             if !delivered.is_empty() || now >= deadline || cancel.is_cancelled() {
                 return Ok(delivered);

@@ -1,0 +1,53 @@
+//! `POST /api/sinks/{sink}/pause` and `POST /api/sinks/{sink}/resume` (see
+//! [`crate::sinks::pause`]): answer `{"name": ..., "status": "paused" |
+//! "active"}`. Both are idempotent.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::dead_letters::known;
+use super::{ApiError, PullApiState};
+
+/// `POST …/pause`.
+pub(super) async fn pause(
+    State(state): State<PullApiState>,
+    Path(sink): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set(&state, &sink, true).await
+}
+
+/// `POST …/resume`.
+pub(super) async fn resume(
+    State(state): State<PullApiState>,
+    Path(sink): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set(&state, &sink, false).await
+}
+
+async fn set(state: &PullApiState, sink: &str, paused: bool) -> Result<Json<Value>, ApiError> {
+    known(state, sink)?;
+    let switch = state.pause_switch(sink).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("sink {sink:?} cannot be paused"),
+        )
+    })?;
+    // Durable first: a paused sink must stay paused after a crash.
+    let store = state.store.clone();
+    let name = sink.to_string();
+    tokio::task::spawn_blocking(move || store.set_paused(&name, paused))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    switch.set(paused);
+    if !paused {
+        state.wake(sink);
+    }
+    tracing::info!(%sink, paused, "sink {} through the API", if paused { "paused" } else { "resumed" });
+    Ok(Json(json!({
+        "name": sink,
+        "status": if paused { "paused" } else { "active" },
+    })))
+}
