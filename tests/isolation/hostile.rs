@@ -135,16 +135,22 @@ fn hostile_guests_fail_alone_and_a_neighbouring_tenant_keeps_its_throughput() {
     pg.wait_for_active_slot("attacker_slot");
     pg.wait_for_active_slot("tenant_slot");
 
-    // Warm up, then measure the neighbour alone.
+    // Warm up, then measure the neighbour alone. Each side is the best of
+    // two runs, so that one hiccup of a shared machine (another VM, the
+    // page cache) does not pass for the attack's effect.
     neighbour_rate(&pg, &weft, 1);
-    let quiet = neighbour_rate(&pg, &weft, 1 + NEIGHBOUR_ROWS);
+    let quiet = (1..=2)
+        .map(|run| neighbour_rate(&pg, &weft, 1 + run * NEIGHBOUR_ROWS))
+        .fold(0.0, f64::max);
 
     let stop = AtomicBool::new(false);
     let (under_attack, attack_rows) = std::thread::scope(|scope| {
         let attacking = scope.spawn(|| attack(&pg, &stop));
         // Let the attack get going before measuring.
         std::thread::sleep(Duration::from_secs(2));
-        let under_attack = neighbour_rate(&pg, &weft, 1 + 2 * NEIGHBOUR_ROWS);
+        let under_attack = (3..=4)
+            .map(|run| neighbour_rate(&pg, &weft, 1 + run * NEIGHBOUR_ROWS))
+            .fold(0.0, f64::max);
         stop.store(true, Ordering::Relaxed);
         (under_attack, attacking.join().expect("the attack thread"))
     });
