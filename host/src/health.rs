@@ -146,6 +146,15 @@ impl Registry {
     pub fn checks(&self, kind: EntityKind, name: &str) -> Vec<Check> {
         self.with_entry(kind, name, |entry| entry.checks.values().cloned().collect())
     }
+
+    /// Forgets every entity: a run of the server (also one restarted by an
+    /// applied config, which may have removed sinks) starts from nothing.
+    pub fn reset(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
 }
 
 /// The process's registry.

@@ -138,6 +138,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         config_path,
     } = options;
     crate::metrics::install();
+    crate::health::global().reset();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
         path: data_dir.clone(),
         source,

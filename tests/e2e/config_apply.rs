@@ -138,6 +138,44 @@ fn plan_names_the_changes_and_apply_restarts_with_them_losing_nothing() {
     let (status, again) = post(&weft, "apply", &config(&pg, true));
     assert_eq!(status, 200);
     assert_eq!(again, json!({"changes": [], "applied": false}));
+    let health = http()
+        .get(weft.url("/api/health"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        health.contains("\"second\""),
+        "the new sink is in the health report: {health}"
+    );
+    // Removing the sink and the retention again leaves no trace of them in
+    // the health report.
+    let (status, removed) = post(&weft, "apply", &config(&pg, false));
+    assert_eq!(
+        (status, &removed["applied"]),
+        (200, &json!(true)),
+        "{removed}"
+    );
+    weft.wait_until("the sink to go", Duration::from_secs(60), || {
+        let health = http()
+            .get(weft.url("/api/health"))
+            .send()
+            .map_err(|e| e.to_string())?;
+        let health = health.text().map_err(|e| e.to_string())?;
+        let sinks = http()
+            .get(weft.url("/api/sinks"))
+            .send()
+            .map_err(|e| e.to_string())?;
+        let sinks = sinks.text().map_err(|e| e.to_string())?;
+        if !sinks.contains("\"second\"")
+            && !health.contains("\"second\"")
+            && !health.contains("items-log")
+        {
+            Ok(())
+        } else {
+            Err(health)
+        }
+    });
     let exported = weft.get_json("/api/config/export");
     let (status, round_trip) = post(&weft, "plan", exported["yaml"].as_str().unwrap());
     assert_eq!(
