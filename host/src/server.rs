@@ -415,9 +415,7 @@ fn retention_job(
         return Ok(None);
     };
     let database = config
-        .databases
-        .iter()
-        .find(|d| d.name == retention.destination_database)
+        .database(&retention.destination_database)
         .expect("config validation guarantees the database exists");
     let target = connect_options(database)?;
     let table = retention.destination_table();

@@ -427,28 +427,13 @@ fn resolve_sinks(
     problems: &mut Problems,
 ) -> Vec<SinkConfig> {
     check_unique_names(raw.iter().map(|s| s.name.as_str()), "sink", list, problems);
-    let function_names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
     let mut sinks = Vec::with_capacity(raw.len());
     for (i, sink) in raw.into_iter().enumerate() {
         let path = list.index(i);
         check_sink_source(&sink, sources, functions, &path, problems);
         for kind in FunctionKind::ALL {
-            let Some(name) = sink.function(kind) else {
-                continue;
-            };
-            match functions.iter().find(|f| f.name == name) {
-                None => problems.add(
-                    path.key(kind.as_str()),
-                    format!("no function named {name:?}; defined functions: {function_names:?}"),
-                ),
-                Some(function) if function.kind != kind => problems.add(
-                    path.key(kind.as_str()),
-                    format!(
-                        "function {name:?} has type {}, but `{kind}` needs a function of type {kind}",
-                        function.kind
-                    ),
-                ),
-                Some(_) => {}
+            if let Some(name) = sink.function(kind) {
+                check_function_ref(functions, name, kind, &path, problems);
             }
         }
         let destination_path = path.key("destination");
@@ -474,6 +459,33 @@ fn resolve_sinks(
         }
     }
     sinks
+}
+
+/// The `kind` key at `entry` names a function that exists and is of that kind.
+fn check_function_ref(
+    functions: &[FunctionConfig],
+    name: &str,
+    kind: FunctionKind,
+    entry: &DocPath,
+    problems: &mut Problems,
+) {
+    match functions.iter().find(|f| f.name == name) {
+        None => {
+            let defined: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+            problems.add(
+                entry.key(kind.as_str()),
+                format!("no function named {name:?}; defined functions: {defined:?}"),
+            )
+        }
+        Some(function) if function.kind != kind => problems.add(
+            entry.key(kind.as_str()),
+            format!(
+                "function {name:?} has type {}, but `{kind}` needs a function of type {kind}",
+                function.kind
+            ),
+        ),
+        Some(_) => {}
+    }
 }
 
 /// A sink takes either a database (that exists) or a webhook source (that
@@ -646,20 +658,7 @@ fn check_change_retentions(
             }
         }
         if let Some(name) = &retention.filter {
-            match functions.iter().find(|f| &f.name == name) {
-                None => problems.add(
-                    path.key("filter"),
-                    format!("no function named {name:?}; define it under `functions` with `type: filter`"),
-                ),
-                Some(function) if function.kind != FunctionKind::Filter => problems.add(
-                    path.key("filter"),
-                    format!(
-                        "function {name:?} has type {}, but `filter` needs a function of type filter",
-                        function.kind
-                    ),
-                ),
-                Some(_) => {}
-            }
+            check_function_ref(functions, name, FunctionKind::Filter, &path, problems);
         }
         if retention.source_database == retention.destination_database
             && retention.source_table() == retention.destination_table()

@@ -63,9 +63,7 @@ impl PostgresSettings {
     ) -> Result<PostgresSettings, String> {
         let options = |name: &str| {
             let database = config
-                .databases
-                .iter()
-                .find(|d| d.name == name)
+                .database(name)
                 .ok_or_else(|| format!("no database named {name:?}"))?;
             PgConnectOptions::try_from(database.connection()).map_err(|e| e.to_string())
         };
