@@ -6,6 +6,7 @@
 //! set; a truncate is a run of its own. Statements are idempotent, so a
 //! batch replayed after a crash leaves the same rows.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Map, Value};
@@ -91,6 +92,9 @@ fn check(target: &TargetTable, items: &[&Item]) -> Result<(), MirrorError> {
     }
 }
 
+/// A row to upsert: the record, or a copy of it without some columns.
+type Row<'a> = Cow<'a, Map<String, Value>>;
+
 /// A stretch of items in which each key occurs once.
 enum Run<'a> {
     Rows(Vec<&'a Item>),
@@ -145,7 +149,7 @@ async fn write_run(
     let mut deletes = Vec::new();
     // Rows grouped by the columns they carry: an update whose unchanged
     // TOAST values the server left out writes only the columns it has.
-    let mut upserts: BTreeMap<Vec<String>, Vec<Value>> = BTreeMap::new();
+    let mut upserts: BTreeMap<Vec<&str>, Vec<Row<'_>>> = BTreeMap::new();
     for item in items {
         match item.action {
             ItemAction::Delete => {
@@ -157,12 +161,15 @@ async fn write_run(
                 deletes.push(Value::Object(key));
             }
             ItemAction::Upsert => {
-                let (known, _) = item.known_columns();
-                let columns = known.keys().cloned().collect();
-                upserts
-                    .entry(columns)
-                    .or_default()
-                    .push(Value::Object(known));
+                let known = item.known_columns();
+                // Named from the record, which outlives `known`.
+                let columns = item
+                    .record
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|c| known.contains_key(*c))
+                    .collect();
+                upserts.entry(columns).or_default().push(known);
             }
             ItemAction::Truncate => unreachable!("truncates are runs of their own"),
         }
@@ -175,7 +182,7 @@ async fn write_run(
         let columns: Vec<&TargetColumn> = target
             .columns
             .iter()
-            .filter(|c| names.contains(&c.name))
+            .filter(|c| names.contains(&c.name.as_str()))
             .collect();
         let rows = serde_json::to_string(&rows).expect("JSON values serialize");
         tx.execute(&target.upsert_sql(&columns), &[&rows]).await?;
