@@ -18,7 +18,8 @@
 //! | `inserted_at` | `timestamptz` | when weft wrote the row |
 //! | `idempotency_key` | `text` unique | the message's idempotency key |
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use tokio_postgres::Transaction;
 
 use super::item::Item;
@@ -57,6 +58,22 @@ pub fn create_sql(table: &TableRef) -> String {
     )
 }
 
+/// One event row as `insert_sql` reads it, borrowing the message.
+#[derive(Serialize)]
+struct EventRow<'a> {
+    seq: u64,
+    commit_idx: u32,
+    source_database: &'a str,
+    source_schema: &'a str,
+    source_table: &'a str,
+    action: &'a str,
+    record_pks: &'a Value,
+    record: &'a Map<String, Value>,
+    changes: Option<&'a Value>,
+    committed_at: &'a str,
+    idempotency_key: &'a str,
+}
+
 /// Inserts one event row per item (in batch order) into `table`.
 pub async fn write(
     tx: &Transaction<'_>,
@@ -64,26 +81,27 @@ pub async fn write(
     items: &[&Item],
     batch: &[StoredMessage],
 ) -> Result<(), tokio_postgres::Error> {
-    let rows: Vec<Value> = items
+    const NO_KEYS: &Value = &Value::Array(Vec::new());
+    let rows: Vec<EventRow<'_>> = items
         .iter()
         .map(|item| {
             let message = &batch[item.index];
-            json!({
-                "seq": message.commit_lsn.0,
-                "commit_idx": message.commit_idx,
-                "source_database": item.meta_str("database_name"),
-                "source_schema": item.meta_str("table_schema"),
-                "source_table": item.meta_str("table_name"),
-                "action": item.action_name,
-                "record_pks": item.metadata.get("record_pks").cloned().unwrap_or(json!([])),
-                "record": item.record,
-                "changes": item.changes,
-                "committed_at": item.meta_str("commit_timestamp"),
-                "idempotency_key": message.idempotency_key,
-            })
+            EventRow {
+                seq: message.commit_lsn.0,
+                commit_idx: message.commit_idx,
+                source_database: item.meta_str("database_name"),
+                source_schema: item.meta_str("table_schema"),
+                source_table: item.meta_str("table_name"),
+                action: &item.action_name,
+                record_pks: item.metadata.get("record_pks").unwrap_or(NO_KEYS),
+                record: &item.record,
+                changes: item.changes.as_ref(),
+                committed_at: item.meta_str("commit_timestamp"),
+                idempotency_key: &message.idempotency_key,
+            }
         })
         .collect();
-    let rows = serde_json::to_string(&rows).expect("JSON values serialize");
+    let rows = serde_json::to_string(&rows).expect("event rows serialize");
     tx.execute(&insert_sql(table), &[&rows]).await?;
     Ok(())
 }
