@@ -103,6 +103,10 @@ fn plan_names_the_changes_and_apply_restarts_with_them_losing_nothing() {
         config(&pg, false)
     );
 
+    // A sink added by apply receives what the slot replays from its
+    // confirmed position on: wait until rows 1-5 are confirmed, so that
+    // it is exactly what comes after.
+    pg.wait_for_slot_to_confirm_all("weft_apply");
     let (status, applied) = post(&weft, "apply", &config(&pg, true));
     assert_eq!(
         (status, &applied["applied"]),
