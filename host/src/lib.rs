@@ -15,8 +15,10 @@
 //! * [`backfill`] replays existing rows into a sink alongside live changes.
 //! * [`webhook_source`] accepts messages POSTed to weft and feeds them to
 //!   their sinks' pipeline as a source database's changes are.
+//! * [`registry`] keeps the plugins uploaded through the API.
 //! * [`store`] is weft's durable state (SQLite).
 //! * [`api`] serves the HTTP APIs.
+//! * [`hot_swap`] swaps a running sink's functions when only they change.
 //! * [`health`] holds the health checks of databases, slots, sinks and plugins.
 //! * [`retention`] deletes change retentions' event rows past their age.
 //! * [`cli`] is the remote half of the `weft` CLI (contexts, and commands
@@ -28,12 +30,14 @@ pub mod change;
 pub mod cli;
 pub mod config;
 pub mod health;
+pub mod hot_swap;
 pub mod lsn;
 pub mod message;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugin_project;
 pub mod plugins;
+pub mod registry;
 pub mod retention;
 pub mod server;
 pub mod sinks;

@@ -270,6 +270,32 @@ enum PluginCommand {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Upload a component to a running weft's plugin registry.
+    Push {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// The version to register it as: NAME@VERSION.
+        #[arg(long = "as")]
+        reference: String,
+        /// The function kind it implements: transform, filter, routing or
+        /// enrichment.
+        #[arg(long)]
+        kind: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// List a running weft's registered plugins.
+    Ls {
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Delete a registered plugin version (refused while a function uses it).
+    Rm {
+        /// NAME@VERSION.
+        reference: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
 }
 
 /// `weft config export`: checks the config, then prints it.
@@ -432,6 +458,24 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Plugin(PluginCommand::Push {
+            file,
+            reference,
+            kind,
+            remote,
+        }) => remote_command(&remote, |r, out| async move {
+            commands::plugin_push(&r, &file, &reference, &kind, out).await
+        }),
+        Command::Plugin(PluginCommand::Ls { remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::plugin_ls(&r, out).await
+            })
+        }
+        Command::Plugin(PluginCommand::Rm { reference, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::plugin_rm(&r, &reference, out).await
+            })
+        }
         Command::Plugin(command) => plugin(command),
         Command::Config(ConfigCommand::Export {
             config: Some(config),
@@ -612,6 +656,9 @@ fn plugin(command: PluginCommand) -> ExitCode {
             })
         }),
         PluginCommand::Build { dir } => project::build(&dir),
+        PluginCommand::Push { .. } | PluginCommand::Ls { .. } | PluginCommand::Rm { .. } => {
+            unreachable!("remote plugin commands are dispatched before")
+        }
     };
     match result {
         Ok(path) => {

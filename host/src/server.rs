@@ -13,12 +13,14 @@ use crate::api::PullApiState;
 use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
 use crate::change::SourceEvent;
 use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
+use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
 use crate::plugins::{
     AllowedHost, EngineSettings, Grants, Limits, OutboundHttp, PluginEngine, PluginError,
     SourceQuery,
 };
+use crate::registry::PluginRegistry;
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::Store;
@@ -115,6 +117,10 @@ pub enum ServerError {
         /// What went wrong.
         detail: String,
     },
+    /// A function names a registered plugin that is missing or of another
+    /// kind.
+    #[error("{0}")]
+    UnresolvedPlugins(String),
     /// The pipeline stopped with an error.
     #[error("pipeline of database {database}: {source}")]
     Pipeline {
@@ -144,17 +150,33 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         source,
     })?;
     let store = Store::open(&data_dir.join("weft.db"))?;
-    record_inventory(&store, &config, config_text.as_deref())?;
-    collect_queue_depths(
-        store.clone(),
-        config.sinks.iter().map(|s| s.name.clone()).collect(),
-    );
     let engine = PluginEngine::new(EngineSettings::new(data_dir.join("plugin-cache"))).map_err(
         |source| ServerError::Plugin {
             function: "(engine)".into(),
             source,
         },
     )?;
+    let registry = PluginRegistry::open(&data_dir.join("plugins"), store.clone(), engine.clone())
+        .map_err(|source| ServerError::DataDir {
+        path: data_dir.join("plugins"),
+        source,
+    })?;
+    let mut config = config;
+    registry.resolve(&mut config).map_err(|problems| {
+        ServerError::UnresolvedPlugins(
+            problems
+                .into_iter()
+                .map(|(i, problem)| format!("functions[{i}].plugin: {problem}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    record_inventory(&store, &config, config_text.as_deref())?;
+    collect_queue_depths(
+        store.clone(),
+        config.sinks.iter().map(|s| s.name.clone()).collect(),
+    );
+    let functions = FunctionRuntime::new(registry, engine, config.clone());
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
@@ -166,6 +188,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         pull_api.set_config_path(path);
     }
     pull_api.set_change_retentions(config.change_retentions.clone());
+    pull_api.set_functions(functions.clone());
     let tokens = crate::api::auth::ApiTokens::new(config.api_tokens.clone());
     if !tokens.enabled() {
         tracing::warn!(
@@ -298,7 +321,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         }
         let pipelines = sinks
             .iter()
-            .map(|sink| sink_pipeline(&config, &engine, sink))
+            .map(|sink| sink_pipeline(&config, &functions, sink))
             .collect::<Result<Vec<_>, _>>()?;
         let source_config = source_config(database, &sinks, &data_dir)?;
         backfill_targets.extend(sinks.iter().map(|sink| BackfillTarget {
@@ -345,7 +368,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         }
         let pipelines = sinks
             .iter()
-            .map(|sink| sink_pipeline(&config, &engine, sink))
+            .map(|sink| sink_pipeline(&config, &functions, sink))
             .collect::<Result<Vec<_>, _>>()?;
         spawn_webhook_source(
             source, feed, pipelines, &store, &pull_api, &shutdown, &mut tasks,
@@ -554,16 +577,29 @@ fn collect_queue_depths(store: Store, sinks: Vec<String>) {
     });
 }
 
+/// The pipeline of `sink`, its function chain loaded and registered with
+/// `functions` for hot swaps.
 fn sink_pipeline(
     config: &Config,
-    engine: &PluginEngine,
+    functions: &FunctionRuntime,
     sink: &SinkConfig,
 ) -> Result<SinkPipeline, ServerError> {
-    let functions: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
+    let kinds: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
         .iter()
         .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
         .collect();
-    crate::metrics::register_sink(&sink.name, &functions);
+    crate::metrics::register_sink(&sink.name, &kinds);
+    let chain = load_chain(config, functions.engine(), sink)?;
+    functions.add_chain(&sink.name, chain.clone());
+    Ok(SinkPipeline::new(sink.clone(), chain))
+}
+
+/// Loads the functions `sink` uses, as `config` defines them.
+pub(crate) fn load_chain(
+    config: &Config,
+    engine: &PluginEngine,
+    sink: &SinkConfig,
+) -> Result<FunctionChain, ServerError> {
     let function = |name: &str| {
         config
             .function(name)
@@ -628,7 +664,7 @@ fn sink_pipeline(
             .map_err(failed(f))?;
         chain.routing = Some(Named::new(&f.name, loaded));
     }
-    Ok(SinkPipeline::new(sink.clone(), chain))
+    Ok(chain)
 }
 
 /// The source-query capability of `function` on `sink`'s database: its own

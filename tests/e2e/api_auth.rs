@@ -67,6 +67,17 @@ fn routes() -> Vec<(Method, &'static str, Option<Value>)> {
         ),
         (Method::GET, "/api/sequin_streams/pull/receive", None),
         (Method::GET, "/api/webhook_sources/inbox", None),
+        (Method::GET, "/api/plugins", None),
+        (
+            Method::POST,
+            "/api/plugins?name=p&version=1&kind=filter",
+            None,
+        ),
+        (Method::GET, "/api/plugins/p", None),
+        (Method::GET, "/api/plugins/p/1", None),
+        (Method::DELETE, "/api/plugins/p/1", None),
+        (Method::GET, "/api/functions", None),
+        (Method::GET, "/api/functions/f", None),
         (Method::GET, "/api/no/such/route", None),
     ]
 }

@@ -181,5 +181,50 @@ fn the_cli_manages_a_running_weft_through_a_saved_context() {
         ok(home, &["sink", "resume", "items"]),
         "sink items: active\n"
     );
+
+    // Plugins: push, list, refuse a bad one, remove.
+    let component = crate::harness::guests::wasm("weft_tag_transform");
+    let component = component.to_str().unwrap();
+    let pushed = ok(
+        home,
+        &[
+            "plugin",
+            "push",
+            component,
+            "--as",
+            "tagger@1.0.0",
+            "--kind",
+            "transform",
+        ],
+    );
+    assert!(
+        pushed.starts_with("plugin tagger@1.0.0: transform "),
+        "{pushed}"
+    );
+    let (success, _, stderr) = weft_cli(
+        home,
+        &[
+            "plugin",
+            "push",
+            component,
+            "--as",
+            "tagger@2.0.0",
+            "--kind",
+            "filter",
+        ],
+    );
+    assert!(!success);
+    assert!(
+        stderr.contains("weft answered 422") && stderr.contains("weft:plugin/filter world"),
+        "{stderr}"
+    );
+    let listed = ok(home, &["plugin", "ls"]);
+    assert!(listed.starts_with("NAME    VERSION  KIND"), "{listed}");
+    assert!(listed.contains("tagger  1.0.0    transform"), "{listed}");
+    assert_eq!(
+        ok(home, &["plugin", "rm", "tagger@1.0.0"]),
+        "plugin tagger@1.0.0: deleted\n"
+    );
+    assert!(!ok(home, &["plugin", "ls"]).contains("tagger"));
     assert_eq!(weft.terminate(), Some(0));
 }

@@ -23,6 +23,7 @@ mod languages;
 mod metrics;
 mod nats;
 mod pause;
+mod plugins;
 mod poison;
 mod postgres_sink;
 mod rabbitmq;

@@ -9,6 +9,13 @@
 //! finish, every stored message and slot position carries over, so nothing
 //! is lost or reordered. Applying the config that runs changes nothing
 //! (`"applied": false`).
+//!
+//! A config that changes only `functions:` entries (a new plugin version,
+//! a new `config:` or limits) is applied without a restart: the new
+//! functions are loaded first (any failure refuses the apply, nothing
+//! changed), then swapped in, each sink between two of its chain runs
+//! (see [`crate::hot_swap`]). The answer says `"restarted": false` and
+//! names the sinks under `"hot_swapped"`.
 
 use axum::Json;
 use axum::extract::State;
@@ -33,7 +40,7 @@ pub(super) async fn plan_config(
     State(state): State<PullApiState>,
     Json(body): Json<ConfigBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, changes) = checked_plan(&state, &body.yaml)?;
+    let (_, changes, _) = checked_plan(&state, &body.yaml)?;
     Ok(Json(json!({ "changes": changes })))
 }
 
@@ -42,11 +49,74 @@ pub(super) async fn apply_config(
     State(state): State<PullApiState>,
     Json(body): Json<ConfigBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let (path, changes) = checked_plan(&state, &body.yaml)?;
+    let functions = state.functions();
+    // One apply at a time, from the plan to the swap or restart.
+    let serialised = functions.clone();
+    let _turn = match &serialised {
+        Some(functions) => Some(functions.apply_turn().await),
+        None => None,
+    };
+    let (path, changes, config) = checked_plan(&state, &body.yaml)?;
     if changes.is_empty() {
         return Ok(Json(json!({ "changes": changes, "applied": false })));
     }
-    write_atomically(&path, &body.yaml).map_err(|error| {
+    if let Some(functions) = functions.filter(|_| only_functions(&changes)) {
+        let prepared =
+            tokio::task::spawn_blocking(move || functions.prepare(config).map(|p| (functions, p)))
+                .await
+                .map_err(|error| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("the function loading task failed: {error}"),
+                    )
+                })?
+                .map_err(|error| {
+                    ApiError::bad_param(
+                        "yaml",
+                        format!(
+                            "a changed function does not load, so nothing was applied: {error}"
+                        ),
+                    )
+                })?;
+        let (functions, prepared) = prepared;
+        write_config(&path, &body.yaml)?;
+        state.set_config_text(body.yaml);
+        let sinks = prepared.sinks();
+        let swapped = prepared.functions().to_vec();
+        functions.commit(prepared);
+        for sink in &sinks {
+            // A quarantine is about the function that was just replaced.
+            if let Some(breaker) = state.breaker(sink) {
+                breaker.reset();
+            }
+        }
+        tracing::info!(functions = ?swapped, sinks = ?sinks, file = %path.display(), "config applied through the API by hot-swapping functions");
+        return Ok(Json(json!({
+            "changes": changes,
+            "applied": true,
+            "restarted": false,
+            "hot_swapped": { "functions": swapped, "sinks": sinks },
+        })));
+    }
+    write_config(&path, &body.yaml)?;
+    tracing::info!(changes = changes.len(), file = %path.display(), "config applied through the API; restarting the pipelines with it");
+    state.request_reload();
+    Ok(Json(
+        json!({ "changes": changes, "applied": true, "restarted": true }),
+    ))
+}
+
+/// Whether every change is to a `functions:` entry, which a hot swap can
+/// apply.
+fn only_functions(changes: &[PlannedChange]) -> bool {
+    changes
+        .iter()
+        .all(|change| change.resource_type == "function")
+}
+
+/// Writes the applied config file, or answers why it could not.
+fn write_config(path: &std::path::Path, yaml: &str) -> Result<(), ApiError> {
+    write_atomically(path, yaml).map_err(|error| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!(
@@ -54,18 +124,15 @@ pub(super) async fn apply_config(
                 path.display()
             ),
         )
-    })?;
-    tracing::info!(changes = changes.len(), file = %path.display(), "config applied through the API; restarting the pipelines with it");
-    state.request_reload();
-    Ok(Json(json!({ "changes": changes, "applied": true })))
+    })
 }
 
-/// The config file and the changes `yaml` makes to it, once `yaml` is a
-/// valid config.
+/// The config file, the changes `yaml` makes to it and the config it
+/// holds (plugin references resolved), once `yaml` is a valid config.
 fn checked_plan(
     state: &PullApiState,
     yaml: &str,
-) -> Result<(std::path::PathBuf, Vec<PlannedChange>), ApiError> {
+) -> Result<(std::path::PathBuf, Vec<PlannedChange>, Config), ApiError> {
     let (path, current) = state.config_file().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
@@ -84,9 +151,23 @@ fn checked_plan(
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    Config::from_yaml(yaml, base_dir, &|name| std::env::var(name).ok()).map_err(invalid_config)?;
+    let mut config = Config::from_yaml(yaml, base_dir, &|name| std::env::var(name).ok())
+        .map_err(invalid_config)?;
+    if let Some(functions) = state.functions() {
+        functions.registry().resolve(&mut config).map_err(|problems| {
+            problems.into_iter().fold(
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "the config names plugins that cannot be used; nothing was applied (see validation_errors)",
+                ),
+                |error, (i, problem)| {
+                    error.with_validation(&format!("functions[{i}].plugin"), vec![problem])
+                },
+            )
+        })?;
+    }
     let changes = plan(&current, yaml).map_err(|error| ApiError::bad_param("yaml", error))?;
-    Ok((path, changes))
+    Ok((path, changes, config))
 }
 
 /// A 400 listing every problem under its config path.

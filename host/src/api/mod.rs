@@ -11,9 +11,11 @@ mod change_retentions;
 mod config_apply;
 mod dead_letters;
 mod error;
+mod functions;
 pub mod metrics_listener;
 mod params;
 mod pause;
+mod plugins;
 mod pull;
 mod quarantine;
 mod request_metrics;
@@ -30,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backfill::BackfillLauncher;
 use crate::config::change_retention::ChangeRetentionConfig;
+use crate::hot_swap::FunctionRuntime;
 use crate::message::ConsumerRef;
 use crate::pipeline::Breaker;
 use crate::sinks::delivery::DeliveryWaker;
@@ -57,6 +60,7 @@ pub struct PullApiState {
     api_tokens: Arc<RwLock<auth::ApiTokens>>,
     pauses: Arc<RwLock<HashMap<String, PauseSwitch>>>,
     webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
+    functions: Arc<RwLock<Option<FunctionRuntime>>>,
     shutdown: CancellationToken,
 }
 
@@ -78,6 +82,7 @@ impl PullApiState {
             api_tokens: Arc::default(),
             pauses: Arc::default(),
             webhook_sources: Arc::default(),
+            functions: Arc::default(),
             shutdown,
         }
     }
@@ -254,6 +259,23 @@ impl PullApiState {
             .clone()
     }
 
+    /// Serves the plugin registry and hot swaps of `functions`.
+    pub fn set_functions(&self, functions: FunctionRuntime) {
+        *self
+            .functions
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(functions);
+    }
+
+    /// The running functions and the plugin registry; `None` in a weft
+    /// serving no pipelines (tests of the bare API).
+    fn functions(&self) -> Option<FunctionRuntime> {
+        self.functions
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// Serves `text`, the config file as written, at `/api/config/export`.
     pub fn set_config_text(&self, text: String) {
         *self
@@ -379,6 +401,20 @@ pub fn router(state: PullApiState) -> Router {
             "/api/destinations/http_endpoints/{name}",
             get(resources::http_endpoint),
         )
+        .route(
+            "/api/plugins",
+            // The handler enforces plugin_registry.max_component_mb.
+            get(plugins::list)
+                .post(plugins::upload)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
+        .route("/api/plugins/{name}", get(plugins::versions))
+        .route(
+            "/api/plugins/{name}/{version}",
+            get(plugins::get).delete(plugins::delete),
+        )
+        .route("/api/functions", get(functions::list))
+        .route("/api/functions/{name}", get(functions::get))
         .route("/api/change_retentions", get(change_retentions::list))
         .route("/api/change_retentions/{name}", get(change_retentions::get))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)

@@ -69,7 +69,7 @@ pub(super) async fn http_endpoint(
 }
 
 /// The entries of the top-level `key` of the running config, redacted.
-fn section(state: &PullApiState, key: &str) -> Result<Vec<Value>, ApiError> {
+pub(super) fn section(state: &PullApiState, key: &str) -> Result<Vec<Value>, ApiError> {
     let Some(document) = state.exported_config()? else {
         return Ok(Vec::new());
     };
@@ -81,7 +81,12 @@ fn section(state: &PullApiState, key: &str) -> Result<Vec<Value>, ApiError> {
 }
 
 /// The entry named `name`, or a 404 that says where to list them.
-fn named(entries: Vec<Value>, what: &str, list: &str, name: &str) -> Result<Value, ApiError> {
+pub(super) fn named(
+    entries: Vec<Value>,
+    what: &str,
+    list: &str,
+    name: &str,
+) -> Result<Value, ApiError> {
     entries
         .into_iter()
         .find(|entry| entry["name"] == name)

@@ -153,7 +153,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// Why a body was not read.
-enum Unread {
+pub(super) enum Unread {
     /// Longer than the limit.
     TooLarge,
     /// The upload broke off or was not valid HTTP framing.
@@ -162,7 +162,11 @@ enum Unread {
 
 /// The whole body, unless it is longer than `limit` bytes (known from
 /// `Content-Length` before reading, else found while reading).
-async fn read_limited(body: Body, headers: &HeaderMap, limit: u64) -> Result<Vec<u8>, Unread> {
+pub(super) async fn read_limited(
+    body: Body,
+    headers: &HeaderMap,
+    limit: u64,
+) -> Result<Vec<u8>, Unread> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -60,6 +60,22 @@ impl Remote {
         self.send(request).await
     }
 
+    /// `POST path?query` with `bytes` as a WebAssembly body.
+    pub async fn post_wasm(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        bytes: Vec<u8>,
+    ) -> Result<Value, String> {
+        let request = self
+            .http
+            .post(self.at(path))
+            .query(query)
+            .header(reqwest::header::CONTENT_TYPE, "application/wasm")
+            .body(bytes);
+        self.send(request).await
+    }
+
     /// `DELETE path`.
     pub async fn delete(&self, path: &str) -> Result<Value, String> {
         self.send(self.http.delete(self.at(path))).await

@@ -273,3 +273,73 @@ pub async fn dead_letters_discard(
     }
     Ok(format!("discarded dead letter {id} of {sink}\n"))
 }
+
+/// `plugin push FILE --name N --version V --kind K`.
+pub async fn plugin_push(
+    remote: &Remote,
+    file: &std::path::Path,
+    reference: &str,
+    kind: &str,
+    output: Output,
+) -> Result<String, String> {
+    let (name, version) = reference.split_once('@').ok_or_else(|| {
+        format!("{reference:?}: name the version to push as name@version, e.g. mask-pii@1.2.0")
+    })?;
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let query = [("name", name), ("version", version), ("kind", kind)];
+    let body = remote.post_wasm("/api/plugins", &query, bytes).await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    Ok(format!(
+        "plugin {}: {} {} bytes, sha256 {}\n",
+        text(&body["reference"]),
+        text(&body["kind"]),
+        text(&body["bytes"]),
+        text(&body["sha256"])
+    ))
+}
+
+/// `plugin ls`.
+pub async fn plugin_ls(remote: &Remote, output: Output) -> Result<String, String> {
+    let body = remote.get("/api/plugins").await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    let table: Vec<Vec<String>> = rows(&body)
+        .iter()
+        .map(|plugin| {
+            let imports = plugin["imports"]
+                .as_array()
+                .map(|list| list.iter().map(text).collect::<Vec<_>>().join(","))
+                .filter(|list| !list.is_empty())
+                .unwrap_or_else(|| "-".into());
+            vec![
+                text(&plugin["name"]),
+                text(&plugin["version"]),
+                text(&plugin["kind"]),
+                text(&plugin["bytes"]),
+                text(&plugin["sha256"]).chars().take(12).collect(),
+                imports,
+            ]
+        })
+        .collect();
+    Ok(render(
+        &["NAME", "VERSION", "KIND", "BYTES", "SHA256", "IMPORTS"],
+        &table,
+    ))
+}
+
+/// `plugin rm NAME@VERSION`.
+pub async fn plugin_rm(remote: &Remote, reference: &str, output: Output) -> Result<String, String> {
+    let (name, version) = reference
+        .split_once('@')
+        .ok_or_else(|| format!("{reference:?}: name the version to remove as name@version"))?;
+    let body = remote
+        .delete(&format!("/api/plugins/{name}/{version}"))
+        .await?;
+    if output == Output::Json {
+        return Ok(pretty(&body));
+    }
+    Ok(format!("plugin {name}@{version}: deleted\n"))
+}

@@ -9,13 +9,14 @@ use super::bounds;
 use super::change_retention::ChangeRetentionConfig;
 use super::http_endpoint::HttpEndpointConfig;
 use super::model::{FunctionConfig, PublicationConfig, SinkConfig, SlotConfig};
+use super::plugin_registry::PluginRegistryConfig;
 use super::webhook_source::WebhookSourceConfig;
 
 /// A whole config file. Unknown top-level keys are errors that list these.
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`"
+    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`, `plugin_registry`"
 )]
 pub(crate) struct Document {
     #[serde(default)]
@@ -33,6 +34,8 @@ pub(crate) struct Document {
     pub(crate) change_retentions: Vec<ChangeRetentionConfig>,
     #[serde(default)]
     pub(crate) api_tokens: Vec<ApiTokenConfig>,
+    #[serde(default)]
+    pub(crate) plugin_registry: PluginRegistryConfig,
 }
 
 /// A `databases:` entry as written: either `url` or the separate fields.

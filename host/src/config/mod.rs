@@ -29,6 +29,7 @@ pub mod model;
 mod path;
 mod pg_url;
 pub mod plan;
+pub mod plugin_registry;
 mod validate;
 mod webhook_source;
 
@@ -74,6 +75,8 @@ pub struct Config {
     pub change_retentions: Vec<change_retention::ChangeRetentionConfig>,
     /// Bearer tokens the HTTP API accepts (`api_tokens:`); none leaves it open.
     pub api_tokens: Vec<api_token::ApiTokenConfig>,
+    /// What plugins uploaded through the API may be (`plugin_registry:`).
+    pub plugin_registry: plugin_registry::PluginRegistryConfig,
 }
 
 impl Config {

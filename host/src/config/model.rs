@@ -168,7 +168,7 @@ pub struct PublicationConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a function mapping with `name`, `type` and `file`"
+    expecting = "a function mapping with `name`, `type` and `file` (or `plugin`)"
 )]
 pub struct FunctionConfig {
     /// The name sinks use to refer to this function.
@@ -182,8 +182,15 @@ pub struct FunctionConfig {
     pub kind: FunctionKind,
     /// The component file (`.wasm`). A relative path in the file is resolved
     /// against the config file's directory; after loading this is the
-    /// resolved path, and the file exists.
+    /// resolved path, and the file exists. Empty when the function names a
+    /// registered [`FunctionConfig::plugin`] instead, until the server
+    /// resolves it to the registry's file.
+    #[serde(default)]
     pub file: PathBuf,
+    /// A plugin version registered through `POST /api/plugins`, written
+    /// `name@version`, in place of `file`.
+    #[serde(default)]
+    pub plugin: Option<super::plugin_registry::PluginRef>,
     /// Settings handed to the component once, when it is instantiated.
     /// Values may be strings, numbers or booleans; numbers and booleans are
     /// passed as their text (quote a value to keep it exactly as written).

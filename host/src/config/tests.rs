@@ -1691,3 +1691,30 @@ fn api_tokens_are_named_and_long_enough() {
     );
     assert!(twice.contains("duplicate API token name \"ci\""), "{twice}");
 }
+
+#[test]
+fn a_function_names_a_file_or_a_registered_plugin_but_not_both() {
+    let registered = load(&FUNCTIONS.replace("file: up.wasm", "plugin: up@1.2.0")).unwrap();
+    let function = &registered.functions[0];
+    assert_eq!(function.plugin.as_ref().unwrap().to_string(), "up@1.2.0");
+    assert!(
+        function.file.as_os_str().is_empty(),
+        "resolved by the server"
+    );
+    assert!(
+        error(&FUNCTIONS.replace("file: up.wasm", "file: up.wasm\n    plugin: up@1"))
+            .starts_with("functions[0].plugin: give either `file`"),
+    );
+    assert!(
+        error(&FUNCTIONS.replace("    file: up.wasm\n", ""))
+            .starts_with("functions[0].file: is missing"),
+    );
+    assert!(error(&FUNCTIONS.replace("file: up.wasm", "plugin: up")).contains("name@version"));
+    let policy =
+        load("plugin_registry: {allow_capabilities: [source_query], max_component_mb: 8}\n")
+            .unwrap()
+            .plugin_registry;
+    assert_eq!(policy.allowed_imports(), ["weft:plugin/source-query@0.1.0"]);
+    assert_eq!(policy.max_component_bytes(), 8 << 20);
+    assert!(error("plugin_registry: {allow_capabilities: [sockets]}\n").contains("source_query"));
+}

@@ -111,6 +111,7 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
             webhook_sources,
             change_retentions,
             api_tokens,
+            plugin_registry: document.plugin_registry,
         })
     } else {
         Err(problems.0)
@@ -337,6 +338,34 @@ fn backticked(names: &[&str]) -> String {
         .join(", ")
 }
 
+/// Checks that `function` names either a component `file` or a registered
+/// `plugin`; answers whether it names a file (to be checked next).
+fn check_component_source(
+    function: &FunctionConfig,
+    at: &DocPath,
+    problems: &mut Problems,
+) -> bool {
+    let has_file = !function.file.as_os_str().is_empty();
+    match (&function.plugin, has_file) {
+        (Some(_), true) => {
+            problems.add(
+                at.key("plugin"),
+                "give either `file` (a component file) or `plugin` (a registered name@version), not both",
+            );
+            false
+        }
+        (Some(_), false) => false,
+        (None, true) => true,
+        (None, false) => {
+            problems.add(
+                at.key("file"),
+                "is missing: name the component's .wasm `file`, or a `plugin: name@version` registered through POST /api/plugins",
+            );
+            false
+        }
+    }
+}
+
 fn resolve_functions(
     mut functions: Vec<FunctionConfig>,
     base_dir: &Path,
@@ -350,30 +379,32 @@ fn resolve_functions(
         problems,
     );
     for (i, function) in functions.iter_mut().enumerate() {
-        let relative = function.file.is_relative();
-        let file = base_dir.join(&function.file);
-        let problem = if file.is_file() {
-            None
-        } else if file.is_dir() {
-            Some("is a directory; name the component's .wasm file")
-        } else {
-            Some("does not exist")
-        };
-        if let Some(problem) = problem {
-            let hint = if relative {
-                format!(
-                    " (relative paths are resolved against the config file's directory, {})",
-                    base_dir.display()
-                )
+        if check_component_source(function, &list.index(i), problems) {
+            let relative = function.file.is_relative();
+            let file = base_dir.join(&function.file);
+            let problem = if file.is_file() {
+                None
+            } else if file.is_dir() {
+                Some("is a directory; name the component's .wasm file")
             } else {
-                String::new()
+                Some("does not exist")
             };
-            problems.add(
-                list.index(i).key("file"),
-                format!("component file {} {problem}{hint}", file.display()),
-            );
+            if let Some(problem) = problem {
+                let hint = if relative {
+                    format!(
+                        " (relative paths are resolved against the config file's directory, {})",
+                        base_dir.display()
+                    )
+                } else {
+                    String::new()
+                };
+                problems.add(
+                    list.index(i).key("file"),
+                    format!("component file {} {problem}{hint}", file.display()),
+                );
+            }
+            function.file = file;
         }
-        function.file = file;
         if let Some(http) = &function.grants.http {
             let path = list.index(i).key("grants").key("http").key("allow_hosts");
             if http.allow_hosts.is_empty() {

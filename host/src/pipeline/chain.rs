@@ -25,6 +25,7 @@ use crate::plugins::{
 };
 
 use super::routing_keys;
+use super::swap::{SwapGate, SwitchPoint};
 
 /// A loaded function with its config name, shareable with blocking tasks.
 pub struct Named<F> {
@@ -41,6 +42,15 @@ impl<F> Named<F> {
             name: name.to_string(),
             function: Arc::new(Mutex::new(function)),
         }
+    }
+
+    /// The loaded component, once no clone shares it (a freshly loaded
+    /// chain's).
+    fn into_inner(self) -> Option<F> {
+        Arc::try_unwrap(self.function).ok().map(|f| {
+            f.into_inner()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, F> {
@@ -75,6 +85,19 @@ pub struct FunctionChain {
     pub routing: Option<Named<RoutingFunction>>,
     /// The sink's destination type (`sequin_stream`, `kafka`, ...).
     pub sink_type: &'static str,
+    /// Orders runs with hot swaps and records switch points.
+    pub swaps: SwapGate,
+}
+
+/// Puts `fresh`'s function into `slot` when the slot's function is one of
+/// `changed`.
+fn replace<F>(slot: &Option<Named<F>>, fresh: Option<Named<F>>, changed: &[String]) {
+    if let (Some(slot), Some(fresh)) = (slot, fresh)
+        && changed.contains(&slot.name)
+        && let Some(function) = fresh.into_inner()
+    {
+        *slot.lock() = function;
+    }
 }
 
 /// A message that made it through the chain.
@@ -187,7 +210,25 @@ impl FunctionChain {
             return Ok(self.run_blocking(messages)?);
         }
         let chain = self.clone();
-        Ok(tokio::task::spawn_blocking(move || chain.run_isolating(&messages)).await??)
+        Ok(tokio::task::spawn_blocking(move || {
+            let _turn = chain.swaps.run_turn();
+            chain.swaps.mark_first(&messages[0]);
+            chain.run_isolating(&messages)
+        })
+        .await??)
+    }
+
+    /// Replaces the functions named in `changed` with their counterparts in
+    /// `fresh` (this sink's chain loaded anew from the new config), between
+    /// two runs, and records `switches`. Steps not named keep their live
+    /// instances.
+    pub fn swap_in(&self, fresh: FunctionChain, changed: &[String], switches: Vec<SwitchPoint>) {
+        let _exclusive = self.swaps.swap_turn();
+        replace(&self.enrichment, fresh.enrichment, changed);
+        replace(&self.filter, fresh.filter, changed);
+        replace(&self.transform, fresh.transform, changed);
+        replace(&self.routing, fresh.routing, changed);
+        self.swaps.record(switches);
     }
 
     /// Runs the chain on `messages` like [`Self::run_blocking`], but when a

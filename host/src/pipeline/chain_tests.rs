@@ -81,6 +81,7 @@ fn chain_runs_enrichment_filter_transform_routing_with_one_outcome_per_change() 
         transform: Some(Named::new("upcase", transform)),
         routing: Some(routing("topic,message_key")),
         sink_type: "kafka",
+        ..FunctionChain::default()
     };
     let outcomes = chain
         .run_blocking(vec![
@@ -406,4 +407,89 @@ fn only_failures_a_change_can_cause_are_bisected() {
     };
     assert!(timeout.is_caused_by_input());
     assert_eq!(timeout.reason_label(), "timeout");
+}
+
+fn tagger(tag: &str) -> Named<crate::plugins::TransformFunction> {
+    let loaded = engine()
+        .load_transform(
+            "tag",
+            &guest("weft-tag-transform"),
+            &config(&[("tag", tag)]),
+            &Limits::default(),
+        )
+        .expect("load the tag guest");
+    Named::new("tag", loaded)
+}
+
+fn tags(outcomes: &[ChainOutcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            ChainOutcome::Message(message) => match &message.payload {
+                Payload::Json(json) => json["tag"].as_str().unwrap().to_string(),
+                other => panic!("a JSON payload, got {other:?}"),
+            },
+            other => panic!("a message, got {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_swap_replaces_the_named_functions_from_the_next_run_and_records_its_first_change() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let chain = FunctionChain {
+        transform: Some(tagger("v1")),
+        routing: Some(routing("topic")),
+        sink_type: "kafka",
+        ..FunctionChain::default()
+    };
+    let batch = |first: i64| {
+        (first..first + 2)
+            .map(|id| {
+                let mut message = row(json!({"id": id, "name": "a"}));
+                message.metadata.record_pks = vec![id.to_string()];
+                message
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = runtime.block_on(chain.run(batch(1))).unwrap();
+    assert_eq!(tags(&before), ["v1", "v1"]);
+
+    let fresh = FunctionChain {
+        transform: Some(tagger("v2")),
+        routing: Some(routing("topic")),
+        sink_type: "kafka",
+        ..FunctionChain::default()
+    };
+    chain.swap_in(
+        fresh,
+        &["tag".to_string()],
+        vec![SwitchPoint {
+            function: "tag".into(),
+            to: "tagger@2".into(),
+            swapped_at: 1,
+            first_change: None,
+        }],
+    );
+    assert_eq!(chain.swaps.switches()[0].first_change, None);
+    let after = runtime.block_on(chain.run(batch(3))).unwrap();
+    assert_eq!(
+        tags(&after),
+        ["v2", "v2"],
+        "the next run uses the new version"
+    );
+    let switches = chain.swaps.switches();
+    assert_eq!(switches.len(), 1);
+    let first = switches[0].first_change.as_ref().expect("recorded");
+    assert_eq!(first.record_pks, ["3"], "the first change after the swap");
+    runtime.block_on(chain.run(batch(5))).unwrap();
+    assert_eq!(
+        chain.swaps.switches()[0]
+            .first_change
+            .as_ref()
+            .unwrap()
+            .record_pks,
+        ["3"],
+        "later runs leave the switch point alone"
+    );
 }

@@ -34,6 +34,7 @@ pub mod chain;
 pub mod default_route;
 pub mod routing_keys;
 mod sink;
+pub mod swap;
 mod truncate;
 
 pub use backlog::{Admitted, BacklogGuard};

@@ -83,8 +83,8 @@ impl ComponentCache {
 }
 
 /// Writes to a temporary file and renames it, so a reader never sees a
-/// partial entry.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// partial file (nor a process that maps it a truncated one).
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path).inspect_err(|_| {

@@ -159,14 +159,7 @@ impl PluginEngine {
         config: &BTreeMap<String, String>,
         limits: &Limits,
     ) -> Result<TransformFunction, PluginError> {
-        let loaded = self.load_component(
-            name,
-            wasm_path,
-            limits,
-            "transform",
-            &["init", "transform"],
-            &[],
-        )?;
+        let loaded = self.load_component(name, wasm_path, limits, "transform", &[])?;
         TransformFunction::new(self.clone(), name, loaded, config, limits)
     }
 
@@ -179,8 +172,7 @@ impl PluginEngine {
         config: &BTreeMap<String, String>,
         limits: &Limits,
     ) -> Result<FilterFunction, PluginError> {
-        let loaded =
-            self.load_component(name, wasm_path, limits, "filter", &["init", "filter"], &[])?;
+        let loaded = self.load_component(name, wasm_path, limits, "filter", &[])?;
         FilterFunction::new(self.clone(), name, loaded, config, limits)
     }
 
@@ -193,8 +185,7 @@ impl PluginEngine {
         config: &BTreeMap<String, String>,
         limits: &Limits,
     ) -> Result<RoutingFunction, PluginError> {
-        let loaded =
-            self.load_component(name, wasm_path, limits, "routing", &["init", "route"], &[])?;
+        let loaded = self.load_component(name, wasm_path, limits, "routing", &[])?;
         RoutingFunction::new(self.clone(), name, loaded, config, limits)
     }
 
@@ -210,14 +201,8 @@ impl PluginEngine {
         limits: &Limits,
         grants: Grants,
     ) -> Result<EnrichmentFunction, PluginError> {
-        let loaded = self.load_component(
-            name,
-            wasm_path,
-            limits,
-            "enrichment",
-            &["init", "enrich"],
-            &grants.imports(),
-        )?;
+        let loaded =
+            self.load_component(name, wasm_path, limits, "enrichment", &grants.imports())?;
         EnrichmentFunction::new(self.clone(), name, loaded, config, limits, grants)
     }
 
@@ -232,32 +217,95 @@ impl PluginEngine {
         plugin: &str,
         path: &Path,
         limits: &Limits,
-        world: &'static str,
-        exports: &[&str],
+        kind: &str,
         granted: &[&str],
     ) -> Result<LoadedComponent, PluginError> {
         limits.validate(plugin, self.inner.settings.max_memory_bytes)?;
+        let (world, exports) = world_of(kind).expect("the load_* methods pass known kinds");
         let wasm = std::fs::read(path).map_err(|source| PluginError::Read {
             plugin: plugin.to_string(),
             path: path.to_path_buf(),
             source,
         })?;
-        check_preamble(&wasm).map_err(|reason| PluginError::NotAComponent {
+        let component = self.compile_checked(plugin, path, &wasm, world, exports, granted)?;
+        Ok(LoadedComponent {
+            component,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Checks that `wasm` is a component implementing the world of function
+    /// kind `kind` (`transform`, `filter`, `routing` or `enrichment`) that
+    /// imports no capability outside `allowed` (full import names, e.g.
+    /// [`CAPABILITY_IMPORTS`]) and links against the host; compiles it into
+    /// the on-disk cache on the way, so a later load is a cache hit. Answers
+    /// the capability imports it declares. `label` names it in errors.
+    pub fn inspect(
+        &self,
+        plugin: &str,
+        label: &Path,
+        kind: &str,
+        wasm: &[u8],
+        allowed: &[&str],
+    ) -> Result<Vec<String>, PluginError> {
+        let (world, exports) = world_of(kind).ok_or_else(|| {
+            PluginError::Settings(format!(
+                "unknown function kind {kind:?}: expected one of transform, filter, routing, enrichment"
+            ))
+        })?;
+        let component = self.compile_checked(plugin, label, wasm, world, exports, allowed)?;
+        let linker = &self.inner.linker;
+        // Type-checks the exports against the world's signatures and links
+        // every import, as loading it for a sink would.
+        let linked: wasmtime::Result<()> = (|| {
+            let pre = linker.instantiate_pre(&component)?;
+            match kind {
+                "transform" => super::bindings::transform::TransformPre::new(pre).map(drop),
+                "filter" => super::bindings::filter::FilterPre::new(pre).map(drop),
+                "routing" => super::bindings::routing::RoutingPre::new(pre).map(drop),
+                _ => super::bindings::enrichment::EnrichmentPre::new(pre).map(drop),
+            }
+        })();
+        linked.map_err(|e| PluginError::Link {
+            plugin: plugin.to_string(),
+            path: label.to_path_buf(),
+            message: format!("{e:#}"),
+        })?;
+        Ok(component
+            .component_type()
+            .imports(&self.inner.engine)
+            .map(|(import, _)| import.to_string())
+            .filter(|import| CAPABILITY_IMPORTS.contains(&import.as_str()))
+            .collect())
+    }
+
+    /// Checks the preamble, compiles (or loads from cache) and checks the
+    /// exports and the capability imports of the component bytes `wasm`.
+    fn compile_checked(
+        &self,
+        plugin: &str,
+        path: &Path,
+        wasm: &[u8],
+        world: &'static str,
+        exports: &[&str],
+        granted: &[&str],
+    ) -> Result<Component, PluginError> {
+        check_preamble(wasm).map_err(|reason| PluginError::NotAComponent {
             plugin: plugin.to_string(),
             path: path.to_path_buf(),
             reason,
         })?;
 
         let started = Instant::now();
-        let (component, origin) =
-            self.inner
-                .cache
-                .load(&self.inner.engine, &wasm)
-                .map_err(|e| PluginError::Compile {
-                    plugin: plugin.to_string(),
-                    path: path.to_path_buf(),
-                    message: format!("{e:#}"),
-                })?;
+        let (component, origin) = self
+            .inner
+            .cache
+            .load(&self.inner.engine, wasm)
+            .map_err(|e| PluginError::Compile {
+                plugin: plugin.to_string(),
+                path: path.to_path_buf(),
+                message: format!("{e:#}"),
+            })?;
         tracing::info!(
             plugin,
             path = %path.display(),
@@ -306,12 +354,27 @@ impl PluginEngine {
                 imports: ungranted,
             });
         }
-        Ok(LoadedComponent {
-            component,
-            path: path.to_path_buf(),
-        })
+        Ok(component)
     }
 }
+
+/// The world of function kind `kind` and the exports it must have.
+fn world_of(kind: &str) -> Option<(&'static str, &'static [&'static str])> {
+    Some(match kind {
+        "transform" => ("transform", &["init", "transform"]),
+        "filter" => ("filter", &["init", "filter"]),
+        "routing" => ("routing", &["init", "route"]),
+        "enrichment" => ("enrichment", &["init", "enrich"]),
+        _ => return None,
+    })
+}
+
+/// The full import names of the host capabilities a function can be
+/// granted: `source-query` and `outbound-http`.
+pub const CAPABILITY_IMPORTS: &[&str] = &[
+    super::source_query::IMPORT_NAME,
+    super::outbound_http::IMPORT_NAME,
+];
 
 /// Checks the 8-byte preamble: `\0asm`, then version and layer. A component
 /// is layer 1; a core module is layer 0.

@@ -47,6 +47,7 @@ mod http_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub(crate) use cache::write_atomically;
 pub use engine::{EngineSettings, PluginEngine};
 pub use enrichment::{EnrichmentFunction, Grants};
 pub use error::{FunctionError, PluginError};

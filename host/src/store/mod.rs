@@ -18,6 +18,7 @@ mod delivery;
 mod held;
 mod inventory;
 mod pull;
+mod registry;
 mod schema;
 mod webhook;
 
@@ -38,6 +39,7 @@ pub use inventory::PluginRecord;
 pub use pull::{
     AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, QueueDepths, ReceiveLimits,
 };
+pub use registry::{RegisteredPlugin, Registration};
 pub use webhook::{Acceptance, WebhookRequest};
 
 /// A failure of the durable store.
@@ -352,7 +354,8 @@ fn insert_messages(
 }
 
 /// Milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
+/// Now, in ms since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

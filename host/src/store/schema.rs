@@ -200,6 +200,22 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         paused_at  INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 10: plugins uploaded through `POST /api/plugins` (`store::registry`).
+    // The component bytes live in the data directory's `plugins/`, named by
+    // `sha256`; `imports` is the JSON array of the capability imports the
+    // component declares.
+    r#"
+    CREATE TABLE registered_plugins (
+        name           TEXT NOT NULL,
+        version        TEXT NOT NULL,
+        kind           TEXT NOT NULL,
+        sha256         TEXT NOT NULL,
+        bytes          INTEGER NOT NULL,
+        imports        TEXT NOT NULL,
+        registered_at  INTEGER NOT NULL,
+        PRIMARY KEY (name, version)
+    ) STRICT;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

@@ -581,3 +581,52 @@ fn max_deliver_dead_letters_a_message_handed_out_that_often_and_frees_its_group(
         );
     }
 }
+
+#[test]
+fn registered_plugin_versions_are_immutable_and_their_files_shared() {
+    use crate::store::{RegisteredPlugin, Registration};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("weft.db")).unwrap();
+    let version = |version: &str, sha256: &str| RegisteredPlugin {
+        name: "mask".into(),
+        version: version.into(),
+        kind: "transform".into(),
+        sha256: sha256.into(),
+        bytes: 10,
+        imports: vec!["weft:plugin/source-query@0.1.0".into()],
+        registered_at: 0,
+    };
+    let Registration::Created(created) = store.register_plugin(&version("1", "aa")).unwrap() else {
+        panic!("a new version is created");
+    };
+    assert!(created.registered_at > 0);
+    assert_eq!(
+        store.register_plugin(&version("1", "aa")).unwrap(),
+        Registration::Unchanged(created.clone())
+    );
+    assert!(matches!(
+        store.register_plugin(&version("1", "bb")).unwrap(),
+        Registration::Conflict(existing) if existing.sha256 == "aa"
+    ));
+    assert!(matches!(
+        store.register_plugin(&version("2", "aa")).unwrap(),
+        Registration::Created(_)
+    ));
+    assert_eq!(
+        store
+            .registered_plugin("mask", "1")
+            .unwrap()
+            .unwrap()
+            .imports,
+        created.imports
+    );
+    assert!(
+        store.unregister_plugin("mask", "1").unwrap(),
+        "version 2 still has the bytes"
+    );
+    assert!(
+        !store.unregister_plugin("mask", "2").unwrap(),
+        "the last one"
+    );
+    assert!(store.registered_plugins().unwrap().is_empty());
+}

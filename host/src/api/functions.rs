@@ -1,0 +1,49 @@
+//! `GET /api/functions[/{name}]`: each function entry of the running config
+//! as written (secrets redacted), with what runs as it (`running`: its
+//! plugin's name@version or its component file), the sinks that use it and,
+//! per sink, its hot-swap switch points (see [`crate::pipeline::swap`]).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde_json::{Value, json};
+
+use super::resources::{named, section};
+use super::{ApiError, PullApiState};
+
+/// `GET /api/functions`.
+pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
+    let data: Vec<Value> = section(&state, "functions")?
+        .into_iter()
+        .map(|entry| with_runtime(&state, entry))
+        .collect();
+    Ok(Json(json!({ "data": data })))
+}
+
+/// `GET /api/functions/{name}`.
+pub(super) async fn get(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let entry = named(
+        section(&state, "functions")?,
+        "function",
+        "/api/functions",
+        &name,
+    )?;
+    Ok(Json(with_runtime(&state, entry)))
+}
+
+fn with_runtime(state: &PullApiState, mut entry: Value) -> Value {
+    let name = entry["name"].as_str().unwrap_or_default().to_string();
+    let Some(functions) = state.functions() else {
+        return entry;
+    };
+    let running = functions.running();
+    let switches = functions.switches(&name);
+    if let (Value::Object(fields), Some(function)) = (&mut entry, running.function(&name)) {
+        fields.insert("running".into(), json!(crate::hot_swap::describe(function)));
+        fields.insert("sinks".into(), json!(switches.keys().collect::<Vec<_>>()));
+        fields.insert("switches".into(), json!(switches));
+    }
+    entry
+}

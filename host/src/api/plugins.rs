@@ -1,0 +1,205 @@
+//! The plugin registry (see [`crate::registry`]):
+//!
+//! * `POST /api/plugins?name=…&version=…&kind=…` with the component as the
+//!   body: 201 and the registered version, or 200 when the same bytes are
+//!   registered under that version already;
+//! * `GET /api/plugins`, `GET /api/plugins/{name}` (its versions) and
+//!   `GET /api/plugins/{name}/{version}`;
+//! * `DELETE /api/plugins/{name}/{version}`: 409 while a function of the
+//!   running config names it.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+
+use super::webhook_sources::{Unread, read_limited};
+use super::{ApiError, PullApiState};
+use crate::config::plugin_registry::PluginRef;
+use crate::hot_swap::FunctionRuntime;
+use crate::registry::{RegistryError, Upload};
+use crate::store::{RegisteredPlugin, Registration};
+
+/// `POST /api/plugins`.
+pub(super) async fn upload(
+    State(state): State<PullApiState>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let functions = runtime(&state)?;
+    let field = |name: &str| {
+        query.get(name).cloned().ok_or_else(|| {
+            ApiError::bad_param(
+                name,
+                "is missing: upload with POST /api/plugins?name=<name>&version=<version>&kind=<transform|filter|routing|enrichment> and the component as the body",
+            )
+        })
+    };
+    let (name, version, kind) = (field("name")?, field("version")?, field("kind")?);
+    let policy = functions.running().plugin_registry.clone();
+    let bytes = match read_limited(body, &headers, policy.max_component_bytes() as u64).await {
+        Ok(bytes) => bytes,
+        Err(Unread::TooLarge) => {
+            return Err(registry_error(RegistryError::TooLarge {
+                bytes: headers
+                    .get(axum::http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(policy.max_component_bytes() + 1),
+                limit: policy.max_component_bytes(),
+            }));
+        }
+        Err(Unread::Broken(error)) => {
+            return Err(ApiError::bad_param(
+                "body",
+                format!("the upload broke off: {error}"),
+            ));
+        }
+    };
+    let upload = Upload {
+        name,
+        version,
+        kind,
+        bytes,
+    };
+    let registry = functions.registry().clone();
+    let registered = tokio::task::spawn_blocking(move || registry.register(upload, &policy))
+        .await
+        .map_err(|error| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the registration task failed: {error}"),
+            )
+        })?
+        .map_err(registry_error)?;
+    Ok(match registered {
+        Registration::Created(plugin) => (StatusCode::CREATED, Json(render(&plugin))),
+        Registration::Unchanged(plugin) | Registration::Conflict(plugin) => {
+            (StatusCode::OK, Json(render(&plugin)))
+        }
+    })
+}
+
+/// `GET /api/plugins`: `{"data": [version, ...]}`.
+pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
+    let data = registered(&state, |_| true)?;
+    Ok(Json(json!({ "data": data })))
+}
+
+/// `GET /api/plugins/{name}`: `{"data": [version, ...]}`, 404 when none.
+pub(super) async fn versions(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let data = registered(&state, |plugin| plugin.name == name)?;
+    if data.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no plugin named {name:?} is registered; GET /api/plugins lists them"),
+        ));
+    }
+    Ok(Json(json!({ "data": data })))
+}
+
+/// The registered versions that `keep`, rendered.
+fn registered(
+    state: &PullApiState,
+    keep: impl Fn(&RegisteredPlugin) -> bool,
+) -> Result<Vec<Value>, ApiError> {
+    Ok(runtime(state)?
+        .registry()
+        .list()
+        .map_err(registry_error)?
+        .iter()
+        .filter(|plugin| keep(plugin))
+        .map(render)
+        .collect())
+}
+
+/// `GET /api/plugins/{name}/{version}`.
+pub(super) async fn get(
+    State(state): State<PullApiState>,
+    Path((name, version)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let functions = runtime(&state)?;
+    let plugin = functions
+        .registry()
+        .get(&PluginRef { name, version })
+        .map_err(registry_error)?;
+    Ok(Json(render(&plugin)))
+}
+
+/// `DELETE /api/plugins/{name}/{version}`.
+pub(super) async fn delete(
+    State(state): State<PullApiState>,
+    Path((name, version)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let functions = runtime(&state)?;
+    let running = functions.running();
+    let deleted = functions
+        .registry()
+        .delete(&PluginRef { name, version }, Some(&running))
+        .map_err(registry_error)?;
+    let mut body = render(&deleted);
+    body["deleted"] = json!(true);
+    Ok(Json(body))
+}
+
+/// The registry, or a 409 in a weft that runs no pipelines.
+fn runtime(state: &PullApiState) -> Result<FunctionRuntime, ApiError> {
+    state.functions().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "this weft serves no plugin registry (it runs no pipelines)",
+        )
+    })
+}
+
+/// A registered version as the API shows it.
+fn render(plugin: &RegisteredPlugin) -> Value {
+    json!({
+        "name": plugin.name,
+        "version": plugin.version,
+        "reference": format!("{}@{}", plugin.name, plugin.version),
+        "kind": plugin.kind,
+        "sha256": plugin.sha256,
+        "bytes": plugin.bytes,
+        "imports": plugin.imports,
+        "registered_at": plugin.registered_at,
+    })
+}
+
+/// The HTTP answer to a registry error.
+fn registry_error(error: RegistryError) -> ApiError {
+    let status = match &error {
+        RegistryError::Invalid { .. } => StatusCode::BAD_REQUEST,
+        RegistryError::Rejected(_) | RegistryError::Capabilities { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        RegistryError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        RegistryError::Conflict { .. } | RegistryError::InUse { .. } => StatusCode::CONFLICT,
+        RegistryError::NotFound(_) => StatusCode::NOT_FOUND,
+        RegistryError::Store(_) | RegistryError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let field = match &error {
+        RegistryError::Invalid { field, .. } => Some(*field),
+        RegistryError::Rejected(_)
+        | RegistryError::Capabilities { .. }
+        | RegistryError::TooLarge { .. } => Some("body"),
+        _ => None,
+    };
+    let mut api_error = ApiError::new(status, error.to_string());
+    if let Some(field) = field {
+        api_error = api_error.with_validation(field, vec![error.to_string()]);
+    }
+    match error {
+        RegistryError::Capabilities { imports } => {
+            api_error.with_field("offending_imports", json!(imports))
+        }
+        RegistryError::InUse { functions, .. } => api_error.with_field("used_by", json!(functions)),
+        _ => api_error,
+    }
+}
