@@ -11,10 +11,12 @@
 //! between two of its chain runs.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
+use crate::config::plugin_registry::PluginRef;
 use crate::config::{Config, FunctionConfig};
 use crate::pipeline::FunctionChain;
+use crate::pipeline::shadow::{Shadow, ShadowReport};
 use crate::pipeline::swap::SwitchPoint;
 use crate::plugins::PluginEngine;
 use crate::registry::PluginRegistry;
@@ -28,6 +30,19 @@ pub struct FunctionRuntime {
     chains: Arc<RwLock<BTreeMap<String, FunctionChain>>>,
     /// One apply at a time.
     applying: Arc<tokio::sync::Mutex<()>>,
+    /// Per function, the candidate running in shadow, as requested.
+    candidates: Arc<Mutex<BTreeMap<String, Candidate>>>,
+    /// Per function, its `functions:` entry before the last promotion.
+    promoted_from: Arc<Mutex<BTreeMap<String, serde_yaml_ng::Value>>>,
+}
+
+/// A candidate version of a transform, as the shadow request named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The registered plugin version.
+    pub plugin: PluginRef,
+    /// Its `config:`; `None` keeps the live function's.
+    pub config: Option<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for FunctionRuntime {
@@ -67,6 +82,8 @@ impl FunctionRuntime {
             running: Arc::new(RwLock::new(Arc::new(config))),
             chains: Arc::default(),
             applying: Arc::default(),
+            candidates: Arc::default(),
+            promoted_from: Arc::default(),
         }
     }
 
@@ -198,6 +215,142 @@ impl FunctionRuntime {
             })
             .collect()
     }
+}
+
+impl FunctionRuntime {
+    /// Runs `candidate` (a version of the transform `candidate.name`, its
+    /// plugin reference or file set) in shadow on every sink using that
+    /// transform, replacing any candidate there. Blocks while it loads.
+    /// Answers the sinks.
+    pub fn start_shadow(
+        &self,
+        function: &str,
+        requested: Candidate,
+    ) -> Result<Vec<String>, String> {
+        let running = self.running();
+        let mut candidate = running
+            .function(function)
+            .ok_or_else(|| format!("no function named {function:?} runs"))?
+            .clone();
+        candidate.plugin = Some(requested.plugin.clone());
+        candidate.file = Default::default();
+        if let Some(config) = &requested.config {
+            candidate.config = config.clone();
+        }
+        let live = running
+            .function(&candidate.name)
+            .ok_or_else(|| format!("no function named {:?} runs", candidate.name))?;
+        if live.kind != crate::config::FunctionKind::Transform {
+            return Err(format!(
+                "{} is a {} function; only transforms can run in shadow",
+                live.name,
+                live.kind.as_str()
+            ));
+        }
+        let mut config = (*running).clone();
+        let label = describe(&candidate);
+        if let Some(slot) = config
+            .functions
+            .iter_mut()
+            .find(|f| f.name == candidate.name)
+        {
+            candidate.kind = live.kind;
+            *slot = candidate.clone();
+        }
+        self.registry.resolve(&mut config).map_err(|problems| {
+            problems
+                .into_iter()
+                .map(|(_, problem)| problem)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        let mut loaded = Vec::new();
+        for (sink, chain) in self.chains_using(&candidate.name, |chain| {
+            chain.transform.as_ref().map(|t| &t.name)
+        }) {
+            let sink_config = config
+                .sinks
+                .iter()
+                .find(|s| s.name == sink)
+                .ok_or_else(|| format!("sink {sink} is not in the running config"))?;
+            let fresh = crate::server::load_chain(&config, &self.engine, sink_config)
+                .map_err(|error| error.to_string())?;
+            let transform = fresh
+                .transform
+                .and_then(|t| t.into_inner())
+                .ok_or_else(|| format!("sink {sink} has no transform"))?;
+            loaded.push((sink, chain, Shadow::new(&label, transform)));
+        }
+        let sinks = loaded.iter().map(|(sink, _, _)| sink.clone()).collect();
+        for (sink, chain, shadow) in loaded {
+            tracing::info!(%sink, function = %candidate.name, candidate = %label, "transform candidate runs in shadow");
+            chain.shadow.set(Some(shadow));
+        }
+        lock(&self.candidates).insert(function.to_string(), requested);
+        Ok(sinks)
+    }
+
+    /// Stops the shadow runs of `function`; answers their last reports.
+    pub fn stop_shadow(&self, function: &str) -> BTreeMap<String, ShadowReport> {
+        lock(&self.candidates).remove(function);
+        let reports = self.shadow_reports(function);
+        for (_, chain) in
+            self.chains_using(function, |chain| chain.transform.as_ref().map(|t| &t.name))
+        {
+            chain.shadow.set(None);
+        }
+        reports
+    }
+
+    /// The shadow reports of `function`, per sink running a candidate.
+    pub fn shadow_reports(&self, function: &str) -> BTreeMap<String, ShadowReport> {
+        self.chains_using(function, |chain| chain.transform.as_ref().map(|t| &t.name))
+            .into_iter()
+            .filter_map(|(sink, chain)| Some((sink, chain.shadow.get()?.report())))
+            .collect()
+    }
+
+    /// The candidate of `function` running in shadow, if any.
+    pub fn candidate(&self, function: &str) -> Option<Candidate> {
+        lock(&self.candidates).get(function).cloned()
+    }
+
+    /// Remembers `entry`, the `functions:` entry of `function` before a
+    /// promotion, for a rollback.
+    pub fn remember_promoted_from(&self, function: &str, entry: serde_yaml_ng::Value) {
+        lock(&self.promoted_from).insert(function.to_string(), entry);
+    }
+
+    /// The entry of `function` before its last promotion, if any.
+    pub fn promoted_from(&self, function: &str) -> Option<serde_yaml_ng::Value> {
+        lock(&self.promoted_from).get(function).cloned()
+    }
+
+    /// Forgets the entry before the last promotion (after a rollback).
+    pub fn forget_promoted_from(&self, function: &str) {
+        lock(&self.promoted_from).remove(function);
+    }
+
+    /// The sinks whose chain's step picked by `step` is `function`.
+    fn chains_using(
+        &self,
+        function: &str,
+        step: impl Fn(&FunctionChain) -> Option<&String>,
+    ) -> Vec<(String, FunctionChain)> {
+        self.chains
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .filter(|(_, chain)| step(chain).is_some_and(|name| name == function))
+            .map(|(sink, chain)| (sink.clone(), chain.clone()))
+            .collect()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What runs as `function`: its plugin (name@version) or component file.

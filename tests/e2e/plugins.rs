@@ -352,3 +352,130 @@ fn swapping_a_transform_three_times_under_load_loses_and_reorders_nothing() {
     assert_eq!(recorded, expected, "{function}");
     weft.terminate();
 }
+
+#[test]
+fn a_canary_reports_exactly_the_messages_it_changes_and_promotion_and_rollback_lose_nothing() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, "weft_canary", None, ""));
+    for v in ["1.0.0", "2.0.0"] {
+        let (status, body) = upload(&weft, "tagger", v, "transform", wasm("weft_tag_transform"));
+        assert_eq!(status, 201, "{body}");
+    }
+    pg.wait_for_active_slot("weft_canary");
+    let live = config(
+        &pg,
+        "weft_canary",
+        Some("    plugin: tagger@1.0.0\n    config: { tag: v1 }\n"),
+        "",
+    );
+    let (status, body) = apply(&weft, &live);
+    assert_eq!(status, 200, "{body}");
+    wait_for_function(&weft, "tag", "tagger@1.0.0");
+
+    let shadow = |body: Value| {
+        let response = http()
+            .post(weft.url("/api/functions/tag/shadow"))
+            .json(&body)
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().unwrap_or(Value::Null))
+    };
+    let (status, body) = shadow(json!({"plugin": "tagger@9.0.0"}));
+    assert_eq!(status, 422, "an unregistered candidate: {body}");
+    assert!(
+        summary(&body).contains("tagger@9.0.0 is not registered"),
+        "{body}"
+    );
+    // The candidate changes one message in ten.
+    let (status, body) = shadow(json!({
+        "plugin": "tagger@2.0.0",
+        "config": {"tag": "v1", "alter_every": "10"},
+    }));
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["sinks"], json!(["items"]));
+
+    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(1, 100) g");
+    let mut got = weft.drain("items", 100, Duration::from_secs(60));
+    assert!(
+        got.iter().all(|m| m["tag"] == "v1"),
+        "the sink gets the live version's output only"
+    );
+    let (status, report) = call(&weft, reqwest::Method::GET, "/api/functions/tag/shadow");
+    assert_eq!(status, 200, "{report}");
+    let items = &report["sinks"]["items"];
+    assert_eq!(items["candidate"], "tagger@2.0.0");
+    assert_eq!(items["compared"], 100, "{report}");
+    assert_eq!(items["differing"], 10, "{report}");
+    assert_eq!(items["failed"], 0, "{report}");
+    let differing: Vec<String> = items["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["record_pks"][0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        differing,
+        (1..=10).map(|i| (i * 10).to_string()).collect::<Vec<_>>()
+    );
+    assert_eq!(items["samples"][0]["live"], json!({"id": 10, "tag": "v1"}));
+    assert_eq!(
+        items["samples"][0]["shadow"],
+        json!({"id": 10, "tag": "v1-altered"})
+    );
+
+    // Promote: a hot swap; then roll back, another one.
+    let (status, promoted) = call(&weft, reqwest::Method::POST, "/api/functions/tag/promote");
+    assert_eq!(status, 200, "{promoted}");
+    assert_eq!(promoted["apply"]["restarted"], false, "{promoted}");
+    assert_eq!(
+        call(&weft, reqwest::Method::GET, "/api/functions/tag/shadow").0,
+        404,
+        "the shadow run ends with the promotion"
+    );
+    assert_eq!(
+        call(&weft, reqwest::Method::GET, "/api/functions/tag").1["running"],
+        "tagger@2.0.0"
+    );
+    let written = std::fs::read_to_string(dir.path().join("weft.yml")).unwrap();
+    assert!(
+        written.contains("tagger@2.0.0"),
+        "the config file names the promoted version:\n{written}"
+    );
+    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(101, 150) g");
+    got.extend(weft.drain("items", 50, Duration::from_secs(60)));
+    let (status, rolled) = call(&weft, reqwest::Method::POST, "/api/functions/tag/rollback");
+    assert_eq!(status, 200, "{rolled}");
+    assert_eq!(rolled["apply"]["restarted"], false, "{rolled}");
+    assert_eq!(
+        call(&weft, reqwest::Method::POST, "/api/functions/tag/rollback").0,
+        409,
+        "one rollback per promotion"
+    );
+    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(151, 200) g");
+    got.extend(weft.drain("items", 50, Duration::from_secs(60)));
+    assert!(weft.drain("items", 1, Duration::from_secs(2)).is_empty());
+
+    let ids: Vec<i64> = got.iter().map(|m| m["id"].as_i64().unwrap()).collect();
+    assert_eq!(
+        ids,
+        (1..=200).collect::<Vec<_>>(),
+        "every row once, in order"
+    );
+    for message in &got {
+        let id = message["id"].as_i64().unwrap();
+        let expected = if (101..=150).contains(&id) && id % 10 == 0 {
+            "v1-altered"
+        } else {
+            "v1"
+        };
+        assert_eq!(message["tag"], expected, "{message}");
+    }
+    assert_eq!(
+        call(&weft, reqwest::Method::GET, "/api/functions/tag").1["running"],
+        "tagger@1.0.0"
+    );
+    weft.terminate();
+}

@@ -49,6 +49,15 @@ pub(super) async fn apply_config(
     State(state): State<PullApiState>,
     Json(body): Json<ConfigBody>,
 ) -> Result<Json<Value>, ApiError> {
+    apply_edit(&state, |_| Ok(body.yaml)).await.map(Json)
+}
+
+/// Applies the config `edit` makes of the running config's text (as
+/// written), one apply at a time; answers the apply's JSON.
+pub(super) async fn apply_edit(
+    state: &PullApiState,
+    edit: impl FnOnce(&str) -> Result<String, ApiError>,
+) -> Result<Value, ApiError> {
     let functions = state.functions();
     // One apply at a time, from the plan to the swap or restart.
     let serialised = functions.clone();
@@ -56,9 +65,10 @@ pub(super) async fn apply_config(
         Some(functions) => Some(functions.apply_turn().await),
         None => None,
     };
-    let (path, changes, config) = checked_plan(&state, &body.yaml)?;
+    let yaml = edit(&state.config_text().unwrap_or_default())?;
+    let (path, changes, config) = checked_plan(state, &yaml)?;
     if changes.is_empty() {
-        return Ok(Json(json!({ "changes": changes, "applied": false })));
+        return Ok(json!({ "changes": changes, "applied": false }));
     }
     if let Some(functions) = functions.filter(|_| only_functions(&changes)) {
         let prepared =
@@ -79,8 +89,8 @@ pub(super) async fn apply_config(
                     )
                 })?;
         let (functions, prepared) = prepared;
-        write_config(&path, &body.yaml)?;
-        state.set_config_text(body.yaml);
+        write_config(&path, &yaml)?;
+        state.set_config_text(yaml);
         let sinks = prepared.sinks();
         let swapped = prepared.functions().to_vec();
         functions.commit(prepared);
@@ -91,19 +101,17 @@ pub(super) async fn apply_config(
             }
         }
         tracing::info!(functions = ?swapped, sinks = ?sinks, file = %path.display(), "config applied through the API by hot-swapping functions");
-        return Ok(Json(json!({
+        return Ok(json!({
             "changes": changes,
             "applied": true,
             "restarted": false,
             "hot_swapped": { "functions": swapped, "sinks": sinks },
-        })));
+        }));
     }
-    write_config(&path, &body.yaml)?;
+    write_config(&path, &yaml)?;
     tracing::info!(changes = changes.len(), file = %path.display(), "config applied through the API; restarting the pipelines with it");
     state.request_reload();
-    Ok(Json(
-        json!({ "changes": changes, "applied": true, "restarted": true }),
-    ))
+    Ok(json!({ "changes": changes, "applied": true, "restarted": true }))
 }
 
 /// Whether every change is to a `functions:` entry, which a hot swap can

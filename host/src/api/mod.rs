@@ -7,6 +7,7 @@
 
 pub mod auth;
 mod backfills;
+mod canary;
 mod change_retentions;
 mod config_apply;
 mod dead_letters;
@@ -276,6 +277,16 @@ impl PullApiState {
             .clone()
     }
 
+    /// The running functions, or a 409 in a weft that runs no pipelines.
+    fn running_functions(&self) -> Result<FunctionRuntime, ApiError> {
+        self.functions().ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "this weft runs no pipelines, so it has no plugin registry or functions to manage",
+            )
+        })
+    }
+
     /// Serves `text`, the config file as written, at `/api/config/export`.
     pub fn set_config_text(&self, text: String) {
         *self
@@ -415,6 +426,12 @@ pub fn router(state: PullApiState) -> Router {
         )
         .route("/api/functions", get(functions::list))
         .route("/api/functions/{name}", get(functions::get))
+        .route(
+            "/api/functions/{name}/shadow",
+            get(canary::report).post(canary::start).delete(canary::stop),
+        )
+        .route("/api/functions/{name}/promote", post(canary::promote))
+        .route("/api/functions/{name}/rollback", post(canary::rollback))
         .route("/api/change_retentions", get(change_retentions::list))
         .route("/api/change_retentions/{name}", get(change_retentions::get))
         .nest("/api/sinks/{name}/dead_letters", dead_letters)

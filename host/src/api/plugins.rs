@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use super::webhook_sources::{Unread, read_limited};
 use super::{ApiError, PullApiState};
 use crate::config::plugin_registry::PluginRef;
-use crate::hot_swap::FunctionRuntime;
 use crate::registry::{RegistryError, Upload};
 use crate::store::{RegisteredPlugin, Registration};
 
@@ -30,7 +29,7 @@ pub(super) async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let functions = runtime(&state)?;
+    let functions = state.running_functions()?;
     let field = |name: &str| {
         query.get(name).cloned().ok_or_else(|| {
             ApiError::bad_param(
@@ -109,7 +108,8 @@ fn registered(
     state: &PullApiState,
     keep: impl Fn(&RegisteredPlugin) -> bool,
 ) -> Result<Vec<Value>, ApiError> {
-    Ok(runtime(state)?
+    Ok(state
+        .running_functions()?
         .registry()
         .list()
         .map_err(registry_error)?
@@ -124,7 +124,7 @@ pub(super) async fn get(
     State(state): State<PullApiState>,
     Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let functions = runtime(&state)?;
+    let functions = state.running_functions()?;
     let plugin = functions
         .registry()
         .get(&PluginRef { name, version })
@@ -137,7 +137,7 @@ pub(super) async fn delete(
     State(state): State<PullApiState>,
     Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let functions = runtime(&state)?;
+    let functions = state.running_functions()?;
     let running = functions.running();
     let deleted = functions
         .registry()
@@ -146,16 +146,6 @@ pub(super) async fn delete(
     let mut body = render(&deleted);
     body["deleted"] = json!(true);
     Ok(Json(body))
-}
-
-/// The registry, or a 409 in a weft that runs no pipelines.
-fn runtime(state: &PullApiState) -> Result<FunctionRuntime, ApiError> {
-    state.functions().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::CONFLICT,
-            "this weft serves no plugin registry (it runs no pipelines)",
-        )
-    })
 }
 
 /// A registered version as the API shows it.

@@ -25,6 +25,7 @@ use crate::plugins::{
 };
 
 use super::routing_keys;
+use super::shadow::Shadow;
 use super::swap::{SwapGate, SwitchPoint};
 
 /// A loaded function with its config name, shareable with blocking tasks.
@@ -46,7 +47,7 @@ impl<F> Named<F> {
 
     /// The loaded component, once no clone shares it (a freshly loaded
     /// chain's).
-    fn into_inner(self) -> Option<F> {
+    pub fn into_inner(self) -> Option<F> {
         Arc::try_unwrap(self.function).ok().map(|f| {
             f.into_inner()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -87,6 +88,46 @@ pub struct FunctionChain {
     pub sink_type: &'static str,
     /// Orders runs with hot swaps and records switch points.
     pub swaps: SwapGate,
+    /// A candidate transform running in shadow, if any.
+    pub shadow: ShadowSlot,
+}
+
+/// Where a chain's candidate transform runs in shadow (see
+/// [`super::shadow`]). Cheap to clone; clones share it.
+#[derive(Clone, Default)]
+pub struct ShadowSlot(Arc<Mutex<Option<Shadow>>>);
+
+impl ShadowSlot {
+    /// Runs `shadow` from the next chain run on, replacing any.
+    pub fn set(&self, shadow: Option<Shadow>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = shadow;
+    }
+
+    /// The candidate running, if any.
+    pub fn get(&self) -> Option<Shadow> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// Runs the candidate in `shadow` on the changes the live transform made a
+/// message of, and compares.
+fn compare_in_shadow(shadow: &Shadow, outcomes: &[ChainOutcome]) {
+    let delivered: Vec<&ChainMessage> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            ChainOutcome::Message(message) => Some(message.as_ref()),
+            _ => None,
+        })
+        .collect();
+    let inputs: Vec<Message> = delivered.iter().map(|m| m.message.clone()).collect();
+    let live: Vec<&Payload> = delivered.iter().map(|m| &m.payload).collect();
+    shadow.compare(&inputs, &live);
 }
 
 /// Puts `fresh`'s function into `slot` when the slot's function is one of
@@ -213,7 +254,11 @@ impl FunctionChain {
         Ok(tokio::task::spawn_blocking(move || {
             let _turn = chain.swaps.run_turn();
             chain.swaps.mark_first(&messages[0]);
-            chain.run_isolating(&messages)
+            let outcomes = chain.run_isolating(&messages)?;
+            if let Some(shadow) = chain.shadow.get() {
+                compare_in_shadow(&shadow, &outcomes);
+            }
+            Ok::<_, ChainError>(outcomes)
         })
         .await??)
     }

@@ -33,6 +33,7 @@ pub mod breaker;
 pub mod chain;
 pub mod default_route;
 pub mod routing_keys;
+pub mod shadow;
 mod sink;
 pub mod swap;
 mod truncate;

@@ -1,0 +1,217 @@
+//! Canary (shadow) versions of a transform, and their promotion:
+//!
+//! * `POST /api/functions/{name}/shadow` with `{"plugin": "name@version",
+//!   "config": {...}}` (`config` optional: the live one by default) runs the
+//!   registered version in shadow on every sink using the transform;
+//! * `GET …/shadow` reports, per sink, how its payloads differ from the live
+//!   ones (counts and the first differing messages); `DELETE …/shadow`
+//!   stops it and answers the last report;
+//! * `POST …/promote` makes the candidate live through a config apply that
+//!   changes only this function (so a hot swap: atomic between two chain
+//!   runs, nothing lost or reordered) and stops the shadow run;
+//! * `POST …/rollback` restores the function's entry from before the last
+//!   promotion the same way.
+//!
+//! Promotion and rollback rewrite the config file from its parsed form, so
+//! YAML comments in it are lost.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use serde_yaml_ng::Value as Yaml;
+
+use super::config_apply::apply_edit;
+use super::{ApiError, PullApiState};
+use crate::config::plugin_registry::PluginRef;
+use crate::hot_swap::{Candidate, FunctionRuntime};
+
+/// The body of `POST …/shadow`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ShadowBody {
+    plugin: String,
+    #[serde(default)]
+    config: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /api/functions/{name}/shadow`.
+pub(super) async fn start(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+    Json(body): Json<ShadowBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let functions = state.running_functions()?;
+    let plugin: PluginRef = body
+        .plugin
+        .parse()
+        .map_err(|problem: String| ApiError::bad_param("plugin", problem))?;
+    let candidate = Candidate {
+        plugin: plugin.clone(),
+        config: body.config,
+    };
+    let loader = functions.clone();
+    let function = name.clone();
+    let sinks = tokio::task::spawn_blocking(move || loader.start_shadow(&function, candidate))
+        .await
+        .map_err(|error| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the candidate loading task failed: {error}"),
+            )
+        })?
+        .map_err(|problem| {
+            let status = if problem.starts_with("no function named") {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::UNPROCESSABLE_ENTITY
+            };
+            ApiError::new(status, format!("cannot run {plugin} in shadow: {problem}"))
+        })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "function": name, "candidate": plugin.to_string(), "sinks": sinks })),
+    ))
+}
+
+/// `GET /api/functions/{name}/shadow`.
+pub(super) async fn report(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    shadow_state(&state, &name, false).map(Json)
+}
+
+/// `DELETE /api/functions/{name}/shadow`.
+pub(super) async fn stop(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    shadow_state(&state, &name, true).map(Json)
+}
+
+/// The shadow run of `name` and its reports, after stopping it if `stop`.
+fn shadow_state(state: &PullApiState, name: &str, stop: bool) -> Result<Value, ApiError> {
+    let functions = state.running_functions()?;
+    let candidate = running_candidate(&functions, name)?;
+    let sinks = if stop {
+        functions.stop_shadow(name)
+    } else {
+        functions.shadow_reports(name)
+    };
+    Ok(json!({
+        "function": name,
+        "candidate": candidate.plugin.to_string(),
+        "stopped": stop,
+        "sinks": sinks,
+    }))
+}
+
+/// `POST /api/functions/{name}/promote`.
+pub(super) async fn promote(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let functions = state.running_functions()?;
+    let candidate = running_candidate(&functions, &name)?;
+    let mut before = None;
+    let applied = apply_edit(&state, |text| {
+        edit_function(text, &name, |entry| {
+            before = Some(entry.clone());
+            let fields = entry
+                .as_mapping_mut()
+                .expect("edit_function hands out mappings");
+            fields.remove("file");
+            fields.insert("plugin".into(), candidate.plugin.to_string().into());
+            if let Some(config) = &candidate.config {
+                let config: serde_yaml_ng::Mapping = config
+                    .iter()
+                    .map(|(k, v)| (Yaml::from(k.as_str()), Yaml::from(v.as_str())))
+                    .collect();
+                fields.insert("config".into(), Yaml::Mapping(config));
+            }
+        })
+    })
+    .await?;
+    if let Some(before) = before {
+        functions.remember_promoted_from(&name, before);
+    }
+    let report = functions.stop_shadow(&name);
+    Ok(Json(json!({
+        "function": name,
+        "promoted": candidate.plugin.to_string(),
+        "apply": applied,
+        "shadow_report": report,
+    })))
+}
+
+/// `POST /api/functions/{name}/rollback`.
+pub(super) async fn rollback(
+    State(state): State<PullApiState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let functions = state.running_functions()?;
+    let previous = functions.promoted_from(&name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            format!("function {name:?} was not promoted since weft started; there is nothing to roll back"),
+        )
+    })?;
+    let applied = apply_edit(&state, |text| {
+        edit_function(text, &name, |entry| *entry = previous.clone())
+    })
+    .await?;
+    functions.forget_promoted_from(&name);
+    Ok(Json(
+        json!({ "function": name, "rolled_back": true, "apply": applied }),
+    ))
+}
+
+/// The config text `text` with the `functions:` entry `name` changed by
+/// `change`.
+fn edit_function(
+    text: &str,
+    name: &str,
+    change: impl FnOnce(&mut Yaml),
+) -> Result<String, ApiError> {
+    let mut document: Yaml = serde_yaml_ng::from_str(text).map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the running config does not parse: {error}"),
+        )
+    })?;
+    let entry = document
+        .get_mut("functions")
+        .and_then(Yaml::as_sequence_mut)
+        .and_then(|entries| {
+            entries
+                .iter_mut()
+                .find(|entry| entry.get("name").and_then(Yaml::as_str) == Some(name))
+        })
+        .filter(|entry| entry.is_mapping())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no function named {name:?} in the running config; GET /api/functions lists them"),
+            )
+        })?;
+    change(entry);
+    serde_yaml_ng::to_string(&document).map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot write the edited config: {error}"),
+        )
+    })
+}
+
+fn running_candidate(functions: &FunctionRuntime, name: &str) -> Result<Candidate, ApiError> {
+    functions.candidate(name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no candidate of function {name:?} runs in shadow; start one with POST /api/functions/{name}/shadow"),
+        )
+    })
+}
