@@ -23,9 +23,10 @@ scripts/build-guests.sh
 say "building the four-language examples"
 scripts/build-examples.sh
 
-# fastavro, the independent Avro decoder the avro-encode plugin's test uses.
-say "installing fastavro"
-scripts/ensure-fastavro.sh >/dev/null
+# fastavro (the avro-encode plugin's test decodes with it) and schemathesis
+# (the API fuzz test).
+say "installing the Python test tools"
+scripts/ensure-python-tools.sh >/dev/null
 
 say "cargo fmt --check"
 cargo fmt --all -- --check

@@ -22,6 +22,7 @@ mod kafka;
 mod languages;
 mod metrics;
 mod nats;
+mod openapi;
 mod pause;
 mod plugins;
 mod poison;

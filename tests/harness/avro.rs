@@ -1,19 +1,13 @@
 //! Decodes Avro with an independent implementation, Python's fastavro
-//! (installed by `scripts/ensure-fastavro.sh`), to check what weft's Avro
+//! (installed by `scripts/ensure-python-tools.sh`), to check what weft's Avro
 //! encoder wrote.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// The python of the venv that holds fastavro; installs it once per run.
-fn python() -> &'static PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| PathBuf::from(super::guests::run_script("ensure-fastavro.sh").trim()))
-}
+use super::python_tools::python;
 
 /// Reads one schemaless Avro datum from stdin against the schema in argv[1]
 /// and prints it as JSON; decimals, uuids, dates and timestamps as their

@@ -17,6 +17,7 @@ pub mod kafka;
 pub mod nats;
 pub mod oracle;
 pub mod postgres;
+pub mod python_tools;
 pub mod rabbitmq;
 pub mod redis;
 pub mod server_process;

@@ -60,6 +60,7 @@ struct CreateRequest {
 /// `POST …/backfills`: `{"table": "public.orders"}`, or `{"tables": [...]}`
 /// or `{"tables": "all"}`, each optionally partial (`sort_column`,
 /// `start_position`, `filter`).
+#[utoipa::path(post, path = "/api/sinks/{name}/backfills", tag = "backfills", summary = "Start backfills", params(("name" = String, Path, description = "The sink")), request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Started", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
@@ -135,6 +136,7 @@ pub(super) async fn create(
 }
 
 /// `GET …/backfills`: `{"data": [...]}`, oldest first.
+#[utoipa::path(get, path = "/api/sinks/{name}/backfills", tag = "backfills", summary = "A sink's backfills", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
@@ -151,6 +153,7 @@ pub(super) async fn list(
 }
 
 /// `GET …/backfills/{id}`.
+#[utoipa::path(get, path = "/api/sinks/{name}/backfills/{id}", tag = "backfills", summary = "One backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,
@@ -166,6 +169,7 @@ pub(super) async fn get(
 }
 
 /// `POST …/backfills/{id}/pause`.
+#[utoipa::path(post, path = "/api/sinks/{name}/backfills/{id}/pause", tag = "backfills", summary = "Pause a backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn pause(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,
@@ -178,6 +182,7 @@ pub(super) async fn pause(
 }
 
 /// `POST …/backfills/{id}/resume`.
+#[utoipa::path(post, path = "/api/sinks/{name}/backfills/{id}/resume", tag = "backfills", summary = "Resume a backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn resume(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,
@@ -190,6 +195,7 @@ pub(super) async fn resume(
 }
 
 /// `DELETE …/backfills/{id}`: cancels it.
+#[utoipa::path(delete, path = "/api/sinks/{name}/backfills/{id}", tag = "backfills", summary = "Cancel a backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn cancel(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,

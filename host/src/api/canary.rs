@@ -30,15 +30,18 @@ use crate::config::plugin_registry::PluginRef;
 use crate::hot_swap::{Candidate, FunctionRuntime};
 
 /// The body of `POST …/shadow`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ShadowBody {
+    /// The candidate: a registered version, `name@version`.
     plugin: String,
+    /// Its `config:`; the live function's when absent.
     #[serde(default)]
     config: Option<BTreeMap<String, String>>,
 }
 
 /// `POST /api/functions/{name}/shadow`.
+#[utoipa::path(post, path = "/api/functions/{name}/shadow", tag = "functions", summary = "Run a candidate version in shadow", params(("name" = String, Path, description = "The function")), request_body = ShadowBody, responses((status = 201, description = "Running in shadow", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn start(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -78,6 +81,7 @@ pub(super) async fn start(
 }
 
 /// `GET /api/functions/{name}/shadow`.
+#[utoipa::path(get, path = "/api/functions/{name}/shadow", tag = "functions", summary = "The shadow report", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn report(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -86,6 +90,7 @@ pub(super) async fn report(
 }
 
 /// `DELETE /api/functions/{name}/shadow`.
+#[utoipa::path(delete, path = "/api/functions/{name}/shadow", tag = "functions", summary = "Stop the shadow run", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn stop(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -111,6 +116,7 @@ fn shadow_state(state: &PullApiState, name: &str, stop: bool) -> Result<Value, A
 }
 
 /// `POST /api/functions/{name}/promote`.
+#[utoipa::path(post, path = "/api/functions/{name}/promote", tag = "functions", summary = "Make the candidate live", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn promote(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -149,6 +155,7 @@ pub(super) async fn promote(
 }
 
 /// `POST /api/functions/{name}/rollback`.
+#[utoipa::path(post, path = "/api/functions/{name}/rollback", tag = "functions", summary = "Restore the version before the last promotion", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn rollback(
     State(state): State<PullApiState>,
     Path(name): Path<String>,

@@ -28,7 +28,7 @@ use crate::config::plan::{PlannedChange, plan};
 use crate::config::{Config, ConfigError, export::REDACTED};
 
 /// The request body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ConfigBody {
     /// The proposed config, sequin.yml layout.
@@ -36,6 +36,7 @@ pub(super) struct ConfigBody {
 }
 
 /// `POST /api/config/plan`: `{"changes": [...]}`.
+#[utoipa::path(post, path = "/api/config/plan", tag = "config", summary = "The changes a config would make", request_body = ConfigBody, responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn plan_config(
     State(state): State<PullApiState>,
     Json(body): Json<ConfigBody>,
@@ -45,6 +46,7 @@ pub(super) async fn plan_config(
 }
 
 /// `POST /api/config/apply`: `{"changes": [...], "applied": bool}`.
+#[utoipa::path(post, path = "/api/config/apply", tag = "config", summary = "Apply a config (hot swap when only functions change)", request_body = ConfigBody, responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn apply_config(
     State(state): State<PullApiState>,
     Json(body): Json<ConfigBody>,

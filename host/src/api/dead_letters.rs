@@ -22,6 +22,7 @@ const MAX_LIMIT: u32 = 1000;
 
 /// `GET …/dead_letters`: `{"data": [dead letter, ...], "count": N}`, oldest
 /// first; page with `after=<last id seen>`.
+#[utoipa::path(get, path = "/api/sinks/{name}/dead_letters", tag = "dead_letters", summary = "A sink's dead letters", params(("name" = String, Path, description = "The sink"), ("after" = Option<i64>, Query, description = "Page after this id"), ("limit" = Option<u32>, Query, description = "At most this many (1 to 1000)")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
@@ -42,6 +43,7 @@ pub(super) async fn list(
 }
 
 /// `GET …/dead_letters/{id}`.
+#[utoipa::path(get, path = "/api/sinks/{name}/dead_letters/{id}", tag = "dead_letters", summary = "One dead letter", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The dead letter")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,
@@ -57,6 +59,7 @@ pub(super) async fn get(
 }
 
 /// `POST …/dead_letters/{id}/replay`: back in line for delivery.
+#[utoipa::path(post, path = "/api/sinks/{name}/dead_letters/{id}/replay", tag = "dead_letters", summary = "Replay one dead letter", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The dead letter")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replay_one(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,
@@ -76,6 +79,7 @@ pub(super) async fn replay_one(
 
 /// `POST …/dead_letters/replay`: replays the dead letters listed in
 /// `{"ids": [...]}`, or all of them with no body.
+#[utoipa::path(post, path = "/api/sinks/{name}/dead_letters/replay", tag = "dead_letters", summary = "Replay dead letters (the listed ids, or all)", params(("name" = String, Path, description = "The sink")), request_body(content = Option<Object>, content_type = "application/json"), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replay_many(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
@@ -116,6 +120,7 @@ pub(super) async fn replay_many(
 }
 
 /// `DELETE …/dead_letters/{id}`: gone for good.
+#[utoipa::path(delete, path = "/api/sinks/{name}/dead_letters/{id}", tag = "dead_letters", summary = "Discard a dead letter", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The dead letter")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn discard(
     State(state): State<PullApiState>,
     Path((sink, id)): Path<(String, String)>,

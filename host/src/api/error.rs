@@ -4,6 +4,16 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+/// The error body's shape, for the OpenAPI document.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // only its schema is used
+pub(crate) struct ApiErrorBody {
+    /// What went wrong and what to do.
+    summary: String,
+    /// Per parameter, the list of what is wrong with it.
+    validation_errors: std::collections::BTreeMap<String, Vec<String>>,
+}
+
 /// An HTTP error answered as `{"summary": "...", "validation_errors": {...}}`,
 /// the shape of Sequin's API errors. `validation_errors` maps a parameter
 /// to the list of what is wrong with it.

@@ -11,6 +11,7 @@ use super::resources::{named, section};
 use super::{ApiError, PullApiState};
 
 /// `GET /api/functions`.
+#[utoipa::path(get, path = "/api/functions", tag = "functions", summary = "List the functions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
     let data: Vec<Value> = section(&state, "functions")?
         .into_iter()
@@ -20,6 +21,7 @@ pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value
 }
 
 /// `GET /api/functions/{name}`.
+#[utoipa::path(get, path = "/api/functions/{name}", tag = "functions", summary = "One function, with its switch points", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
     Path(name): Path<String>,

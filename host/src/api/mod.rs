@@ -14,6 +14,7 @@ mod dead_letters;
 mod error;
 mod functions;
 pub mod metrics_listener;
+mod openapi;
 mod params;
 mod pause;
 mod plugins;
@@ -27,9 +28,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::backfill::BackfillLauncher;
 use crate::config::change_retention::ChangeRetentionConfig;
@@ -380,90 +384,65 @@ impl PullApiState {
 /// `/api/destinations/http_endpoints` (see [`resources`]) and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: PullApiState) -> Router {
-    let consumer = Router::new()
-        .route("/receive", get(pull::receive).post(pull::receive))
-        .route("/ack", post(pull::ack))
-        .route("/nack", post(pull::nack));
-    let dead_letters = Router::new()
-        .route("/", get(dead_letters::list))
-        .route("/replay", post(dead_letters::replay_many))
+    let (documented, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(health))
+        .routes(routes!(readiness))
+        .routes(routes!(metrics))
+        .routes(routes!(entity_health))
+        .routes(routes!(export_config))
+        .routes(routes!(config_apply::plan_config))
+        .routes(routes!(config_apply::apply_config))
+        .routes(routes!(resources::sinks))
+        .routes(routes!(resources::sink))
+        .routes(routes!(resources::databases))
+        .routes(routes!(resources::database))
+        .routes(routes!(resources::http_endpoints))
+        .routes(routes!(resources::http_endpoint))
+        .routes(without_body_limit(routes!(plugins::list, plugins::upload)))
+        .routes(routes!(plugins::versions))
+        .routes(routes!(plugins::get, plugins::delete))
+        .routes(routes!(functions::list))
+        .routes(routes!(functions::get))
+        .routes(routes!(canary::report, canary::start, canary::stop))
+        .routes(routes!(canary::promote))
+        .routes(routes!(canary::rollback))
+        .routes(routes!(change_retentions::list))
+        .routes(routes!(change_retentions::get))
+        .routes(routes!(dead_letters::list))
+        .routes(routes!(dead_letters::replay_many))
+        .routes(routes!(dead_letters::get, dead_letters::discard))
+        .routes(routes!(dead_letters::replay_one))
+        .routes(routes!(backfills::list, backfills::create))
+        .routes(routes!(backfills::get, backfills::cancel))
+        .routes(routes!(backfills::pause))
+        .routes(routes!(backfills::resume))
+        .routes(routes!(pause::pause))
+        .routes(routes!(pause::resume))
+        .routes(routes!(quarantine::get, quarantine::reset))
+        // The handler enforces each source's own `max_body_bytes`.
+        .routes(without_body_limit(routes!(webhook_sources::post)))
+        .routes(routes!(pull::receive))
+        .routes(routes!(pull::ack))
+        .routes(routes!(pull::nack))
+        .split_for_parts();
+    let document =
+        Arc::new(serde_json::to_value(&document).expect("the OpenAPI document serializes"));
+    documented
         .route(
-            "/{id}",
-            get(dead_letters::get).merge(delete(dead_letters::discard)),
+            "/api/openapi.json",
+            get(move || {
+                let document = Arc::clone(&document);
+                async move { axum::Json((*document).clone()) }
+            }),
         )
-        .route("/{id}/replay", post(dead_letters::replay_one));
-    Router::new()
-        .route("/health", get(health))
-        .route("/health/ready", get(readiness))
-        .route("/metrics", get(metrics))
-        .route("/api/health", get(entity_health))
-        .route("/api/config/export", get(export_config))
-        .route("/api/config/plan", post(config_apply::plan_config))
-        .route("/api/config/apply", post(config_apply::apply_config))
-        .route("/api/sinks", get(resources::sinks))
-        .route("/api/sinks/{name}", get(resources::sink))
-        .route("/api/postgres_databases", get(resources::databases))
-        .route("/api/postgres_databases/{name}", get(resources::database))
-        .route(
-            "/api/destinations/http_endpoints",
-            get(resources::http_endpoints),
+        // Sequin's older name of the pull routes, the same handlers.
+        .nest(
+            "/api/sequin_streams/{name}",
+            Router::new()
+                .route("/receive", get(pull::receive).post(pull::receive))
+                .route("/ack", post(pull::ack))
+                .route("/nack", post(pull::nack)),
         )
-        .route(
-            "/api/destinations/http_endpoints/{name}",
-            get(resources::http_endpoint),
-        )
-        .route(
-            "/api/plugins",
-            // The handler enforces plugin_registry.max_component_mb.
-            get(plugins::list)
-                .post(plugins::upload)
-                .layer(axum::extract::DefaultBodyLimit::disable()),
-        )
-        .route("/api/plugins/{name}", get(plugins::versions))
-        .route(
-            "/api/plugins/{name}/{version}",
-            get(plugins::get).delete(plugins::delete),
-        )
-        .route("/api/functions", get(functions::list))
-        .route("/api/functions/{name}", get(functions::get))
-        .route(
-            "/api/functions/{name}/shadow",
-            get(canary::report).post(canary::start).delete(canary::stop),
-        )
-        .route("/api/functions/{name}/promote", post(canary::promote))
-        .route("/api/functions/{name}/rollback", post(canary::rollback))
-        .route("/api/change_retentions", get(change_retentions::list))
-        .route("/api/change_retentions/{name}", get(change_retentions::get))
-        .nest("/api/sinks/{name}/dead_letters", dead_letters)
-        .route(
-            "/api/sinks/{name}/backfills",
-            get(backfills::list).post(backfills::create),
-        )
-        .route(
-            "/api/sinks/{name}/backfills/{id}",
-            get(backfills::get).delete(backfills::cancel),
-        )
-        .route(
-            "/api/sinks/{name}/backfills/{id}/pause",
-            post(backfills::pause),
-        )
-        .route(
-            "/api/sinks/{name}/backfills/{id}/resume",
-            post(backfills::resume),
-        )
-        .route("/api/sinks/{name}/pause", post(pause::pause))
-        .route("/api/sinks/{name}/resume", post(pause::resume))
-        .route(
-            "/api/sinks/{name}/quarantine",
-            get(quarantine::get).delete(quarantine::reset),
-        )
-        .route(
-            "/api/webhook_sources/{name}",
-            // The handler enforces each source's own `max_body_bytes`.
-            post(webhook_sources::post).layer(axum::extract::DefaultBodyLimit::disable()),
-        )
-        .nest("/api/http_pull_consumers/{name}", consumer.clone())
-        .nest("/api/sequin_streams/{name}", consumer)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -471,6 +450,19 @@ pub fn router(state: PullApiState) -> Router {
         ))
         .layer(axum::middleware::from_fn(request_metrics::record))
         .with_state(state)
+}
+
+/// `routes` without axum's default 2 MB request body limit: their handlers
+/// enforce a limit of their own.
+fn without_body_limit(
+    routes: utoipa_axum::router::UtoipaMethodRouter<PullApiState>,
+) -> utoipa_axum::router::UtoipaMethodRouter<PullApiState> {
+    let (schemas, paths, method_router) = routes;
+    (
+        schemas,
+        paths,
+        method_router.layer(axum::extract::DefaultBodyLimit::disable()),
+    )
 }
 
 /// Serves `router` on `listener` until `shutdown` is cancelled, then waits
@@ -485,6 +477,7 @@ pub async fn serve(
         .await
 }
 
+#[utoipa::path(get, path = "/health", tag = "probes", summary = "Liveness", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": "ok"}))
 }
@@ -492,6 +485,7 @@ async fn health() -> axum::Json<serde_json::Value> {
 /// Readiness: `200 {"status": "ready"}` once every replication slot
 /// streams; `503` with the slots still waiting (and why) before that, or
 /// while one is reconnecting.
+#[utoipa::path(get, path = "/health/ready", tag = "probes", summary = "Readiness: every replication slot streams", responses((status = 200, description = "Ready", body = Object), (status = 503, description = "Slots still waiting", body = Object)))]
 async fn readiness() -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let waiting: Vec<serde_json::Value> = crate::health::global()
@@ -517,6 +511,7 @@ async fn readiness() -> axum::response::Response {
 }
 
 /// Every entity's health; the overall status is the worst of them.
+#[utoipa::path(get, path = "/api/health", tag = "health", summary = "Health checks of every entity", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 async fn entity_health() -> axum::Json<serde_json::Value> {
     let entities = crate::health::global().snapshot();
     let status = entities
@@ -530,6 +525,7 @@ async fn entity_health() -> axum::Json<serde_json::Value> {
 /// `{"yaml": ...}`: the running config with every secret redacted. The API
 /// never shows secrets (use `weft config export --show-secrets` on the
 /// host instead).
+#[utoipa::path(get, path = "/api/config/export", tag = "config", summary = "The running config, secrets redacted", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 async fn export_config(
     axum::extract::State(state): axum::extract::State<PullApiState>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
@@ -555,6 +551,7 @@ fn redacted(text: &str) -> Result<String, ApiError> {
     })
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "probes", summary = "Prometheus metrics", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn metrics() -> axum::response::Response {
     metrics_listener::render().await
 }

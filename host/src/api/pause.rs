@@ -11,6 +11,7 @@ use super::dead_letters::known;
 use super::{ApiError, PullApiState};
 
 /// `POST …/pause`.
+#[utoipa::path(post, path = "/api/sinks/{name}/pause", tag = "sinks", summary = "Stop a sink's deliveries", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn pause(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
@@ -19,6 +20,7 @@ pub(super) async fn pause(
 }
 
 /// `POST …/resume`.
+#[utoipa::path(post, path = "/api/sinks/{name}/resume", tag = "sinks", summary = "Resume a sink's deliveries", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn resume(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,

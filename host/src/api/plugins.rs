@@ -23,6 +23,7 @@ use crate::registry::{RegistryError, Upload};
 use crate::store::{RegisteredPlugin, Registration};
 
 /// `POST /api/plugins`.
+#[utoipa::path(post, path = "/api/plugins", tag = "plugins", summary = "Register a component", params(("name" = String, Query, description = "The plugin name"), ("version" = String, Query, description = "Its version"), ("kind" = String, Query, description = "transform, filter, routing or enrichment")), request_body(content = ComponentBytes, content_type = "application/octet-stream", description = "The component (.wasm); any content type is accepted, application/wasm is conventional"), responses((status = 201, description = "Registered", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn upload(
     State(state): State<PullApiState>,
     Query(query): Query<HashMap<String, String>>,
@@ -82,13 +83,21 @@ pub(super) async fn upload(
     })
 }
 
+/// The upload body, for the OpenAPI document: the component's bytes.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code)] // only its schema is used
+pub(super) struct ComponentBytes(Vec<u8>);
+
 /// `GET /api/plugins`: `{"data": [version, ...]}`.
+#[utoipa::path(get, path = "/api/plugins", tag = "plugins", summary = "List registered versions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
     let data = registered(&state, |_| true)?;
     Ok(Json(json!({ "data": data })))
 }
 
 /// `GET /api/plugins/{name}`: `{"data": [version, ...]}`, 404 when none.
+#[utoipa::path(get, path = "/api/plugins/{name}", tag = "plugins", summary = "A plugin's versions", params(("name" = String, Path, description = "The plugin")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn versions(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -120,6 +129,7 @@ fn registered(
 }
 
 /// `GET /api/plugins/{name}/{version}`.
+#[utoipa::path(get, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "One version", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
     Path((name, version)): Path<(String, String)>,
@@ -133,6 +143,7 @@ pub(super) async fn get(
 }
 
 /// `DELETE /api/plugins/{name}/{version}`.
+#[utoipa::path(delete, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "Delete a version not in use", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete(
     State(state): State<PullApiState>,
     Path((name, version)): Path<(String, String)>,

@@ -14,6 +14,7 @@ use crate::sinks::sequin_stream::{PullError, SequinStream};
 use crate::store::{AckId, AckOutcome};
 
 /// `GET|POST …/receive`: `{"data": [{"ack_id": "…", "data": {message}}]}`.
+#[utoipa::path(method(get, post), path = "/api/http_pull_consumers/{name}/receive", tag = "pull", summary = "Receive messages (also under /api/sequin_streams/{name})", params(("name" = String, Path, description = "The sink"), ("batch_size" = Option<u32>, Query, description = "1 to 1000"), ("wait_for" = Option<u64>, Query, description = "Long-poll ms, 500 to 300000")), request_body(content = Option<Object>, content_type = "application/json"), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn receive(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -44,6 +45,7 @@ pub(super) async fn receive(
 }
 
 /// `POST …/ack` with `{"ack_ids": […]}`: deletes the acked messages.
+#[utoipa::path(post, path = "/api/http_pull_consumers/{name}/ack", tag = "pull", summary = "Ack messages", params(("name" = String, Path, description = "The sink")), request_body = AckIds, responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn ack(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -56,6 +58,7 @@ pub(super) async fn ack(
 }
 
 /// `POST …/nack` with `{"ack_ids": […]}`: makes the messages visible again.
+#[utoipa::path(post, path = "/api/http_pull_consumers/{name}/nack", tag = "pull", summary = "Nack messages", params(("name" = String, Path, description = "The sink")), request_body = AckIds, responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn nack(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -121,4 +124,12 @@ fn pull_error(name: &str, error: PullError) -> ApiError {
             )
         }
     }
+}
+
+/// The body of ack and nack, for the OpenAPI document.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // only its schema is used
+pub(super) struct AckIds {
+    /// The ack ids receive handed out (UUIDs), 1 to 10,000.
+    ack_ids: Vec<String>,
 }

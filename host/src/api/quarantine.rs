@@ -10,6 +10,7 @@ use super::dead_letters::known;
 use super::{ApiError, PullApiState};
 
 /// `GET …/quarantine`: `{"quarantined": bool, "quarantine": {...} | null}`.
+#[utoipa::path(get, path = "/api/sinks/{name}/quarantine", tag = "sinks", summary = "A sink's quarantine", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,
@@ -23,6 +24,7 @@ pub(super) async fn get(
 }
 
 /// `DELETE …/quarantine`: lifts it; `{"lifted": {...} | null}`.
+#[utoipa::path(delete, path = "/api/sinks/{name}/quarantine", tag = "sinks", summary = "Release a quarantined sink", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn reset(
     State(state): State<PullApiState>,
     Path(sink): Path<String>,

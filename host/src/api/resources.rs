@@ -15,6 +15,7 @@ use crate::health::EntityKind;
 use crate::message::ConsumerRef;
 
 /// `GET /api/sinks`.
+#[utoipa::path(get, path = "/api/sinks", tag = "sinks", summary = "List the sinks", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn sinks(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
     let data: Vec<Value> = section(&state, "sinks")?
         .into_iter()
@@ -24,6 +25,7 @@ pub(super) async fn sinks(State(state): State<PullApiState>) -> Result<Json<Valu
 }
 
 /// `GET /api/sinks/{name}`.
+#[utoipa::path(get, path = "/api/sinks/{name}", tag = "sinks", summary = "One sink", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn sink(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -33,11 +35,13 @@ pub(super) async fn sink(
 }
 
 /// `GET /api/postgres_databases`.
+#[utoipa::path(get, path = "/api/postgres_databases", tag = "postgres_databases", summary = "List the databases", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn databases(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({ "data": section(&state, "databases")? })))
 }
 
 /// `GET /api/postgres_databases/{name}`.
+#[utoipa::path(get, path = "/api/postgres_databases/{name}", tag = "postgres_databases", summary = "One database", params(("name" = String, Path, description = "The database")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn database(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
@@ -47,6 +51,7 @@ pub(super) async fn database(
 }
 
 /// `GET /api/destinations/http_endpoints`.
+#[utoipa::path(get, path = "/api/destinations/http_endpoints", tag = "http_endpoints", summary = "List the HTTP endpoints", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn http_endpoints(
     State(state): State<PullApiState>,
 ) -> Result<Json<Value>, ApiError> {
@@ -54,6 +59,7 @@ pub(super) async fn http_endpoints(
 }
 
 /// `GET /api/destinations/http_endpoints/{name}`.
+#[utoipa::path(get, path = "/api/destinations/http_endpoints/{name}", tag = "http_endpoints", summary = "One HTTP endpoint", params(("name" = String, Path, description = "The endpoint")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn http_endpoint(
     State(state): State<PullApiState>,
     Path(name): Path<String>,

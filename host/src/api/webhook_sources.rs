@@ -26,6 +26,7 @@ const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// `POST /api/webhook_sources/{name}`.
+#[utoipa::path(post, path = "/api/webhook_sources/{name}", tag = "webhook_sources", summary = "Post messages to a webhook source", params(("name" = String, Path, description = "The webhook source")), request_body(content = Object, content_type = "application/json"), responses((status = 202, description = "Accepted", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn post(
     State(state): State<PullApiState>,
     Path(name): Path<String>,
