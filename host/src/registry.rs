@@ -102,6 +102,8 @@ pub enum RegistryError {
 /// An upload: the version and kind it declares, and the component bytes.
 #[derive(Debug, Clone)]
 pub struct Upload {
+    /// The account uploading it; empty for the operator.
+    pub account: String,
     /// The plugin's name.
     pub name: String,
     /// The version.
@@ -175,9 +177,9 @@ impl PluginRegistry {
             });
         }
         let sha256 = hex::encode(Sha256::digest(&upload.bytes));
-        if let Some(existing) = self
-            .store
-            .registered_plugin(&upload.name, &upload.version)?
+        if let Some(existing) =
+            self.store
+                .registered_plugin(&upload.account, &upload.name, &upload.version)?
         {
             if existing.sha256 != sha256 || existing.kind != upload.kind {
                 return Err(conflict(existing));
@@ -200,6 +202,7 @@ impl PluginRegistry {
                 other => RegistryError::Rejected(other),
             })?;
         let plugin = RegisteredPlugin {
+            account: upload.account,
             name: upload.name,
             version: upload.version,
             kind: upload.kind,
@@ -219,32 +222,41 @@ impl PluginRegistry {
         }
     }
 
-    /// Every registered version.
-    pub fn list(&self) -> Result<Vec<RegisteredPlugin>, RegistryError> {
-        Ok(self.store.registered_plugins()?)
+    /// Every version `account` registered (`None`: every account's).
+    pub fn list(&self, account: Option<&str>) -> Result<Vec<RegisteredPlugin>, RegistryError> {
+        Ok(self.store.registered_plugins(account)?)
     }
 
-    /// The registered version `plugin`.
-    pub fn get(&self, plugin: &PluginRef) -> Result<RegisteredPlugin, RegistryError> {
+    /// `account`'s registered version `plugin`.
+    pub fn get(
+        &self,
+        account: &str,
+        plugin: &PluginRef,
+    ) -> Result<RegisteredPlugin, RegistryError> {
         self.store
-            .registered_plugin(&plugin.name, &plugin.version)?
+            .registered_plugin(account, &plugin.name, &plugin.version)?
             .ok_or_else(|| RegistryError::NotFound(plugin.clone()))
     }
 
-    /// Deletes `plugin` unless a function of `running` names it; removes
-    /// its file unless another version has the same bytes.
+    /// Deletes `account`'s `plugin` unless a function of that account in
+    /// `running` names it; removes its file unless another version has the
+    /// same bytes.
     pub fn delete(
         &self,
+        account: &str,
         plugin: &PluginRef,
         running: Option<&Config>,
     ) -> Result<RegisteredPlugin, RegistryError> {
-        let registered = self.get(plugin)?;
+        let registered = self.get(account, plugin)?;
         let users: Vec<String> = running
             .map(|config| {
                 config
                     .functions
                     .iter()
-                    .filter(|f| f.plugin.as_ref() == Some(plugin))
+                    .filter(|f| {
+                        f.plugin.as_ref() == Some(plugin)
+                            && f.account.as_deref().unwrap_or_default() == account
+                    })
                     .map(|f| f.name.clone())
                     .collect()
             })
@@ -257,7 +269,7 @@ impl PluginRegistry {
         }
         let shared = self
             .store
-            .unregister_plugin(&plugin.name, &plugin.version)?;
+            .unregister_plugin(account, &plugin.name, &plugin.version)?;
         if !shared {
             let path = self.file(&registered);
             if let Err(error) = std::fs::remove_file(&path) {
@@ -268,7 +280,7 @@ impl PluginRegistry {
     }
 
     /// Points every function of `config` that names a registered plugin at
-    /// the plugin's component file. Answers, per function that cannot be
+    /// the component file of that plugin in the function's account. Answers, per function that cannot be
     /// resolved, its index in `functions` and why.
     pub fn resolve(&self, config: &mut Config) -> Result<(), Vec<(usize, String)>> {
         let mut problems = Vec::new();
@@ -276,7 +288,11 @@ impl PluginRegistry {
             let Some(reference) = &function.plugin else {
                 continue;
             };
-            match self.store.registered_plugin(&reference.name, &reference.version) {
+            let account = function.account.as_deref().unwrap_or_default();
+            match self
+                .store
+                .registered_plugin(account, &reference.name, &reference.version)
+            {
                 Ok(Some(plugin)) if plugin.kind != function.kind.as_str() => problems.push((
                     i,
                     format!(

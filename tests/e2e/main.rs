@@ -4,6 +4,7 @@
 #[path = "../harness/mod.rs"]
 mod harness;
 
+mod accounts;
 mod api_auth;
 mod backfill;
 mod backlog;

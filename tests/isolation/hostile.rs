@@ -4,7 +4,10 @@
 //! routing keys, or try to read files, the environment and the network.
 //! Each failure stays with its change (a dead letter with a clear reason),
 //! the host stays up, and a neighbouring tenant's throughput during the
-//! attack stays within 20% of its throughput without it.
+//! attack stays within 20% of its throughput without it. The attacker and
+//! the neighbour are two accounts: the attacker's functions burn CPU and
+//! memory up to its account's limits (`plugin_timeout_ms`,
+//! `plugin_memory_mb`), which is the noisy-neighbour case.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -30,8 +33,13 @@ const ATTACKS: &[(&str, &str)] = &[
 
 fn config(pg: &PgCluster) -> String {
     format!(
-        r#"databases:
+        r#"accounts:
   - name: attacker
+    limits: {{ plugin_timeout_ms: 1000, plugin_memory_mb: 64, max_plugin_instances: 2 }}
+  - name: tenant
+databases:
+  - name: attacker
+    account: attacker
     hostname: 127.0.0.1
     port: {port}
     database: attacker
@@ -39,6 +47,7 @@ fn config(pg: &PgCluster) -> String {
     slot: {{ name: attacker_slot, create_if_not_exists: true }}
     publication: {{ name: attacker_pub, create_if_not_exists: true }}
   - name: tenant
+    account: tenant
     hostname: 127.0.0.1
     port: {port}
     database: tenant
@@ -47,28 +56,34 @@ fn config(pg: &PgCluster) -> String {
     publication: {{ name: tenant_pub, create_if_not_exists: true }}
 http_endpoints:
   - name: nowhere
+    account: attacker
     url: http://127.0.0.1:9/
 functions:
   - name: hostile
+    account: attacker
     type: transform
     file: {hostile}
     limits: {{ timeout_ms: 1000, memory_mb: 64 }}
   - name: badroute
+    account: attacker
     type: routing
     file: {routing}
     config: {{ keys: "topic" }}
 sinks:
   - name: hostile
+    account: attacker
     database: attacker
     transform: hostile
     quarantine_after_traps: 0
     destination: {{ type: sequin_stream }}
   - name: misrouted
+    account: attacker
     database: attacker
     routing: badroute
     quarantine_after_traps: 0
     destination: {{ type: webhook, http_endpoint: nowhere }}
   - name: neighbour
+    account: tenant
     database: tenant
     destination: {{ type: sequin_stream }}
 "#,

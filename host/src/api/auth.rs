@@ -31,13 +31,13 @@ impl ApiTokens {
         !self.0.is_empty()
     }
 
-    /// The name of the token `given` is, if any. Every token is compared,
-    /// in constant time, so timing tells nothing about which one is close.
-    fn find(&self, given: &str) -> Option<&str> {
+    /// The token `given` is, if any. Every token is compared, in constant
+    /// time, so timing tells nothing about which one is close.
+    fn find(&self, given: &str) -> Option<&ApiTokenConfig> {
         let mut found = None;
         for token in self.0.iter() {
             if bool::from(given.as_bytes().ct_eq(token.token.as_bytes())) {
-                found = Some(token.name.as_str());
+                found = Some(token);
             }
         }
         found
@@ -54,9 +54,32 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// The name of the token a request was authenticated with.
-#[derive(Debug, Clone)]
-pub struct TokenName(pub String);
+/// Who a request comes from: the token it was authenticated with and that
+/// token's account. Every request past [`require_token`] carries one.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The token's name; `None` when the API is open (no `api_tokens`).
+    pub token: Option<String>,
+    /// The token's account; `None` for an admin token (or an open API),
+    /// which manages every account's resources.
+    pub account: Option<String>,
+}
+
+impl Caller {
+    /// Whether the caller may see and change a resource owned by `owner`.
+    pub fn owns(&self, owner: Option<&str>) -> bool {
+        match &self.account {
+            None => true,
+            Some(account) => owner == Some(account.as_str()),
+        }
+    }
+
+    /// The registry namespace of the caller's uploads: its account, or
+    /// empty for the operator.
+    pub fn namespace(&self) -> &str {
+        self.account.as_deref().unwrap_or_default()
+    }
+}
 
 /// Middleware: refuses a request without a known token with 401.
 pub async fn require_token(
@@ -66,13 +89,17 @@ pub async fn require_token(
 ) -> Response {
     let tokens = state.api_tokens();
     if !tokens.enabled() || exempt(request.method(), request.uri().path()) {
+        request.extensions_mut().insert(Caller::default());
         return next.run(request).await;
     }
-    let name = bearer(request.headers()).and_then(|given| tokens.find(given));
-    match name {
-        Some(name) => {
-            let name = TokenName(name.to_string());
-            request.extensions_mut().insert(name);
+    let found = bearer(request.headers()).and_then(|given| tokens.find(given));
+    match found {
+        Some(token) => {
+            let caller = Caller {
+                token: Some(token.name.clone()),
+                account: token.account.clone(),
+            };
+            request.extensions_mut().insert(caller);
             next.run(request).await
         }
         None => {
@@ -103,10 +130,12 @@ mod tests {
     fn tokens() -> ApiTokens {
         ApiTokens::new(vec![
             ApiTokenConfig {
+                account: None,
                 name: "ci".into(),
                 token: "0123456789abcdef".into(),
             },
             ApiTokenConfig {
+                account: None,
                 name: "ops".into(),
                 token: "fedcba9876543210".into(),
             },
@@ -115,9 +144,13 @@ mod tests {
 
     #[test]
     fn a_token_is_found_by_its_whole_value_only() {
-        assert_eq!(tokens().find("fedcba9876543210"), Some("ops"));
-        assert_eq!(tokens().find("fedcba987654321"), None);
-        assert_eq!(tokens().find(""), None);
+        let tokens = tokens();
+        assert_eq!(
+            tokens.find("fedcba9876543210").map(|t| t.name.as_str()),
+            Some("ops")
+        );
+        assert!(tokens.find("fedcba987654321").is_none());
+        assert!(tokens.find("").is_none());
         assert!(!ApiTokens::default().enabled());
     }
 

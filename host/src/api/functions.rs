@@ -4,16 +4,20 @@
 //! per sink, its hot-swap switch points (see [`crate::pipeline::swap`]).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use serde_json::{Value, json};
 
+use super::auth::Caller;
 use super::resources::{named, section};
 use super::{ApiError, PullApiState};
 
 /// `GET /api/functions`.
 #[utoipa::path(get, path = "/api/functions", tag = "functions", summary = "List the functions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
-pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
-    let data: Vec<Value> = section(&state, "functions")?
+pub(super) async fn list(
+    State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    let data: Vec<Value> = section(&state, &caller, "functions")?
         .into_iter()
         .map(|entry| with_runtime(&state, entry))
         .collect();
@@ -24,10 +28,11 @@ pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value
 #[utoipa::path(get, path = "/api/functions/{name}", tag = "functions", summary = "One function, with its switch points", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let entry = named(
-        section(&state, "functions")?,
+        section(&state, &caller, "functions")?,
         "function",
         "/api/functions",
         &name,

@@ -22,6 +22,8 @@ mod pull;
 mod quarantine;
 mod request_metrics;
 mod resources;
+mod tenancy;
+mod test_connection;
 mod webhook_sources;
 
 use std::collections::HashMap;
@@ -396,6 +398,7 @@ pub fn router(state: PullApiState) -> Router {
         .routes(routes!(resources::sink))
         .routes(routes!(resources::databases))
         .routes(routes!(resources::database))
+        .routes(routes!(test_connection::test_connection))
         .routes(routes!(resources::http_endpoints))
         .routes(routes!(resources::http_endpoint))
         .routes(without_body_limit(routes!(plugins::list, plugins::upload)))
@@ -444,6 +447,10 @@ pub fn router(state: PullApiState) -> Router {
                 .route("/nack", post(pull::nack)),
         )
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            tenancy::scope_to_account,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

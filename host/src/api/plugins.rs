@@ -12,10 +12,11 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
+use super::auth::Caller;
 use super::webhook_sources::{Unread, read_limited};
 use super::{ApiError, PullApiState};
 use crate::config::plugin_registry::PluginRef;
@@ -26,6 +27,7 @@ use crate::store::{RegisteredPlugin, Registration};
 #[utoipa::path(post, path = "/api/plugins", tag = "plugins", summary = "Register a component", params(("name" = String, Query, description = "The plugin name"), ("version" = String, Query, description = "Its version"), ("kind" = String, Query, description = "transform, filter, routing or enrichment")), request_body(content = ComponentBytes, content_type = "application/octet-stream", description = "The component (.wasm); any content type is accepted, application/wasm is conventional"), responses((status = 201, description = "Registered", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn upload(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
@@ -40,7 +42,17 @@ pub(super) async fn upload(
         })
     };
     let (name, version, kind) = (field("name")?, field("version")?, field("kind")?);
-    let policy = functions.running().plugin_registry.clone();
+    let running = functions.running();
+    let mut policy = running.plugin_registry.clone();
+    if let Some(account) = &caller.account {
+        // An account's uploads may import what the account may be granted.
+        policy.allow_capabilities = running
+            .accounts
+            .iter()
+            .find(|a| &a.name == account)
+            .map(|a| a.allow_capabilities.clone())
+            .unwrap_or_default();
+    }
     let bytes = match read_limited(body, &headers, policy.max_component_bytes() as u64).await {
         Ok(bytes) => bytes,
         Err(Unread::TooLarge) => {
@@ -60,6 +72,7 @@ pub(super) async fn upload(
         }
     };
     let upload = Upload {
+        account: caller.namespace().to_string(),
         name,
         version,
         kind,
@@ -91,8 +104,11 @@ pub(super) struct ComponentBytes(Vec<u8>);
 
 /// `GET /api/plugins`: `{"data": [version, ...]}`.
 #[utoipa::path(get, path = "/api/plugins", tag = "plugins", summary = "List registered versions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
-pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
-    let data = registered(&state, |_| true)?;
+pub(super) async fn list(
+    State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    let data = registered(&state, &caller, |_| true)?;
     Ok(Json(json!({ "data": data })))
 }
 
@@ -100,9 +116,10 @@ pub(super) async fn list(State(state): State<PullApiState>) -> Result<Json<Value
 #[utoipa::path(get, path = "/api/plugins/{name}", tag = "plugins", summary = "A plugin's versions", params(("name" = String, Path, description = "The plugin")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn versions(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let data = registered(&state, |plugin| plugin.name == name)?;
+    let data = registered(&state, &caller, |plugin| plugin.name == name)?;
     if data.is_empty() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -112,15 +129,17 @@ pub(super) async fn versions(
     Ok(Json(json!({ "data": data })))
 }
 
-/// The registered versions that `keep`, rendered.
+/// The registered versions the caller sees that `keep`, rendered: an
+/// account's own, or every account's for an admin.
 fn registered(
     state: &PullApiState,
+    caller: &Caller,
     keep: impl Fn(&RegisteredPlugin) -> bool,
 ) -> Result<Vec<Value>, ApiError> {
     Ok(state
         .running_functions()?
         .registry()
-        .list()
+        .list(caller.account.as_deref())
         .map_err(registry_error)?
         .iter()
         .filter(|plugin| keep(plugin))
@@ -132,12 +151,13 @@ fn registered(
 #[utoipa::path(get, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "One version", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
     let plugin = functions
         .registry()
-        .get(&PluginRef { name, version })
+        .get(caller.namespace(), &PluginRef { name, version })
         .map_err(registry_error)?;
     Ok(Json(render(&plugin)))
 }
@@ -146,13 +166,18 @@ pub(super) async fn get(
 #[utoipa::path(delete, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "Delete a version not in use", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
     let running = functions.running();
     let deleted = functions
         .registry()
-        .delete(&PluginRef { name, version }, Some(&running))
+        .delete(
+            caller.namespace(),
+            &PluginRef { name, version },
+            Some(&running),
+        )
         .map_err(registry_error)?;
     let mut body = render(&deleted);
     body["deleted"] = json!(true);
@@ -170,6 +195,7 @@ fn render(plugin: &RegisteredPlugin) -> Value {
         "bytes": plugin.bytes,
         "imports": plugin.imports,
         "registered_at": plugin.registered_at,
+        "account": (!plugin.account.is_empty()).then_some(&plugin.account),
     })
 }
 

@@ -6,18 +6,22 @@
 //! (`paused`, `quarantined` or `active`) and its health checks.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
+use super::auth::Caller;
 use super::{ApiError, PullApiState};
 use crate::health::EntityKind;
 use crate::message::ConsumerRef;
 
 /// `GET /api/sinks`.
 #[utoipa::path(get, path = "/api/sinks", tag = "sinks", summary = "List the sinks", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
-pub(super) async fn sinks(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
-    let data: Vec<Value> = section(&state, "sinks")?
+pub(super) async fn sinks(
+    State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    let data: Vec<Value> = section(&state, &caller, "sinks")?
         .into_iter()
         .map(|sink| with_status(&state, sink))
         .collect();
@@ -28,25 +32,37 @@ pub(super) async fn sinks(State(state): State<PullApiState>) -> Result<Json<Valu
 #[utoipa::path(get, path = "/api/sinks/{name}", tag = "sinks", summary = "One sink", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn sink(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let sink = named(section(&state, "sinks")?, "sink", "/api/sinks", &name)?;
+    let sink = named(
+        section(&state, &caller, "sinks")?,
+        "sink",
+        "/api/sinks",
+        &name,
+    )?;
     Ok(Json(with_status(&state, sink)))
 }
 
 /// `GET /api/postgres_databases`.
 #[utoipa::path(get, path = "/api/postgres_databases", tag = "postgres_databases", summary = "List the databases", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
-pub(super) async fn databases(State(state): State<PullApiState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!({ "data": section(&state, "databases")? })))
+pub(super) async fn databases(
+    State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        json!({ "data": section(&state, &caller, "databases")? }),
+    ))
 }
 
 /// `GET /api/postgres_databases/{name}`.
 #[utoipa::path(get, path = "/api/postgres_databases/{name}", tag = "postgres_databases", summary = "One database", params(("name" = String, Path, description = "The database")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn database(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let databases = section(&state, "databases")?;
+    let databases = section(&state, &caller, "databases")?;
     named(databases, "database", "/api/postgres_databases", &name).map(Json)
 }
 
@@ -54,17 +70,21 @@ pub(super) async fn database(
 #[utoipa::path(get, path = "/api/destinations/http_endpoints", tag = "http_endpoints", summary = "List the HTTP endpoints", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn http_endpoints(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!({ "data": section(&state, "http_endpoints")? })))
+    Ok(Json(
+        json!({ "data": section(&state, &caller, "http_endpoints")? }),
+    ))
 }
 
 /// `GET /api/destinations/http_endpoints/{name}`.
 #[utoipa::path(get, path = "/api/destinations/http_endpoints/{name}", tag = "http_endpoints", summary = "One HTTP endpoint", params(("name" = String, Path, description = "The endpoint")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn http_endpoint(
     State(state): State<PullApiState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let endpoints = section(&state, "http_endpoints")?;
+    let endpoints = section(&state, &caller, "http_endpoints")?;
     named(
         endpoints,
         "http endpoint",
@@ -74,16 +94,24 @@ pub(super) async fn http_endpoint(
     .map(Json)
 }
 
-/// The entries of the top-level `key` of the running config, redacted.
-pub(super) fn section(state: &PullApiState, key: &str) -> Result<Vec<Value>, ApiError> {
+/// The entries of the top-level `key` of the running config that
+/// `caller` owns (every one for an admin), redacted.
+pub(super) fn section(
+    state: &PullApiState,
+    caller: &Caller,
+    key: &str,
+) -> Result<Vec<Value>, ApiError> {
     let Some(document) = state.exported_config()? else {
         return Ok(Vec::new());
     };
     Ok(document
         .get(key)
         .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|entry| caller.owns(entry.get("account").and_then(Value::as_str)))
         .cloned()
-        .unwrap_or_default())
+        .collect())
 }
 
 /// The entry named `name`, or a 404 that says where to list them.

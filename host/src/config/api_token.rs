@@ -20,6 +20,10 @@ pub struct ApiTokenConfig {
     /// Its name, logged with the requests it authenticates.
     #[serde(deserialize_with = "bounds::resource_name")]
     pub name: String,
+    /// The account whose resources the token manages; none: an admin
+    /// token, which manages everything (accounts included).
+    #[serde(default)]
+    pub account: Option<String>,
     /// The secret a client sends as `Authorization: Bearer <token>`; at
     /// least [`MIN_TOKEN_CHARS`] characters.
     pub token: String,

@@ -85,6 +85,7 @@ impl ChangeRetentionConfig {
     /// to the event table by a `postgres` sink.
     pub fn sink(&self) -> SinkConfig {
         SinkConfig {
+            account: None,
             name: self.name.clone(),
             database: Some(self.source_database.clone()),
             source: SourceConfig {

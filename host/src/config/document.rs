@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 
+use super::account::AccountConfig;
 use super::api_token::ApiTokenConfig;
 use super::bounds;
 use super::change_retention::ChangeRetentionConfig;
@@ -16,7 +17,7 @@ use super::webhook_source::WebhookSourceConfig;
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`, `plugin_registry`"
+    expecting = "a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`, `plugin_registry`, `accounts`"
 )]
 pub(crate) struct Document {
     #[serde(default)]
@@ -36,6 +37,8 @@ pub(crate) struct Document {
     pub(crate) api_tokens: Vec<ApiTokenConfig>,
     #[serde(default)]
     pub(crate) plugin_registry: PluginRegistryConfig,
+    #[serde(default)]
+    pub(crate) accounts: Vec<AccountConfig>,
 }
 
 /// A `databases:` entry as written: either `url` or the separate fields.
@@ -47,6 +50,8 @@ pub(crate) struct Document {
 pub(crate) struct DatabaseDoc {
     #[serde(deserialize_with = "bounds::resource_name")]
     pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) account: Option<String>,
     #[serde(default)]
     pub(crate) url: Option<String>,
     #[serde(default)]

@@ -22,6 +22,9 @@ pub struct HttpEndpointConfig {
     /// The name webhook sinks refer to.
     #[serde(deserialize_with = "bounds::resource_name")]
     pub name: String,
+    /// The account that owns it (`accounts:`); none: the operator's.
+    #[serde(default)]
+    pub account: Option<String>,
     /// The base URL (`http://` or `https://`); a sink's
     /// `http_endpoint_path` is appended to it.
     #[serde(deserialize_with = "base_url")]

@@ -14,6 +14,7 @@
 //!    sinks, databases and functions, component files — and reports all of
 //!    them, located in the text by `locate`.
 
+pub mod account;
 pub mod api_token;
 mod bounds;
 pub mod change_retention;
@@ -77,6 +78,8 @@ pub struct Config {
     pub api_tokens: Vec<api_token::ApiTokenConfig>,
     /// What plugins uploaded through the API may be (`plugin_registry:`).
     pub plugin_registry: plugin_registry::PluginRegistryConfig,
+    /// Tenants (`accounts:`).
+    pub accounts: Vec<account::AccountConfig>,
 }
 
 impl Config {

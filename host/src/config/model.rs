@@ -20,6 +20,8 @@ pub struct DatabaseConfig {
     /// The name sinks use to refer to this database; also the
     /// `metadata.database_name` of its messages.
     pub name: String,
+    /// The account that owns it (`accounts:`); none: the operator's.
+    pub account: Option<String>,
     /// How to connect, from `url` or from `hostname`/`port`/`database`/
     /// `username`/`password`.
     pub connection: PgConnection,
@@ -191,6 +193,9 @@ pub struct FunctionConfig {
     /// `name@version`, in place of `file`.
     #[serde(default)]
     pub plugin: Option<super::plugin_registry::PluginRef>,
+    /// The account that owns it (`accounts:`); none: the operator's.
+    #[serde(default)]
+    pub account: Option<String>,
     /// Settings handed to the component once, when it is instantiated.
     /// Values may be strings, numbers or booleans; numbers and booleans are
     /// passed as their text (quote a value to keep it exactly as written).
@@ -365,6 +370,9 @@ pub struct SinkConfig<D = DestinationConfig> {
     /// its API routes.
     #[serde(deserialize_with = "bounds::resource_name")]
     pub name: String,
+    /// The account that owns it (`accounts:`); none: the operator's.
+    #[serde(default)]
+    pub account: Option<String>,
     /// The `name` of the database whose changes this sink receives; `None`
     /// (and required to be) for a sink that takes a webhook source.
     #[serde(default)]
@@ -527,6 +535,7 @@ impl<D> SinkConfig<D> {
     pub(crate) fn with_destination<E>(self, destination: E) -> SinkConfig<E> {
         SinkConfig {
             name: self.name,
+            account: self.account,
             database: self.database,
             source: self.source,
             actions: self.actions,

@@ -16,6 +16,7 @@ const SECTIONS: &[(&str, &str)] = &[
     ("sinks", "sink"),
     ("change_retentions", "change_retention"),
     ("api_tokens", "api_token"),
+    ("accounts", "account"),
 ];
 
 /// What happens to one resource.

@@ -247,11 +247,11 @@ fn unknown_top_level_key_lists_allowed_keys() {
     assert_eq!(
         error("databases: []\nusers: []\n"),
         "users: unknown field `users`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, \
-         `webhook_sources`, `change_retentions`, `api_tokens` (`users` is a sequin.yml section that weft does not support yet) (line 2, column 8)"
+         `webhook_sources`, `change_retentions`, `api_tokens`, `plugin_registry`, `accounts` (`users` is a sequin.yml section that weft does not support yet) (line 2, column 8)"
     );
     assert_eq!(
         error("sinkz: []\n"),
-        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens` (line 1, column 8)"
+        "sinkz: unknown field `sinkz`, expected one of `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`, `plugin_registry`, `accounts` (line 1, column 8)"
     );
 }
 
@@ -263,7 +263,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
     );
     assert_eq!(
         error(&db),
-        "databases[0].pool_size: unknown field `pool_size`, expected one of `name`, `url`, `hostname`, \
+        "databases[0].pool_size: unknown field `pool_size`, expected one of `name`, `account`, `url`, `hostname`, \
          `port`, `database`, `username`, `password`, `ssl`, `sslmode`, `sslrootcert`, `slot`, `publication`, \
          `heartbeat_interval_ms` (line 5, column 16)"
     );
@@ -282,7 +282,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         error(&with_sink(
             "    batch_size: 10\n    destination: {type: sequin_stream}\n"
         )),
-        "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `database`, `source`, \
+        "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `account`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
          `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `truncate`, `initial_backfill`, `destination` (line 14, column 17)"
     );
@@ -749,7 +749,7 @@ sinks:
 fn wrong_shapes_are_described_in_config_terms() {
     assert_eq!(
         error("- databases\n"),
-        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens` (line 1, column 1)"
+        "invalid type: sequence, expected a mapping with keys `databases`, `functions`, `http_endpoints`, `sinks`, `webhook_sources`, `change_retentions`, `api_tokens`, `plugin_registry`, `accounts` (line 1, column 1)"
     );
     assert_eq!(
         error(&DATABASE.replace("slot: {name: weft_slot}", "slot: weft_slot")),
@@ -1717,4 +1717,70 @@ fn a_function_names_a_file_or_a_registered_plugin_but_not_both() {
     assert_eq!(policy.allowed_imports(), ["weft:plugin/source-query@0.1.0"]);
     assert_eq!(policy.max_component_bytes(), 8 << 20);
     assert!(error("plugin_registry: {allow_capabilities: [sockets]}\n").contains("source_query"));
+}
+
+#[test]
+fn accounts_keep_their_resources_apart_and_within_their_limits() {
+    let base = "accounts:\n  - {name: a, limits: {max_sinks: 1, plugin_memory_mb: 64, plugin_timeout_ms: 1000}}\n  - {name: b}\n\
+                databases:\n  - {name: db-a, account: a, url: postgres://h/x, slot: {name: sa}, publication: {name: pa}}\n\
+                functions:\n  - {name: up, account: a, type: transform, file: up.wasm}\n";
+    let sink = |name: &str, account: &str| {
+        format!(
+            "  - {{name: {name}, account: {account}, database: db-a, transform: up, destination: {{type: sequin_stream}}}}\n"
+        )
+    };
+    let ok = load(&format!("{base}sinks:\n{}", sink("s", "a"))).unwrap();
+    assert_eq!(ok.sinks[0].account.as_deref(), Some("a"));
+
+    let crossed = errors(&format!("{base}sinks:\n{}", sink("s", "b")));
+    assert!(
+        crossed.iter().any(|e| e.starts_with("sinks[0].account: the sink belongs to account \"b\" but uses database \"db-a\" of account \"a\"")),
+        "{crossed:#?}"
+    );
+    assert!(
+        crossed
+            .iter()
+            .any(|e| e.contains("uses function \"up\" of account \"a\"")),
+        "{crossed:#?}"
+    );
+    assert!(
+        error(&format!("{base}sinks:\n{}", sink("s", "c")))
+            .starts_with("sinks[0].account: no account named \"c\""),
+    );
+    let over = errors(&format!(
+        "{base}sinks:\n{}{}",
+        sink("s", "a"),
+        sink("t", "a")
+    ));
+    assert!(
+        over.iter()
+            .any(|e| e.starts_with("accounts[0].limits.max_sinks: account \"a\" has 2 sinks")),
+        "{over:#?}"
+    );
+    let greedy = errors(&base.replace("type: transform", "type: enrichment").replace(
+        "file: up.wasm}",
+        "file: up.wasm, limits: {memory_mb: 128, timeout_ms: 5000}, grants: {source_query: true}}",
+    ));
+    assert!(
+        greedy.iter().any(|e| e.starts_with(
+            "functions[0].limits.memory_mb: 128 MiB is more than account \"a\" allows"
+        )),
+        "{greedy:#?}"
+    );
+    assert!(
+        greedy
+            .iter()
+            .any(|e| e.starts_with("functions[0].limits.timeout_ms: 5000 ms")),
+        "{greedy:#?}"
+    );
+    assert!(
+        greedy.iter().any(|e| e.starts_with(
+            "functions[0].grants.source_query: account \"a\" may not grant source_query"
+        )),
+        "{greedy:#?}"
+    );
+    assert!(
+        error("api_tokens:\n  - {name: t, token: 0123456789abcdefgh, account: zz}\n")
+            .starts_with("api_tokens[0].account: no account named \"zz\"")
+    );
 }

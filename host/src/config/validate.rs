@@ -16,6 +16,7 @@ use super::model::{
     TruncatePolicy,
 };
 use super::path::DocPath;
+use super::plugin_registry::Capability;
 use super::{Config, pg_url};
 
 /// One problem found by the second pass.
@@ -102,19 +103,199 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
         }
     }
 
+    let config = Config {
+        databases,
+        functions,
+        sinks,
+        http_endpoints,
+        webhook_sources,
+        change_retentions,
+        api_tokens,
+        plugin_registry: document.plugin_registry,
+        accounts: document.accounts,
+    };
+    check_accounts(&config, &root, &mut problems);
     if problems.0.is_empty() {
-        Ok(Config {
-            databases,
-            functions,
-            sinks,
-            http_endpoints,
-            webhook_sources,
-            change_retentions,
-            api_tokens,
-            plugin_registry: document.plugin_registry,
-        })
+        Ok(config)
     } else {
         Err(problems.0)
+    }
+}
+
+/// Checks `accounts:` and each resource's `account`: known accounts, a
+/// sink only using resources of its own account (a tenant never reads
+/// another's database or runs another's function), and each account's
+/// limits.
+fn check_accounts(config: &Config, root: &DocPath, problems: &mut Problems) {
+    check_unique_names(
+        config.accounts.iter().map(|a| a.name.as_str()),
+        "account",
+        &root.key("accounts"),
+        problems,
+    );
+    let known = |account: &Option<String>| {
+        account
+            .as_ref()
+            .is_none_or(|name| config.accounts.iter().any(|a| &a.name == name))
+    };
+    let unknown = |name: &Option<String>| {
+        format!(
+            "no account named {:?}; add it under `accounts:` or remove `account`",
+            name.as_deref().unwrap_or_default()
+        )
+    };
+    let owners: [(&str, Vec<&Option<String>>); 6] = [
+        (
+            "databases",
+            config.databases.iter().map(|d| &d.account).collect(),
+        ),
+        (
+            "functions",
+            config.functions.iter().map(|f| &f.account).collect(),
+        ),
+        (
+            "http_endpoints",
+            config.http_endpoints.iter().map(|e| &e.account).collect(),
+        ),
+        (
+            "webhook_sources",
+            config.webhook_sources.iter().map(|w| &w.account).collect(),
+        ),
+        ("sinks", config.sinks.iter().map(|s| &s.account).collect()),
+        (
+            "api_tokens",
+            config.api_tokens.iter().map(|t| &t.account).collect(),
+        ),
+    ];
+    for (section, accounts) in &owners {
+        for (i, account) in accounts.iter().enumerate() {
+            if !known(account) {
+                problems.add(root.key(section).index(i).key("account"), unknown(account));
+            }
+        }
+    }
+
+    let shown = |account: &Option<String>| match account {
+        Some(name) => format!("account {name:?}"),
+        None => "no account (the operator's)".to_string(),
+    };
+    for (i, sink) in config.sinks.iter().enumerate() {
+        if !known(&sink.account) {
+            continue; // reported above
+        }
+        let at = root.key("sinks").index(i);
+        let mut uses: Vec<(String, &Option<String>)> = Vec::new();
+        if let Some(database) = sink.database.as_deref().and_then(|d| config.database(d)) {
+            uses.push((format!("database {:?}", database.name), &database.account));
+        }
+        if let Some(source) = sink
+            .source
+            .webhook
+            .as_deref()
+            .and_then(|w| config.webhook_sources.iter().find(|s| s.name == w))
+        {
+            uses.push((format!("webhook source {:?}", source.name), &source.account));
+        }
+        for kind in FunctionKind::ALL {
+            if let Some(function) = sink.function(kind).and_then(|f| config.function(f)) {
+                uses.push((format!("function {:?}", function.name), &function.account));
+            }
+        }
+        match &sink.destination {
+            DestinationConfig::Webhook(webhook) => {
+                if let Some(endpoint) = config.http_endpoint(&webhook.http_endpoint) {
+                    uses.push((
+                        format!("http endpoint {:?}", endpoint.name),
+                        &endpoint.account,
+                    ));
+                }
+            }
+            DestinationConfig::Postgres(target) => {
+                if let Some(database) = config.database(&target.database) {
+                    uses.push((format!("database {:?}", database.name), &database.account));
+                }
+            }
+            _ => {}
+        }
+        for (what, account) in uses {
+            if *account != sink.account {
+                problems.add(
+                    at.key("account"),
+                    format!(
+                        "the sink belongs to {} but uses {what} of {}; a sink may only use its own account's resources",
+                        shown(&sink.account),
+                        shown(account)
+                    ),
+                );
+            }
+        }
+    }
+
+    for (a, account) in config.accounts.iter().enumerate() {
+        let at = root.key("accounts").index(a);
+        let owned = |owner: &Option<String>| owner.as_deref() == Some(account.name.as_str());
+        let sinks: Vec<&SinkConfig> = config.sinks.iter().filter(|s| owned(&s.account)).collect();
+        let limits = &account.limits;
+        if let Some(max) = limits.max_sinks
+            && sinks.len() > max as usize
+        {
+            problems.add(
+                at.key("limits").key("max_sinks"),
+                format!("account {:?} has {} sinks, more than its max_sinks {max}; remove sinks or raise the limit", account.name, sinks.len()),
+            );
+        }
+        let instances: usize = sinks
+            .iter()
+            .map(|s| {
+                FunctionKind::ALL
+                    .iter()
+                    .filter(|k| s.function(**k).is_some())
+                    .count()
+            })
+            .sum();
+        if let Some(max) = limits.max_plugin_instances
+            && instances > max as usize
+        {
+            problems.add(
+                at.key("limits").key("max_plugin_instances"),
+                format!("account {:?}'s sinks use {instances} function instances (one per function per sink), more than its max_plugin_instances {max}", account.name),
+            );
+        }
+        for (i, function) in config.functions.iter().enumerate() {
+            if !owned(&function.account) {
+                continue;
+            }
+            let at = root.key("functions").index(i);
+            if let Some(max) = limits.plugin_memory_mb
+                && function.limits.memory_mb > max
+            {
+                problems.add(
+                    at.key("limits").key("memory_mb"),
+                    format!("{} MiB is more than account {:?} allows its functions (plugin_memory_mb {max})", function.limits.memory_mb, account.name),
+                );
+            }
+            if let Some(max) = limits.plugin_timeout_ms
+                && function.limits.timeout_ms > max
+            {
+                problems.add(
+                    at.key("limits").key("timeout_ms"),
+                    format!("{} ms is more than account {:?} allows its functions (plugin_timeout_ms {max})", function.limits.timeout_ms, account.name),
+                );
+            }
+            let allowed = |capability| account.allow_capabilities.contains(&capability);
+            if function.grants.source_query && !allowed(Capability::SourceQuery) {
+                problems.add(
+                    at.key("grants").key("source_query"),
+                    format!("account {:?} may not grant source_query; add it to the account's allow_capabilities", account.name),
+                );
+            }
+            if function.grants.http.is_some() && !allowed(Capability::OutboundHttp) {
+                problems.add(
+                    at.key("grants").key("http"),
+                    format!("account {:?} may not grant outbound HTTP; add outbound_http to the account's allow_capabilities", account.name),
+                );
+            }
+        }
     }
 }
 
@@ -176,6 +357,7 @@ fn resolve_databases(
         }
         databases.push(DatabaseConfig {
             name: doc.name,
+            account: doc.account,
             connection,
             slot: doc.slot,
             publication: doc.publication,

@@ -22,6 +22,9 @@ pub struct WebhookSourceConfig {
     /// `metadata.webhook_source` of its messages.
     #[serde(deserialize_with = "bounds::resource_name")]
     pub name: String,
+    /// The account that owns it (`accounts:`); none: the operator's.
+    #[serde(default)]
+    pub account: Option<String>,
     /// How a request proves it may post here.
     pub auth: WebhookAuth,
     /// Largest request body accepted, in bytes (1 to 67108864); a bigger

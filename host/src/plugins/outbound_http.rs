@@ -276,7 +276,7 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<Response, String> {
 
 /// The error with its causes: reqwest's top-level text alone rarely says
 /// why (e.g. "error sending request" hides "connection refused").
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -9,6 +9,8 @@ use super::{Store, StoreError, now_ms};
 /// A registered plugin version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RegisteredPlugin {
+    /// The account that uploaded it; empty for the operator's.
+    pub account: String,
     /// The plugin's name.
     pub name: String,
     /// Its version.
@@ -38,7 +40,7 @@ pub enum Registration {
     Conflict(RegisteredPlugin),
 }
 
-const COLUMNS: &str = "name, version, kind, sha256, bytes, imports, registered_at";
+const COLUMNS: &str = "name, version, kind, sha256, bytes, imports, registered_at, account";
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<RegisteredPlugin> {
     let imports: String = row.get(5)?;
@@ -50,6 +52,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<RegisteredPlugin> {
         bytes: row.get::<_, i64>(4)? as u64,
         imports: serde_json::from_str(&imports).unwrap_or_default(),
         registered_at: row.get(6)?,
+        account: row.get(7)?,
     })
 }
 
@@ -60,9 +63,9 @@ impl Store {
         let conn = self.lock();
         let existing = conn
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM registered_plugins WHERE name = ?1 AND version = ?2"
+                "SELECT {COLUMNS} FROM registered_plugins WHERE account = ?1 AND name = ?2 AND version = ?3"
             ))?
-            .query_row(params![plugin.name, plugin.version], read_row)
+            .query_row(params![plugin.account, plugin.name, plugin.version], read_row)
             .optional()?;
         if let Some(existing) = existing {
             return Ok(
@@ -76,7 +79,7 @@ impl Store {
         let mut created = plugin.clone();
         created.registered_at = now_ms();
         conn.prepare_cached(&format!(
-            "INSERT INTO registered_plugins ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+            "INSERT INTO registered_plugins ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
         ))?
         .execute(params![
             created.name,
@@ -86,46 +89,59 @@ impl Store {
             created.bytes as i64,
             serde_json::to_string(&created.imports).expect("a list of strings serializes"),
             created.registered_at,
+            created.account,
         ])?;
         Ok(Registration::Created(created))
     }
 
-    /// Every registered version, by name then registration order.
-    pub fn registered_plugins(&self) -> Result<Vec<RegisteredPlugin>, StoreError> {
+    /// Every version `account` registered (`None`: every account's), by
+    /// name then registration order.
+    pub fn registered_plugins(
+        &self,
+        account: Option<&str>,
+    ) -> Result<Vec<RegisteredPlugin>, StoreError> {
         let conn = self.lock();
         let rows = conn
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM registered_plugins ORDER BY name, registered_at, version"
+                "SELECT {COLUMNS} FROM registered_plugins WHERE ?1 IS NULL OR account = ?1
+                 ORDER BY account, name, registered_at, version"
             ))?
-            .query_map([], read_row)?
+            .query_map(params![account], read_row)?
             .collect::<Result<_, _>>()?;
         Ok(rows)
     }
 
-    /// The registered version `name@version`, if any.
+    /// The version `name@version` of `account`, if registered.
     pub fn registered_plugin(
         &self,
+        account: &str,
         name: &str,
         version: &str,
     ) -> Result<Option<RegisteredPlugin>, StoreError> {
         let conn = self.lock();
         Ok(conn
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM registered_plugins WHERE name = ?1 AND version = ?2"
+                "SELECT {COLUMNS} FROM registered_plugins WHERE account = ?1 AND name = ?2 AND version = ?3"
             ))?
-            .query_row(params![name, version], read_row)
+            .query_row(params![account, name, version], read_row)
             .optional()?)
     }
 
-    /// Removes `name@version`; answers whether another version still has
-    /// the same component bytes (so the file must stay).
-    pub fn unregister_plugin(&self, name: &str, version: &str) -> Result<bool, StoreError> {
+    /// Removes `account`'s `name@version`; answers whether another version
+    /// (of any account) still has the same component bytes (so the file
+    /// must stay).
+    pub fn unregister_plugin(
+        &self,
+        account: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<bool, StoreError> {
         let conn = self.lock();
         let sha256: Option<String> = conn
             .prepare_cached(
-                "DELETE FROM registered_plugins WHERE name = ?1 AND version = ?2 RETURNING sha256",
+                "DELETE FROM registered_plugins WHERE account = ?1 AND name = ?2 AND version = ?3 RETURNING sha256",
             )?
-            .query_row(params![name, version], |row| row.get(0))
+            .query_row(params![account, name, version], |row| row.get(0))
             .optional()?;
         let Some(sha256) = sha256 else {
             return Ok(false);

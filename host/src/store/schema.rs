@@ -200,12 +200,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         paused_at  INTEGER NOT NULL
     ) STRICT;
     "#,
-    // 10: plugins uploaded through `POST /api/plugins` (`store::registry`).
-    // The component bytes live in the data directory's `plugins/`, named by
-    // `sha256`; `imports` is the JSON array of the capability imports the
-    // component declares.
+    // 10: plugins uploaded through `POST /api/plugins` (`store::registry`),
+    // per account ('' for the operator's). The component bytes live in the
+    // data directory's `plugins/`, named by `sha256`; `imports` is the JSON
+    // array of the capability imports the component declares.
     r#"
     CREATE TABLE registered_plugins (
+        account        TEXT NOT NULL,
         name           TEXT NOT NULL,
         version        TEXT NOT NULL,
         kind           TEXT NOT NULL,
@@ -213,7 +214,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         bytes          INTEGER NOT NULL,
         imports        TEXT NOT NULL,
         registered_at  INTEGER NOT NULL,
-        PRIMARY KEY (name, version)
+        PRIMARY KEY (account, name, version)
     ) STRICT;
     "#,
 ];

@@ -588,6 +588,7 @@ fn registered_plugin_versions_are_immutable_and_their_files_shared() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
     let version = |version: &str, sha256: &str| RegisteredPlugin {
+        account: "acme".into(),
         name: "mask".into(),
         version: version.into(),
         kind: "transform".into(),
@@ -614,19 +615,25 @@ fn registered_plugin_versions_are_immutable_and_their_files_shared() {
     ));
     assert_eq!(
         store
-            .registered_plugin("mask", "1")
+            .registered_plugin("acme", "mask", "1")
             .unwrap()
             .unwrap()
             .imports,
         created.imports
     );
     assert!(
-        store.unregister_plugin("mask", "1").unwrap(),
+        store.registered_plugin("", "mask", "1").unwrap().is_none(),
+        "another account's name space"
+    );
+    assert!(store.registered_plugins(Some("other")).unwrap().is_empty());
+    assert_eq!(store.registered_plugins(None).unwrap().len(), 2);
+    assert!(
+        store.unregister_plugin("acme", "mask", "1").unwrap(),
         "version 2 still has the bytes"
     );
     assert!(
-        !store.unregister_plugin("mask", "2").unwrap(),
+        !store.unregister_plugin("acme", "mask", "2").unwrap(),
         "the last one"
     );
-    assert!(store.registered_plugins().unwrap().is_empty());
+    assert!(store.registered_plugins(None).unwrap().is_empty());
 }

@@ -1,0 +1,333 @@
+//! Accounts through the real binary: the isolation matrix. Two accounts
+//! share one weft; for every route, a token of account A gets 404 or 403
+//! on account B's resources, and neither reads the other's messages.
+//! Lists show an account its own resources only, plugin names are per
+//! account, and an admin token sees everything.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::guests;
+use crate::harness::postgres::PgCluster;
+use crate::harness::weft::{WeftProcess, http};
+
+const ADMIN: &str = "admin-token-0123456789abcdef";
+const TOKEN_A: &str = "account-a-token-0123456789";
+const TOKEN_B: &str = "account-b-token-0123456789";
+
+fn send(
+    weft: &WeftProcess,
+    method: Method,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = http().request(method, weft.url(path)).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().unwrap_or(Value::Null))
+}
+
+fn names(body: &Value) -> Vec<String> {
+    body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn database(pg: &PgCluster, name: &str, account: &str, slot: &str) -> String {
+    format!(
+        "  - {{ name: {name}, account: {account}, hostname: 127.0.0.1, port: {port}, database: postgres, username: postgres, slot: {{ name: {slot}, create_if_not_exists: true }}, publication: {{ name: {slot}, create_if_not_exists: true }} }}\n",
+        port = pg.port()
+    )
+}
+
+#[test]
+fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
+    let tagger = guests::wasm("weft_tag_transform");
+    let config = format!(
+        "accounts:\n  - {{ name: a, limits: {{ max_sinks: 2 }} }}\n  - {{ name: b }}\n\
+         api_tokens:\n  - {{ name: admin, token: {ADMIN} }}\n  - {{ name: ta, token: {TOKEN_A}, account: a }}\n  - {{ name: tb, token: {TOKEN_B}, account: b }}\n\
+         databases:\n{}{}  - {{ name: ghost, url: \"postgres://postgres@127.0.0.1:{port}/nope\", slot: {{ name: ghost }}, publication: {{ name: ghost }} }}\n\
+         functions:\n  - {{ name: fa, account: a, type: transform, file: {t}, config: {{ tag: a }} }}\n  - {{ name: fb, account: b, type: transform, file: {t}, config: {{ tag: b }} }}\n\
+         http_endpoints:\n  - {{ name: hb, account: b, url: \"http://127.0.0.1:9\" }}\n\
+         sinks:\n  - {{ name: sink-a, account: a, database: shop-a, transform: fa, destination: {{ type: sequin_stream }} }}\n\
+         \x20 - {{ name: sink-b, account: b, database: shop-b, transform: fb, destination: {{ type: sequin_stream }} }}\n",
+        database(&pg, "shop-a", "a", "weft_acct_a"),
+        database(&pg, "shop-b", "b", "weft_acct_b"),
+        t = tagger.display(),
+        port = pg.port(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_acct_a");
+    pg.wait_for_active_slot("weft_acct_b");
+
+    // Each account registers its own `tagger@1.0.0`: one name space each.
+    let bytes = std::fs::read(&tagger).unwrap();
+    for token in [TOKEN_A, TOKEN_B] {
+        let response = http()
+            .post(weft.url("/api/plugins"))
+            .query(&[
+                ("name", "tagger"),
+                ("version", "1.0.0"),
+                ("kind", "transform"),
+            ])
+            .bearer_auth(token)
+            .body(bytes.clone())
+            .send()
+            .unwrap();
+        assert_eq!(
+            response.status().as_u16(),
+            201,
+            "{}",
+            response.text().unwrap()
+        );
+    }
+    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(1, 5) g");
+    let b_before = weft.wait_until("B's messages", Duration::from_secs(60), || {
+        let (_, body) = send(
+            &weft,
+            Method::GET,
+            "/api/http_pull_consumers/sink-b/receive?batch_size=10&wait_for=500",
+            TOKEN_B,
+            None,
+        );
+        let data = body["data"].as_array().cloned().unwrap_or_default();
+        (data.len() == 5).then_some(data).ok_or(body)
+    });
+    assert!(b_before.iter().all(|m| m["data"]["tag"] == "b"));
+    let b_ack_id = b_before[0]["ack_id"].as_str().unwrap().to_string();
+
+    // The matrix: every route, with B's names, as A.
+    let routes: Vec<(Method, String, Option<Value>)> = vec![
+        (Method::GET, "/api/sinks/sink-b".into(), None),
+        (Method::POST, "/api/sinks/sink-b/pause".into(), None),
+        (Method::POST, "/api/sinks/sink-b/resume".into(), None),
+        (Method::GET, "/api/sinks/sink-b/quarantine".into(), None),
+        (Method::DELETE, "/api/sinks/sink-b/quarantine".into(), None),
+        (Method::GET, "/api/sinks/sink-b/dead_letters".into(), None),
+        (
+            Method::POST,
+            "/api/sinks/sink-b/dead_letters/replay".into(),
+            None,
+        ),
+        (Method::GET, "/api/sinks/sink-b/dead_letters/1".into(), None),
+        (
+            Method::DELETE,
+            "/api/sinks/sink-b/dead_letters/1".into(),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/sinks/sink-b/dead_letters/1/replay".into(),
+            None,
+        ),
+        (Method::GET, "/api/sinks/sink-b/backfills".into(), None),
+        (
+            Method::POST,
+            "/api/sinks/sink-b/backfills".into(),
+            Some(json!({"table": "public.items"})),
+        ),
+        (Method::GET, "/api/sinks/sink-b/backfills/x".into(), None),
+        (Method::DELETE, "/api/sinks/sink-b/backfills/x".into(), None),
+        (
+            Method::POST,
+            "/api/sinks/sink-b/backfills/x/pause".into(),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/sinks/sink-b/backfills/x/resume".into(),
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/http_pull_consumers/sink-b/receive".into(),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/http_pull_consumers/sink-b/receive".into(),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/http_pull_consumers/sink-b/ack".into(),
+            Some(json!({"ack_ids": [b_ack_id]})),
+        ),
+        (
+            Method::POST,
+            "/api/http_pull_consumers/sink-b/nack".into(),
+            Some(json!({"ack_ids": [b_ack_id]})),
+        ),
+        (
+            Method::GET,
+            "/api/sequin_streams/sink-b/receive".into(),
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/sequin_streams/sink-b/ack".into(),
+            Some(json!({"ack_ids": [b_ack_id]})),
+        ),
+        (Method::GET, "/api/functions/fb".into(), None),
+        (Method::GET, "/api/functions/fb/shadow".into(), None),
+        (
+            Method::POST,
+            "/api/functions/fb/shadow".into(),
+            Some(json!({"plugin": "tagger@1.0.0"})),
+        ),
+        (Method::DELETE, "/api/functions/fb/shadow".into(), None),
+        (Method::POST, "/api/functions/fb/promote".into(), None),
+        (Method::POST, "/api/functions/fb/rollback".into(), None),
+        (Method::GET, "/api/postgres_databases/shop-b".into(), None),
+        (
+            Method::POST,
+            "/api/postgres_databases/shop-b/test_connection".into(),
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/destinations/http_endpoints/hb".into(),
+            None,
+        ),
+        (Method::GET, "/api/config/export".into(), None),
+        (
+            Method::POST,
+            "/api/config/plan".into(),
+            Some(json!({"yaml": ""})),
+        ),
+        (
+            Method::POST,
+            "/api/config/apply".into(),
+            Some(json!({"yaml": ""})),
+        ),
+        (Method::GET, "/api/health".into(), None),
+        (Method::GET, "/metrics".into(), None),
+        (Method::GET, "/api/change_retentions".into(), None),
+    ];
+    for (method, path, body) in &routes {
+        let (status, answer) = send(&weft, method.clone(), path, TOKEN_A, body.clone());
+        assert!(
+            status == 404 || status == 403,
+            "{method} {path} as account a answered {status}: {answer}"
+        );
+        assert!(answer["summary"].is_string(), "{method} {path}: {answer}");
+    }
+    // B's plugin is out of A's reach: A's own tagger is what A gets.
+    let (_, a_plugin) = send(
+        &weft,
+        Method::GET,
+        "/api/plugins/tagger/1.0.0",
+        TOKEN_A,
+        None,
+    );
+    assert_eq!(a_plugin["account"], "a", "{a_plugin}");
+    let (status, _) = send(
+        &weft,
+        Method::DELETE,
+        "/api/plugins/tagger/1.0.0",
+        TOKEN_A,
+        None,
+    );
+    assert_eq!(status, 200);
+    let (_, b_plugin) = send(
+        &weft,
+        Method::GET,
+        "/api/plugins/tagger/1.0.0",
+        TOKEN_B,
+        None,
+    );
+    assert_eq!(
+        b_plugin["account"], "b",
+        "A's delete left B's version alone: {b_plugin}"
+    );
+
+    // test_connection, as B on its own database and as the admin on one
+    // that does not exist on the server.
+    let (status, tested) = send(
+        &weft,
+        Method::POST,
+        "/api/postgres_databases/shop-b/test_connection",
+        TOKEN_B,
+        None,
+    );
+    assert_eq!(
+        (status, &tested["success"]),
+        (200, &json!(true)),
+        "{tested}"
+    );
+    assert!(
+        tested["checks"].to_string().contains("replication slot"),
+        "{tested}"
+    );
+    let (_, ghost) = send(
+        &weft,
+        Method::POST,
+        "/api/postgres_databases/ghost/test_connection",
+        ADMIN,
+        None,
+    );
+    assert_eq!(ghost["success"], false, "{ghost}");
+    assert!(
+        ghost["reason"].as_str().unwrap().contains("nope"),
+        "{ghost}"
+    );
+
+    // Lists hold one's own resources only; the admin sees all.
+    let list = |path: &str, token: &str| names(&send(&weft, Method::GET, path, token, None).1);
+    assert_eq!(list("/api/sinks", TOKEN_A), ["sink-a"]);
+    assert_eq!(list("/api/sinks", TOKEN_B), ["sink-b"]);
+    assert_eq!(list("/api/sinks", ADMIN), ["sink-a", "sink-b"]);
+    assert_eq!(list("/api/functions", TOKEN_A), ["fa"]);
+    assert_eq!(list("/api/postgres_databases", TOKEN_A), ["shop-a"]);
+    assert_eq!(
+        list("/api/postgres_databases", ADMIN),
+        ["shop-a", "shop-b", "ghost"]
+    );
+    assert!(list("/api/destinations/http_endpoints", TOKEN_A).is_empty());
+    assert_eq!(list("/api/plugins", TOKEN_A), Vec::<String>::new());
+    assert_eq!(
+        list("/api/plugins", ADMIN),
+        ["tagger"],
+        "B's version is left"
+    );
+
+    // Nothing A did reached B: B's sink is active, its lease intact, and
+    // A reads only A's messages.
+    assert_eq!(
+        send(&weft, Method::GET, "/api/sinks/sink-b", TOKEN_B, None).1["status"],
+        "active"
+    );
+    let (status, acked) = send(
+        &weft,
+        Method::POST,
+        "/api/http_pull_consumers/sink-b/ack",
+        TOKEN_B,
+        Some(json!({"ack_ids": b_before.iter().map(|m| m["ack_id"].clone()).collect::<Vec<_>>()})),
+    );
+    assert_eq!(status, 200, "{acked}");
+    let a_got = weft.wait_until("A's messages", Duration::from_secs(60), || {
+        let (_, body) = send(
+            &weft,
+            Method::GET,
+            "/api/http_pull_consumers/sink-a/receive?batch_size=10&wait_for=500",
+            TOKEN_A,
+            None,
+        );
+        let data = body["data"].as_array().cloned().unwrap_or_default();
+        (data.len() == 5).then_some(data).ok_or(body)
+    });
+    assert!(a_got.iter().all(|m| m["data"]["tag"] == "a"), "{a_got:?}");
+    assert_eq!(weft.terminate(), Some(0));
+}
