@@ -24,13 +24,26 @@ fn send(
     token: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut request = http().request(method, weft.url(path)).bearer_auth(token);
+    try_send(weft, &method, path, token, body.as_ref()).expect("a request to weft")
+}
+
+/// One request; `Err` when weft does not answer.
+fn try_send(
+    weft: &WeftProcess,
+    method: &Method,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> Result<(u16, Value), String> {
+    let mut request = http()
+        .request(method.clone(), weft.url(path))
+        .bearer_auth(token);
     if let Some(body) = body {
-        request = request.json(&body);
+        request = request.json(body);
     }
-    let response = request.send().unwrap();
+    let response = request.send().map_err(|e| e.to_string())?;
     let status = response.status().as_u16();
-    (status, response.json().unwrap_or(Value::Null))
+    Ok((status, response.json().unwrap_or(Value::Null)))
 }
 
 fn names(body: &Value) -> Vec<String> {
@@ -329,5 +342,145 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
         (data.len() == 5).then_some(data).ok_or(body)
     });
     assert!(a_got.iter().all(|m| m["data"]["tag"] == "a"), "{a_got:?}");
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+/// Sends until weft answers (it restarts its pipelines on some applies).
+fn call(
+    weft: &WeftProcess,
+    method: Method,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    weft.wait_until("an answer", Duration::from_secs(60), || {
+        try_send(weft, &method, path, token, body.as_ref())
+    })
+}
+
+#[test]
+fn an_account_creates_changes_and_deletes_its_own_sinks_and_functions_through_the_api() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
+    let config = format!(
+        "accounts:\n  - {{ name: a }}\n  - {{ name: b }}\n\
+         api_tokens:\n  - {{ name: ta, token: {TOKEN_A}, account: a }}\n  - {{ name: tb, token: {TOKEN_B}, account: b }}\n\
+         databases:\n{}{}",
+        database(&pg, "shop-a", "a", "weft_crud_a"),
+        database(&pg, "shop-b", "b", "weft_crud_b"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    let as_a =
+        |method: Method, path: &str, body: Option<Value>| call(&weft, method, path, TOKEN_A, body);
+    let bytes = std::fs::read(guests::wasm("weft_tag_transform")).unwrap();
+    for version in ["1.0.0", "2.0.0"] {
+        let response = http()
+            .post(weft.url("/api/plugins"))
+            .query(&[
+                ("name", "tagger"),
+                ("version", version),
+                ("kind", "transform"),
+            ])
+            .bearer_auth(TOKEN_A)
+            .body(bytes.clone())
+            .send()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 201);
+    }
+
+    let (status, body) = as_a(
+        Method::POST,
+        "/api/functions",
+        Some(json!({"name": "fa", "type": "transform", "file": "/etc/passwd"})),
+    );
+    assert_eq!(
+        status, 403,
+        "an account names plugins, not host files: {body}"
+    );
+    let function = |version: &str, tag: &str| json!({"name": "fa", "type": "transform", "plugin": format!("tagger@{version}"), "config": {"tag": tag}});
+    let (status, body) = as_a(
+        Method::POST,
+        "/api/functions",
+        Some(function("1.0.0", "one")),
+    );
+    assert_eq!(status, 201, "{body}");
+    let sink = |database: &str| json!({"name": "sa", "database": database, "transform": "fa", "destination": {"type": "sequin_stream"}});
+    let (status, body) = as_a(Method::POST, "/api/sinks", Some(sink("shop-b")));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string()
+            .contains("may only use its own account's resources"),
+        "{body}"
+    );
+    let (status, body) = as_a(Method::POST, "/api/sinks", Some(sink("shop-a")));
+    assert_eq!(
+        (status, &body["apply"]["restarted"]),
+        (201, &json!(true)),
+        "{body}"
+    );
+    let (status, _) = as_a(Method::POST, "/api/sinks", Some(sink("shop-a")));
+    assert_eq!(status, 409, "one sink per name");
+    let (_, shown) = as_a(Method::GET, "/api/sinks/sa", None);
+    assert_eq!(shown["account"], "a", "{shown}");
+    pg.wait_for_active_slot("weft_crud_a");
+
+    let receive = |id: i64| {
+        weft.wait_until("the row", Duration::from_secs(60), || {
+            let (_, body) = as_a(
+                Method::GET,
+                "/api/http_pull_consumers/sa/receive?batch_size=10&wait_for=500",
+                None,
+            );
+            let data = body["data"].as_array().cloned().unwrap_or_default();
+            data.into_iter()
+                .find(|m| m["data"]["id"] == id)
+                .map(|m| m["data"]["tag"].clone())
+                .ok_or(body)
+        })
+    };
+    pg.psql("INSERT INTO items VALUES (1, 'x')");
+    assert_eq!(receive(1), "one");
+    let (status, body) = as_a(
+        Method::PUT,
+        "/api/functions/fa",
+        Some(function("2.0.0", "two")),
+    );
+    assert_eq!(
+        (status, &body["apply"]["restarted"]),
+        (200, &json!(false)),
+        "a hot swap: {body}"
+    );
+    pg.psql("INSERT INTO items VALUES (2, 'x')");
+    assert_eq!(receive(2), "two");
+
+    assert_eq!(
+        call(
+            &weft,
+            Method::PUT,
+            "/api/sinks/sa",
+            TOKEN_B,
+            Some(sink("shop-b"))
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        call(&weft, Method::DELETE, "/api/functions/fa", TOKEN_B, None).0,
+        404
+    );
+    let (status, body) = as_a(Method::DELETE, "/api/functions/fa", None);
+    assert_eq!(status, 400, "a function a sink uses stays: {body}");
+    let (status, body) = as_a(Method::DELETE, "/api/sinks/sa", None);
+    assert_eq!((status, &body["deleted"]), (200, &json!(true)), "{body}");
+    assert_eq!(
+        names(&as_a(Method::GET, "/api/sinks", None).1),
+        Vec::<String>::new()
+    );
+    let written = std::fs::read_to_string(dir.path().join("weft.yml")).unwrap();
+    assert!(
+        written.contains("tagger@2.0.0") && !written.contains("name: sa"),
+        "{written}"
+    );
     assert_eq!(weft.terminate(), Some(0));
 }

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use serde_yaml_ng::Value as Yaml;
 
 use super::config_apply::apply_edit;
+use super::config_edit::edit_entry;
 use super::{ApiError, PullApiState};
 use crate::config::plugin_registry::PluginRef;
 use crate::hot_swap::{Candidate, FunctionRuntime};
@@ -125,11 +126,11 @@ pub(super) async fn promote(
     let candidate = running_candidate(&functions, &name)?;
     let mut before = None;
     let applied = apply_edit(&state, |text| {
-        edit_function(text, &name, |entry| {
+        edit_entry(text, "functions", &name, |entry| {
             before = Some(entry.clone());
             let fields = entry
                 .as_mapping_mut()
-                .expect("edit_function hands out mappings");
+                .expect("edit_entry hands out mappings");
             fields.remove("file");
             fields.insert("plugin".into(), candidate.plugin.to_string().into());
             if let Some(config) = &candidate.config {
@@ -168,50 +169,13 @@ pub(super) async fn rollback(
         )
     })?;
     let applied = apply_edit(&state, |text| {
-        edit_function(text, &name, |entry| *entry = previous.clone())
+        edit_entry(text, "functions", &name, |entry| *entry = previous.clone())
     })
     .await?;
     functions.forget_promoted_from(&name);
     Ok(Json(
         json!({ "function": name, "rolled_back": true, "apply": applied }),
     ))
-}
-
-/// The config text `text` with the `functions:` entry `name` changed by
-/// `change`.
-fn edit_function(
-    text: &str,
-    name: &str,
-    change: impl FnOnce(&mut Yaml),
-) -> Result<String, ApiError> {
-    let mut document: Yaml = serde_yaml_ng::from_str(text).map_err(|error| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the running config does not parse: {error}"),
-        )
-    })?;
-    let entry = document
-        .get_mut("functions")
-        .and_then(Yaml::as_sequence_mut)
-        .and_then(|entries| {
-            entries
-                .iter_mut()
-                .find(|entry| entry.get("name").and_then(Yaml::as_str) == Some(name))
-        })
-        .filter(|entry| entry.is_mapping())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no function named {name:?} in the running config; GET /api/functions lists them"),
-            )
-        })?;
-    change(entry);
-    serde_yaml_ng::to_string(&document).map_err(|error| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot write the edited config: {error}"),
-        )
-    })
 }
 
 fn running_candidate(functions: &FunctionRuntime, name: &str) -> Result<Candidate, ApiError> {

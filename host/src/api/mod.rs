@@ -10,6 +10,8 @@ mod backfills;
 mod canary;
 mod change_retentions;
 mod config_apply;
+mod config_edit;
+mod crud;
 mod dead_letters;
 mod error;
 mod functions;
@@ -394,8 +396,12 @@ pub fn router(state: PullApiState) -> Router {
         .routes(routes!(export_config))
         .routes(routes!(config_apply::plan_config))
         .routes(routes!(config_apply::apply_config))
-        .routes(routes!(resources::sinks))
-        .routes(routes!(resources::sink))
+        .routes(routes!(resources::sinks, crud::create_sink))
+        .routes(routes!(
+            resources::sink,
+            crud::replace_sink,
+            crud::delete_sink
+        ))
         .routes(routes!(resources::databases))
         .routes(routes!(resources::database))
         .routes(routes!(test_connection::test_connection))
@@ -404,8 +410,12 @@ pub fn router(state: PullApiState) -> Router {
         .routes(without_body_limit(routes!(plugins::list, plugins::upload)))
         .routes(routes!(plugins::versions))
         .routes(routes!(plugins::get, plugins::delete))
-        .routes(routes!(functions::list))
-        .routes(routes!(functions::get))
+        .routes(routes!(functions::list, crud::create_function))
+        .routes(routes!(
+            functions::get,
+            crud::replace_function,
+            crud::delete_function
+        ))
         .routes(routes!(canary::report, canary::start, canary::stop))
         .routes(routes!(canary::promote))
         .routes(routes!(canary::rollback))
