@@ -214,6 +214,7 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
             "/api/destinations/http_endpoints/hb".into(),
             None,
         ),
+        (Method::DELETE, "/api/api_tokens/tb".into(), None),
         (Method::GET, "/api/config/export".into(), None),
         (
             Method::POST,
@@ -477,6 +478,37 @@ fn an_account_creates_changes_and_deletes_its_own_sinks_and_functions_through_th
         names(&as_a(Method::GET, "/api/sinks", None).1),
         Vec::<String>::new()
     );
+    // Tokens: A mints one for itself, uses it, and revokes it; B cannot.
+    let (status, minted) = as_a(
+        Method::POST,
+        "/api/api_tokens",
+        Some(json!({"name": "a-ci"})),
+    );
+    assert_eq!((status, &minted["account"]), (201, &json!("a")), "{minted}");
+    let secret = minted["token"].as_str().unwrap().to_string();
+    assert_eq!(call(&weft, Method::GET, "/api/sinks", &secret, None).0, 200);
+    let (_, tokens) = as_a(Method::GET, "/api/api_tokens", None);
+    assert_eq!(names(&tokens), ["ta", "a-ci"], "{tokens}");
+    assert!(
+        !tokens.to_string().contains(&secret),
+        "secrets are never listed"
+    );
+    assert_eq!(
+        call(&weft, Method::DELETE, "/api/api_tokens/a-ci", TOKEN_B, None).0,
+        404
+    );
+    assert_eq!(
+        as_a(Method::DELETE, "/api/api_tokens/ta", None).0,
+        409,
+        "not one's own token"
+    );
+    assert_eq!(as_a(Method::DELETE, "/api/api_tokens/a-ci", None).0, 200);
+    assert_eq!(
+        call(&weft, Method::GET, "/api/sinks", &secret, None).0,
+        401,
+        "revoked at once"
+    );
+
     let written = std::fs::read_to_string(dir.path().join("weft.yml")).unwrap();
     assert!(
         written.contains("tagger@2.0.0") && !written.contains("name: sa"),

@@ -11,7 +11,8 @@
 //! (`"applied": false`).
 //!
 //! A config that changes only `functions:` entries (a new plugin version,
-//! a new `config:` or limits) is applied without a restart: the new
+//! a new `config:` or limits) and `api_tokens:` is applied without a
+//! restart: the API takes the new token set at once, and the new
 //! functions are loaded first (any failure refuses the apply, nothing
 //! changed), then swapped in, each sink between two of its chain runs
 //! (see [`crate::hot_swap`]). The answer says `"restarted": false` and
@@ -72,7 +73,8 @@ pub(super) async fn apply_edit(
     if changes.is_empty() {
         return Ok(json!({ "changes": changes, "applied": false }));
     }
-    if let Some(functions) = functions.filter(|_| only_functions(&changes)) {
+    if let Some(functions) = functions.filter(|_| hot_applicable(&changes)) {
+        let tokens = config.api_tokens.clone();
         let prepared =
             tokio::task::spawn_blocking(move || functions.prepare(config).map(|p| (functions, p)))
                 .await
@@ -96,13 +98,14 @@ pub(super) async fn apply_edit(
         let sinks = prepared.sinks();
         let swapped = prepared.functions().to_vec();
         functions.commit(prepared);
+        state.set_api_tokens(super::auth::ApiTokens::new(tokens));
         for sink in &sinks {
             // A quarantine is about the function that was just replaced.
             if let Some(breaker) = state.breaker(sink) {
                 breaker.reset();
             }
         }
-        tracing::info!(functions = ?swapped, sinks = ?sinks, file = %path.display(), "config applied through the API by hot-swapping functions");
+        tracing::info!(functions = ?swapped, sinks = ?sinks, file = %path.display(), "config applied through the API without a restart");
         return Ok(json!({
             "changes": changes,
             "applied": true,
@@ -116,12 +119,12 @@ pub(super) async fn apply_edit(
     Ok(json!({ "changes": changes, "applied": true, "restarted": true }))
 }
 
-/// Whether every change is to a `functions:` entry, which a hot swap can
-/// apply.
-fn only_functions(changes: &[PlannedChange]) -> bool {
+/// Whether every change is to a `functions:` entry (a hot swap applies
+/// it) or an `api_tokens:` entry (the API takes the new set at once).
+fn hot_applicable(changes: &[PlannedChange]) -> bool {
     changes
         .iter()
-        .all(|change| change.resource_type == "function")
+        .all(|change| matches!(change.resource_type, "function" | "api_token"))
 }
 
 /// Writes the applied config file, or answers why it could not.

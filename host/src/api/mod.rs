@@ -26,6 +26,7 @@ mod request_metrics;
 mod resources;
 mod tenancy;
 mod test_connection;
+mod tokens;
 mod webhook_sources;
 
 use std::collections::HashMap;
@@ -419,6 +420,8 @@ pub fn router(state: PullApiState) -> Router {
         .routes(routes!(canary::report, canary::start, canary::stop))
         .routes(routes!(canary::promote))
         .routes(routes!(canary::rollback))
+        .routes(routes!(tokens::list, tokens::create))
+        .routes(routes!(tokens::delete))
         .routes(routes!(change_retentions::list))
         .routes(routes!(change_retentions::get))
         .routes(routes!(dead_letters::list))

@@ -74,6 +74,15 @@ fn check(running: Option<&Config>, account: &str, path: &str) -> Result<(), ApiE
                 .find(|s| s.name == *name)
                 .map(|s| s.account.as_deref()),
         ),
+        ["api", "api_tokens", name, ..] => owner(
+            "API token",
+            name,
+            config
+                .api_tokens
+                .iter()
+                .find(|t| t.name == *name)
+                .map(|t| t.account.as_deref()),
+        ),
         ["api", "functions", name, ..] => owner(
             "function",
             name,
