@@ -215,6 +215,7 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
             None,
         ),
         (Method::DELETE, "/api/api_tokens/tb".into(), None),
+        (Method::GET, "/api/accounts/b".into(), None),
         (Method::GET, "/api/config/export".into(), None),
         (
             Method::POST,
@@ -315,6 +316,15 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
         list("/api/plugins", ADMIN),
         ["tagger"],
         "B's version is left"
+    );
+    assert_eq!(list("/api/accounts", TOKEN_A), ["a"]);
+    assert_eq!(list("/api/accounts", ADMIN), ["a", "b"]);
+    let (_, account_a) = send(&weft, Method::GET, "/api/accounts/a", TOKEN_A, None);
+    assert_eq!(account_a["limits"]["max_sinks"], 2, "{account_a}");
+    assert_eq!(
+        account_a["usage"],
+        json!({"sinks": 1, "functions": 1, "plugin_instances": 1, "plugin_versions": 0}),
+        "A's plugin was deleted above: {account_a}"
     );
 
     // Nothing A did reached B: B's sink is active, its lease intact, and

@@ -5,6 +5,7 @@
 //! use the management API's shape, `{"summary", "validation_errors"}`, see
 //! [`ApiError`].
 
+mod accounts;
 pub mod auth;
 mod backfills;
 mod canary;
@@ -420,6 +421,8 @@ pub fn router(state: PullApiState) -> Router {
         .routes(routes!(canary::report, canary::start, canary::stop))
         .routes(routes!(canary::promote))
         .routes(routes!(canary::rollback))
+        .routes(routes!(accounts::list))
+        .routes(routes!(accounts::get))
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::delete))
         .routes(routes!(change_retentions::list))

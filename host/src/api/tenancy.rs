@@ -74,6 +74,15 @@ fn check(running: Option<&Config>, account: &str, path: &str) -> Result<(), ApiE
                 .find(|s| s.name == *name)
                 .map(|s| s.account.as_deref()),
         ),
+        ["api", "accounts", name, ..] => owner(
+            "account",
+            name,
+            config
+                .accounts
+                .iter()
+                .find(|a| a.name == *name)
+                .map(|a| Some(a.name.as_str())),
+        ),
         ["api", "api_tokens", name, ..] => owner(
             "API token",
             name,

@@ -512,6 +512,14 @@ impl<D> SinkConfig<D> {
         }
     }
 
+    /// How many functions the sink uses: the instances it holds.
+    pub fn function_count(&self) -> usize {
+        FunctionKind::ALL
+            .iter()
+            .filter(|kind| self.function(**kind).is_some())
+            .count()
+    }
+
     /// Whether a change of `action` to `schema.table` reaches this sink
     /// (before its filter function, if any).
     pub fn accepts(&self, schema: &str, table: &str, action: Action) -> bool {

@@ -90,6 +90,14 @@ pub enum Capability {
 }
 
 impl Capability {
+    /// Its name in config (`source_query`, `outbound_http`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::SourceQuery => "source_query",
+            Capability::OutboundHttp => "outbound_http",
+        }
+    }
+
     /// The WIT import that asks for it.
     pub fn import(self) -> &'static str {
         match self {

@@ -244,15 +244,7 @@ fn check_accounts(config: &Config, root: &DocPath, problems: &mut Problems) {
                 format!("account {:?} has {} sinks, more than its max_sinks {max}; remove sinks or raise the limit", account.name, sinks.len()),
             );
         }
-        let instances: usize = sinks
-            .iter()
-            .map(|s| {
-                FunctionKind::ALL
-                    .iter()
-                    .filter(|k| s.function(**k).is_some())
-                    .count()
-            })
-            .sum();
+        let instances: usize = sinks.iter().map(|s| s.function_count()).sum();
         if let Some(max) = limits.max_plugin_instances
             && instances > max as usize
         {
