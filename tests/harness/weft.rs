@@ -9,11 +9,17 @@ use serde_json::{Value, json};
 
 /// A free loopback port (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind an ephemeral port")
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct free loopback ports: all are held while they are picked,
+/// so that the kernel cannot hand out the same one twice (two calls of
+/// [`free_port`] in a row can get the same port back).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 /// A `weft run` child process with its own data directory and API port.
@@ -122,13 +128,14 @@ impl WeftProcess {
     pub fn start_with_env(dir: &Path, config_yaml: &str, env: &[(&str, &str)]) -> WeftProcess {
         let config = dir.join("weft.yml");
         std::fs::write(&config, config_yaml).expect("write the config");
+        let [port, metrics_port] = free_ports::<2>();
         let mut weft = WeftProcess {
             child: None,
             config,
             data_dir: dir.join("weft-data"),
             log: dir.join("weft.log"),
-            port: free_port(),
-            metrics_port: free_port(),
+            port,
+            metrics_port,
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
