@@ -74,6 +74,22 @@ impl Caller {
         }
     }
 
+    /// The account a resource the caller creates belongs to, given the
+    /// `account` its entry names: an account token's own (403 when the
+    /// entry names another); for an admin, whatever the entry names.
+    pub fn account_for(&self, given: Option<&str>, what: &str) -> Result<Option<String>, ApiError> {
+        match (&self.account, given) {
+            (Some(own), Some(other)) if own != other => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "this token belongs to account {own:?}; it cannot create {what} of account {other:?}"
+                ),
+            )),
+            (Some(own), _) => Ok(Some(own.clone())),
+            (None, given) => Ok(given.map(str::to_string)),
+        }
+    }
+
     /// The registry namespace of the caller's uploads: its account, or
     /// empty for the operator.
     pub fn namespace(&self) -> &str {

@@ -202,26 +202,16 @@ fn owned_entry(
         _ => return Err(ApiError::bad_param("name", "is missing or not a string")),
     };
     fields.insert("name".into(), json!(name));
-    if let Some(account) = &caller.account {
-        match fields.get("account") {
-            Some(Value::String(given)) if given != account => {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    format!(
-                        "this token belongs to account {account:?}; it cannot create resources of account {given:?}"
-                    ),
-                ));
-            }
-            _ => {
-                fields.insert("account".into(), json!(account));
-            }
-        }
-        if kind.section == FUNCTION.section && fields.contains_key("file") {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "an account's functions name a registered plugin (`plugin: name@version`, uploaded with POST /api/plugins), not a file on the host",
-            ));
-        }
+    if let Some(account) =
+        caller.account_for(fields.get("account").and_then(Value::as_str), "resources")?
+    {
+        fields.insert("account".into(), json!(account));
+    }
+    if caller.account.is_some() && kind.section == FUNCTION.section && fields.contains_key("file") {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "an account's functions name a registered plugin (`plugin: name@version`, uploaded with POST /api/plugins), not a file on the host",
+        ));
     }
     let entry = serde_yaml_ng::to_value(Value::Object(fields))
         .map_err(|error| ApiError::bad_param("body", error.to_string()))?;

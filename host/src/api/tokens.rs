@@ -44,18 +44,7 @@ pub(super) async fn create(
         .as_str()
         .ok_or_else(|| ApiError::bad_param("name", "is missing or not a string"))?
         .to_string();
-    let account = match (&caller.account, body["account"].as_str()) {
-        (Some(own), Some(other)) if own != other => {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "this token belongs to account {own:?}; it cannot create tokens of account {other:?}"
-                ),
-            ));
-        }
-        (Some(own), _) => Some(own.clone()),
-        (None, given) => given.map(str::to_string),
-    };
+    let account = caller.account_for(body["account"].as_str(), "tokens")?;
     let mut secret = [0u8; 24];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("weft_{}", hex::encode(secret));
