@@ -121,8 +121,8 @@ impl FunctionRuntime {
     }
 
     /// Loads, for every running sink that uses a function `config` defines
-    /// differently, that sink's chain from `config` (whose plugin
-    /// references are resolved). Blocks while components compile. Fails,
+    /// differently, those functions from `config` (whose plugin references
+    /// are resolved). Blocks while components compile. Fails,
     /// with nothing changed, on the first function that does not load.
     pub fn prepare(&self, config: Config) -> Result<PreparedSwap, String> {
         let running = self.running();
@@ -150,8 +150,10 @@ impl FunctionRuntime {
             if !uses_changed || !chains.contains_key(&sink.name) {
                 continue;
             }
-            let chain = crate::server::load_chain(&config, &self.engine, sink)
-                .map_err(|error| error.to_string())?;
+            let chain = crate::server::load_chain(&config, &self.engine, sink, |name| {
+                changed.iter().any(|c| c == name)
+            })
+            .map_err(|error| error.to_string())?;
             fresh.push((sink.name.clone(), chain));
         }
         Ok(PreparedSwap {
@@ -174,10 +176,10 @@ impl FunctionRuntime {
             let Some(chain) = chains.get(&sink) else {
                 continue;
             };
-            let switches = chain_functions(chain)
-                .into_iter()
-                .filter(|name| prepared.changed.contains(name))
-                .filter_map(|name| prepared.config.function(&name))
+            let switches = chain
+                .steps()
+                .filter(|(_, name)| prepared.changed.iter().any(|c| c == name))
+                .filter_map(|(_, name)| prepared.config.function(name))
                 .map(|function| SwitchPoint {
                     function: function.name.clone(),
                     to: describe(function),
@@ -203,7 +205,7 @@ impl FunctionRuntime {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .iter()
-            .filter(|(_, chain)| chain_functions(chain).iter().any(|f| f == function))
+            .filter(|(_, chain)| chain.steps().any(|(_, name)| name == function))
             .map(|(sink, chain)| {
                 let switches = chain
                     .swaps
@@ -218,28 +220,19 @@ impl FunctionRuntime {
 }
 
 impl FunctionRuntime {
-    /// Runs `candidate` (a version of the transform `candidate.name`, its
-    /// plugin reference or file set) in shadow on every sink using that
-    /// transform, replacing any candidate there. Blocks while it loads.
-    /// Answers the sinks.
+    /// Runs `requested` (a registered version of the transform `function`,
+    /// with the live config unless it gives one) in shadow on every sink
+    /// using that transform, replacing any candidate there. Blocks while it
+    /// loads. Answers the sinks.
     pub fn start_shadow(
         &self,
         function: &str,
         requested: Candidate,
     ) -> Result<Vec<String>, String> {
         let running = self.running();
-        let mut candidate = running
-            .function(function)
-            .ok_or_else(|| format!("no function named {function:?} runs"))?
-            .clone();
-        candidate.plugin = Some(requested.plugin.clone());
-        candidate.file = Default::default();
-        if let Some(config) = &requested.config {
-            candidate.config = config.clone();
-        }
         let live = running
-            .function(&candidate.name)
-            .ok_or_else(|| format!("no function named {:?} runs", candidate.name))?;
+            .function(function)
+            .ok_or_else(|| format!("no function named {function:?} runs"))?;
         if live.kind != crate::config::FunctionKind::Transform {
             return Err(format!(
                 "{} is a {} function; only transforms can run in shadow",
@@ -247,15 +240,16 @@ impl FunctionRuntime {
                 live.kind.as_str()
             ));
         }
-        let mut config = (*running).clone();
+        let mut candidate = live.clone();
+        candidate.plugin = Some(requested.plugin.clone());
+        candidate.file = Default::default();
+        if let Some(config) = &requested.config {
+            candidate.config = config.clone();
+        }
         let label = describe(&candidate);
-        if let Some(slot) = config
-            .functions
-            .iter_mut()
-            .find(|f| f.name == candidate.name)
-        {
-            candidate.kind = live.kind;
-            *slot = candidate.clone();
+        let mut config = (*running).clone();
+        if let Some(slot) = config.functions.iter_mut().find(|f| f.name == function) {
+            *slot = candidate;
         }
         self.registry.resolve(&mut config).map_err(|problems| {
             problems
@@ -265,16 +259,16 @@ impl FunctionRuntime {
                 .join("; ")
         })?;
         let mut loaded = Vec::new();
-        for (sink, chain) in self.chains_using(&candidate.name, |chain| {
-            chain.transform.as_ref().map(|t| &t.name)
-        }) {
+        for (sink, chain) in self.chains_transforming_with(function) {
             let sink_config = config
                 .sinks
                 .iter()
                 .find(|s| s.name == sink)
                 .ok_or_else(|| format!("sink {sink} is not in the running config"))?;
-            let fresh = crate::server::load_chain(&config, &self.engine, sink_config)
-                .map_err(|error| error.to_string())?;
+            let fresh = crate::server::load_chain(&config, &self.engine, sink_config, |name| {
+                name == function
+            })
+            .map_err(|error| error.to_string())?;
             let transform = fresh
                 .transform
                 .and_then(|t| t.into_inner())
@@ -283,7 +277,7 @@ impl FunctionRuntime {
         }
         let sinks = loaded.iter().map(|(sink, _, _)| sink.clone()).collect();
         for (sink, chain, shadow) in loaded {
-            tracing::info!(%sink, function = %candidate.name, candidate = %label, "transform candidate runs in shadow");
+            tracing::info!(%sink, %function, candidate = %label, "transform candidate runs in shadow");
             chain.shadow.set(Some(shadow));
         }
         lock(&self.candidates).insert(function.to_string(), requested);
@@ -294,9 +288,7 @@ impl FunctionRuntime {
     pub fn stop_shadow(&self, function: &str) -> BTreeMap<String, ShadowReport> {
         lock(&self.candidates).remove(function);
         let reports = self.shadow_reports(function);
-        for (_, chain) in
-            self.chains_using(function, |chain| chain.transform.as_ref().map(|t| &t.name))
-        {
+        for (_, chain) in self.chains_transforming_with(function) {
             chain.shadow.set(None);
         }
         reports
@@ -304,7 +296,7 @@ impl FunctionRuntime {
 
     /// The shadow reports of `function`, per sink running a candidate.
     pub fn shadow_reports(&self, function: &str) -> BTreeMap<String, ShadowReport> {
-        self.chains_using(function, |chain| chain.transform.as_ref().map(|t| &t.name))
+        self.chains_transforming_with(function)
             .into_iter()
             .filter_map(|(sink, chain)| Some((sink, chain.shadow.get()?.report())))
             .collect()
@@ -331,17 +323,13 @@ impl FunctionRuntime {
         lock(&self.promoted_from).remove(function);
     }
 
-    /// The sinks whose chain's step picked by `step` is `function`.
-    fn chains_using(
-        &self,
-        function: &str,
-        step: impl Fn(&FunctionChain) -> Option<&String>,
-    ) -> Vec<(String, FunctionChain)> {
+    /// The sinks whose chain's transform is `function`, with their chains.
+    fn chains_transforming_with(&self, function: &str) -> Vec<(String, FunctionChain)> {
         self.chains
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .iter()
-            .filter(|(_, chain)| step(chain).is_some_and(|name| name == function))
+            .filter(|(_, chain)| chain.transform.as_ref().is_some_and(|t| t.name == function))
             .map(|(sink, chain)| (sink.clone(), chain.clone()))
             .collect()
     }
@@ -359,17 +347,4 @@ pub fn describe(function: &FunctionConfig) -> String {
         Some(plugin) => plugin.to_string(),
         None => function.file.display().to_string(),
     }
-}
-
-/// The names of the functions in `chain`.
-fn chain_functions(chain: &FunctionChain) -> Vec<String> {
-    [
-        chain.enrichment.as_ref().map(|f| f.name.clone()),
-        chain.filter.as_ref().map(|f| f.name.clone()),
-        chain.transform.as_ref().map(|f| f.name.clone()),
-        chain.routing.as_ref().map(|f| f.name.clone()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
 }

@@ -589,17 +589,20 @@ fn sink_pipeline(
         .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
         .collect();
     crate::metrics::register_sink(&sink.name, &kinds);
-    let chain = load_chain(config, functions.engine(), sink)?;
+    let chain = load_chain(config, functions.engine(), sink, |_| true)?;
     functions.add_chain(&sink.name, chain.clone());
     Ok(SinkPipeline::new(sink.clone(), chain))
 }
 
-/// Loads the functions `sink` uses, as `config` defines them.
+/// Loads the functions `sink` uses whose name is `wanted`, as `config`
+/// defines them; the other steps of the chain stay empty.
 pub(crate) fn load_chain(
     config: &Config,
     engine: &PluginEngine,
     sink: &SinkConfig,
+    wanted: impl Fn(&str) -> bool,
 ) -> Result<FunctionChain, ServerError> {
+    let wanted = |name: &&String| wanted(name);
     let function = |name: &str| {
         config
             .function(name)
@@ -616,7 +619,7 @@ pub(crate) fn load_chain(
         sink_type: sink.destination.type_name(),
         ..FunctionChain::default()
     };
-    if let Some(name) = &sink.enrichment {
+    if let Some(name) = sink.enrichment.as_ref().filter(wanted) {
         let f = function(name);
         let grants = Grants {
             source_query: if f.grants.source_query {
@@ -643,21 +646,21 @@ pub(crate) fn load_chain(
             .map_err(failed(f))?;
         chain.enrichment = Some(Named::new(&f.name, loaded));
     }
-    if let Some(name) = &sink.filter {
+    if let Some(name) = sink.filter.as_ref().filter(wanted) {
         let f = function(name);
         let loaded = engine
             .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
             .map_err(failed(f))?;
         chain.filter = Some(Named::new(&f.name, loaded));
     }
-    if let Some(name) = &sink.transform {
+    if let Some(name) = sink.transform.as_ref().filter(wanted) {
         let f = function(name);
         let loaded = engine
             .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
             .map_err(failed(f))?;
         chain.transform = Some(Named::new(&f.name, loaded));
     }
-    if let Some(name) = &sink.routing {
+    if let Some(name) = sink.routing.as_ref().filter(wanted) {
         let f = function(name);
         let loaded = engine
             .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))

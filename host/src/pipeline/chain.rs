@@ -235,6 +235,24 @@ pub enum ChainRunError {
 }
 
 impl FunctionChain {
+    /// The chain's functions in pipeline order, as `(kind, name)`.
+    pub fn steps(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            (
+                "enrichment",
+                self.enrichment.as_ref().map(|f| f.name.as_str()),
+            ),
+            ("filter", self.filter.as_ref().map(|f| f.name.as_str())),
+            (
+                "transform",
+                self.transform.as_ref().map(|f| f.name.as_str()),
+            ),
+            ("routing", self.routing.as_ref().map(|f| f.name.as_str())),
+        ]
+        .into_iter()
+        .filter_map(|(kind, name)| name.map(|name| (kind, name)))
+    }
+
     /// Whether the chain calls no function at all.
     pub fn is_empty(&self) -> bool {
         self.enrichment.is_none()
@@ -264,8 +282,8 @@ impl FunctionChain {
     }
 
     /// Replaces the functions named in `changed` with their counterparts in
-    /// `fresh` (this sink's chain loaded anew from the new config), between
-    /// two runs, and records `switches`. Steps not named keep their live
+    /// `fresh` (this sink's changed functions loaded anew from the new
+    /// config), between two runs, and records `switches`. Steps not named keep their live
     /// instances.
     pub fn swap_in(&self, fresh: FunctionChain, changed: &[String], switches: Vec<SwitchPoint>) {
         let _exclusive = self.swaps.swap_turn();

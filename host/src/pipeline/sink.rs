@@ -486,21 +486,10 @@ pub fn group_id(message: &Message) -> String {
 /// `chain`'s functions as `kind=name` pairs, `-` for none (computed once:
 /// every stored batch's `sink` span carries it).
 fn plugin_names(chain: &FunctionChain) -> String {
-    let names: Vec<String> = [
-        (
-            "enrichment",
-            chain.enrichment.as_ref().map(|f| f.name.as_str()),
-        ),
-        ("filter", chain.filter.as_ref().map(|f| f.name.as_str())),
-        (
-            "transform",
-            chain.transform.as_ref().map(|f| f.name.as_str()),
-        ),
-        ("routing", chain.routing.as_ref().map(|f| f.name.as_str())),
-    ]
-    .into_iter()
-    .filter_map(|(kind, name)| name.map(|name| format!("{kind}={name}")))
-    .collect();
+    let names: Vec<String> = chain
+        .steps()
+        .map(|(kind, name)| format!("{kind}={name}"))
+        .collect();
     if names.is_empty() {
         "-".into()
     } else {
