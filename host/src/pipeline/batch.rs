@@ -132,6 +132,16 @@ impl Batch {
         std::mem::take(&mut self.taken)
     }
 
+    /// Whether the batch is between two transactions: it holds nothing and
+    /// no transaction is open, so the set of sinks may change here without
+    /// a sink seeing part of a transaction.
+    pub fn at_transaction_boundary(&self) -> bool {
+        self.open_through.is_none()
+            && self.taken.changes.is_empty()
+            && self.taken.truncates.is_empty()
+            && self.taken.commit.is_none()
+    }
+
     /// Takes the idle position, if the source went idle with nothing open
     /// or waiting.
     pub fn take_idle_position(&mut self) -> Option<Lsn> {
@@ -243,5 +253,29 @@ mod tests {
             pushed += 1;
         }
         assert!(pushed > 1 && pushed < 20, "{pushed} changes");
+    }
+
+    #[test]
+    fn a_boundary_is_only_between_transactions() {
+        let limits = BatchLimits {
+            max_changes: 2,
+            max_bytes: usize::MAX,
+        };
+        let mut batch = Batch::default();
+        assert!(batch.at_transaction_boundary());
+        batch.push(change(70, 0));
+        assert!(!batch.at_transaction_boundary(), "a change is waiting");
+        batch.push(change(70, 1));
+        batch.take();
+        assert!(
+            !batch.at_transaction_boundary(),
+            "a chunk of an open transaction was taken"
+        );
+        batch.push(change(70, 2));
+        batch.push(commit(70));
+        assert!(batch.has_work(&limits));
+        assert!(!batch.at_transaction_boundary(), "the commit is not stored");
+        batch.take();
+        assert!(batch.at_transaction_boundary());
     }
 }

@@ -35,6 +35,7 @@ pub mod default_route;
 pub mod routing_keys;
 pub mod shadow;
 mod sink;
+pub mod sink_set;
 pub mod swap;
 mod truncate;
 
@@ -43,6 +44,7 @@ pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
 pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
 pub use sink::{SinkPipeline, SinkPipelineError, group_id};
+pub use sink_set::{SinkSetChange, SinkSetHandle};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -76,6 +78,17 @@ pub enum PipelineError {
     Task(#[from] tokio::task::JoinError),
 }
 
+/// The next change to the set of sinks; never, without a channel or once
+/// every handle is gone.
+async fn next_sink_change(
+    changes: &mut Option<sink_set::SinkSetReceiver>,
+) -> Option<sink_set::SinkSetRequest> {
+    match changes {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The pipeline of one source (one replication slot) and its sinks.
 pub struct Pipeline {
     sinks: Vec<SinkPipeline>,
@@ -87,6 +100,13 @@ pub struct Pipeline {
     watermarks: Watermarks,
     /// Backfill chunks emitted but not yet stored with their transaction.
     chunks: Vec<ChunkStored>,
+    /// Changes to the set of sinks, from the API.
+    sink_changes: Option<sink_set::SinkSetReceiver>,
+    /// Changes received, applied at the next transaction boundary.
+    pending_sink_changes: Vec<sink_set::SinkSetRequest>,
+    /// The commit LSN of the last transaction stored: where a sink that
+    /// joins starts.
+    last_commit: Lsn,
 }
 
 impl Pipeline {
@@ -111,7 +131,16 @@ impl Pipeline {
             truncates_skipped: 0,
             watermarks: Watermarks::new(Backfills::new()),
             chunks: Vec::new(),
+            sink_changes: None,
+            pending_sink_changes: Vec::new(),
+            last_commit: Lsn::ZERO,
         }
+    }
+
+    /// Takes changes to its set of sinks from `changes` (see [`sink_set`]).
+    pub fn with_sink_changes(mut self, changes: sink_set::SinkSetReceiver) -> Self {
+        self.sink_changes = Some(changes);
+        self
     }
 
     /// Emits the chunks of backfills registered in `backfills` at their
@@ -158,6 +187,8 @@ impl Pipeline {
             let cursor = tokio::task::spawn_blocking(move || store.sink_cursor(&name)).await??;
             cursors.insert(sink.name().to_string(), cursor.unwrap_or(Lsn::ZERO));
         }
+        self.last_commit = cursors.values().copied().max().unwrap_or(Lsn::ZERO);
+        let mut sink_changes = self.sink_changes.take();
         info!(sinks = self.sinks.len(), "pipeline started");
         let mut batch = Batch::default();
         let mut held_tick = tokio::time::interval(HELD_RELEASE_INTERVAL);
@@ -169,6 +200,13 @@ impl Pipeline {
                 _ = held_tick.tick() => {
                     self.release_held(&shutdown).await;
                     self.cool_down(&shutdown).await;
+                    continue;
+                }
+                Some(request) = next_sink_change(&mut sink_changes) => {
+                    self.pending_sink_changes.push(request);
+                    if batch.at_transaction_boundary() {
+                        self.apply_sink_changes(&mut cursors).await?;
+                    }
                     continue;
                 }
             };
@@ -189,6 +227,9 @@ impl Pipeline {
             }
             if let Some(wal_end) = batch.take_idle_position() {
                 self.confirm(wal_end);
+            }
+            if !self.pending_sink_changes.is_empty() && batch.at_transaction_boundary() {
+                self.apply_sink_changes(&mut cursors).await?;
             }
         }
         info!("pipeline stopped");
@@ -296,6 +337,7 @@ impl Pipeline {
             }
         }
         if let Some(commit) = taken.commit {
+            self.last_commit = self.last_commit.max(commit.commit_lsn);
             self.record_stored_chunks(commit.commit_lsn).await?;
             self.confirm(commit.end_lsn);
         }
@@ -365,6 +407,48 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Applies the changes to the set of sinks received so far; the
+    /// pipeline is between two transactions.
+    async fn apply_sink_changes(
+        &mut self,
+        cursors: &mut HashMap<String, Lsn>,
+    ) -> Result<(), PipelineError> {
+        for request in std::mem::take(&mut self.pending_sink_changes) {
+            match request.change {
+                SinkSetChange::Put { sink, starts_here } => {
+                    let name = sink.name().to_string();
+                    self.pull_api.add_breaker(&name, sink.breaker().clone());
+                    if starts_here {
+                        let (store, at) = (self.store.clone(), self.last_commit);
+                        let sink_name = name.clone();
+                        tokio::task::spawn_blocking(move || store.start_sink_at(&sink_name, at))
+                            .await??;
+                        cursors.insert(name.clone(), at);
+                    } else if !cursors.contains_key(&name) {
+                        let (store, sink_name) = (self.store.clone(), name.clone());
+                        let stored =
+                            tokio::task::spawn_blocking(move || store.sink_cursor(&sink_name))
+                                .await??;
+                        cursors.insert(name.clone(), stored.unwrap_or(self.last_commit));
+                    }
+                    match self.sinks.iter_mut().find(|s| s.name() == name) {
+                        Some(running) => *running = *sink,
+                        None => self.sinks.push(*sink),
+                    }
+                    info!(sink = %name, starts_here, at = %cursors[&name], "sink joined the pipeline");
+                }
+                SinkSetChange::Remove(name) => {
+                    self.sinks.retain(|sink| sink.name() != name);
+                    cursors.remove(&name);
+                    info!(sink = %name, "sink left the pipeline");
+                }
+            }
+            // The requester may have given up waiting; the change stands.
+            let _ = request.applied.send(());
+        }
+        Ok(())
     }
 
     fn confirm(&self, lsn: Lsn) {

@@ -252,7 +252,22 @@ impl Store {
         }
     }
 
-    /// Forgets the sink `sink`: deletes its stored messages, dead letters and cursor,
+    /// Sets the cursor of `sink` to `lsn`, also backwards: the sink joins a
+    /// stream at `lsn` (created, or moved to another source whose positions
+    /// are not comparable with its old one's).
+    pub fn start_sink_at(&self, sink: &str, lsn: Lsn) -> Result<(), StoreError> {
+        let lsn = lsn_to_sql(lsn)?;
+        self.lock().execute(
+            "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (sink) DO UPDATE
+             SET commit_lsn = excluded.commit_lsn, updated_at = excluded.updated_at",
+            params![sink, lsn, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets the sink `sink`: deletes its stored messages, dead letters,
+    /// held changes, pause and cursor,
     /// returning how many messages were deleted. For a sink removed from the
     /// config; a sink that keeps its name keeps its messages across restarts.
     pub fn remove_sink(&self, sink: &str) -> Result<u64, StoreError> {
@@ -261,6 +276,8 @@ impl Store {
         let deleted = tx.execute("DELETE FROM pull_messages WHERE sink = ?1", params![sink])?;
         tx.execute("DELETE FROM sink_cursors WHERE sink = ?1", params![sink])?;
         tx.execute("DELETE FROM dead_letters WHERE sink = ?1", params![sink])?;
+        tx.execute("DELETE FROM held_changes WHERE sink = ?1", params![sink])?;
+        tx.execute("DELETE FROM sink_pauses WHERE sink = ?1", params![sink])?;
         tx.commit()?;
         Ok(deleted as u64)
     }

@@ -87,6 +87,18 @@ fn remove_sink_forgets_only_that_sink() {
 }
 
 #[test]
+fn a_sink_started_at_a_position_gets_that_cursor_even_backwards() {
+    let (_dir, store) = open_temp();
+    store.append(&batch("moved", vec![]), Lsn(500)).unwrap();
+    store.start_sink_at("moved", Lsn(20)).unwrap();
+    assert_eq!(store.sink_cursor("moved").unwrap(), Some(Lsn(20)));
+    store.start_sink_at("new", Lsn(30)).unwrap();
+    assert_eq!(store.sink_cursor("new").unwrap(), Some(Lsn(30)));
+    store.append(&batch("moved", vec![]), Lsn(25)).unwrap();
+    assert_eq!(store.sink_cursor("moved").unwrap(), Some(Lsn(25)));
+}
+
+#[test]
 fn lsn_beyond_i64_is_refused_with_a_clear_error() {
     let (_dir, store) = open_temp();
     let err = store
