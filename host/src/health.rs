@@ -147,6 +147,25 @@ impl Registry {
         self.with_entry(kind, name, |entry| entry.checks.values().cloned().collect())
     }
 
+    /// Forgets the sink `sink` and, with it, its plugins and backfills
+    /// (a sink deleted while weft runs); with `plugins_only`, only its
+    /// plugins (a sink updated, whose functions may have changed).
+    pub fn forget_sink(&self, sink: &str, plugins_only: bool) {
+        let owned = |name: &str| {
+            name.strip_prefix(sink)
+                .is_some_and(|rest| rest.starts_with('/'))
+        };
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|(kind, name), _| match kind {
+                EntityKind::Plugin => !owned(name),
+                EntityKind::Sink => plugins_only || name != sink,
+                EntityKind::Backfill => plugins_only || !owned(name),
+                EntityKind::Database | EntityKind::Slot => true,
+            });
+    }
+
     /// Forgets every entity: a run of the server (also one restarted by an
     /// applied config, which may have removed sinks) starts from nothing.
     pub fn reset(&self) {
@@ -166,6 +185,41 @@ pub fn global() -> &'static Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forgetting_a_sink_forgets_what_it_owns_and_nothing_else() {
+        let registry = Registry::default();
+        for (kind, name) in [
+            (EntityKind::Sink, "s"),
+            (EntityKind::Sink, "s2"),
+            (EntityKind::Plugin, "s/f"),
+            (EntityKind::Plugin, "s2/f"),
+            (EntityKind::Backfill, "s/public.t"),
+            (EntityKind::Database, "s"),
+        ] {
+            registry.succeeded(kind, name);
+        }
+        let names = |registry: &Registry| {
+            registry
+                .snapshot()
+                .into_iter()
+                .map(|e| format!("{:?}:{}", e.kind, e.name))
+                .collect::<Vec<_>>()
+        };
+        registry.forget_sink("s", true);
+        assert_eq!(
+            names(&registry),
+            [
+                "Database:s",
+                "Sink:s",
+                "Sink:s2",
+                "Plugin:s2/f",
+                "Backfill:s/public.t"
+            ]
+        );
+        registry.forget_sink("s", false);
+        assert_eq!(names(&registry), ["Database:s", "Sink:s2", "Plugin:s2/f"]);
+    }
 
     #[test]
     fn the_worst_check_sets_the_status_and_clearing_restores_it() {

@@ -105,6 +105,14 @@ impl FunctionRuntime {
             .insert(sink.to_string(), chain);
     }
 
+    /// Forgets the chain of `sink` (deleted while weft runs).
+    pub fn remove_chain(&self, sink: &str) {
+        self.chains
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(sink);
+    }
+
     /// The config the pipelines run, plugin references resolved.
     pub fn running(&self) -> Arc<Config> {
         Arc::clone(

@@ -21,6 +21,7 @@ mod functions;
 mod idle;
 mod kafka;
 mod languages;
+mod live_sinks;
 mod metrics;
 mod nats;
 mod openapi;

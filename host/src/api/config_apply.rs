@@ -10,13 +10,18 @@
 //! is lost or reordered. Applying the config that runs changes nothing
 //! (`"applied": false`).
 //!
-//! A config that changes only `functions:` entries (a new plugin version,
-//! a new `config:` or limits) and `api_tokens:` is applied without a
-//! restart: the API takes the new token set at once, and the new
-//! functions are loaded first (any failure refuses the apply, nothing
-//! changed), then swapped in, each sink between two of its chain runs
-//! (see [`crate::hot_swap`]). The answer says `"restarted": false` and
-//! names the sinks under `"hot_swapped"`.
+//! A config that changes only `databases:`, `functions:`, `sinks:`,
+//! `http_endpoints:`, `accounts:` and `api_tokens:` entries is applied
+//! without a restart, while every sink it does not touch keeps flowing:
+//! the changed functions, the created or updated sinks and the databases
+//! that start are loaded and checked first (any failure refuses the apply,
+//! nothing changed); then the functions are swapped in, each sink between
+//! two of its chain runs (see [`crate::hot_swap`]), the API takes the new
+//! token set, sinks join, are replaced in or leave their pipelines between
+//! two transactions, and a changed database's feed alone restarts (see
+//! [`crate::server::live_sinks`]). The answer says `"restarted": false`,
+//! names the swapped functions under `"hot_swapped"`, the sinks under
+//! `"sinks"` and the database feeds under `"databases"`.
 
 use axum::Json;
 use axum::extract::State;
@@ -27,6 +32,8 @@ use serde_json::{Value, json};
 use super::{ApiError, PullApiState};
 use crate::config::plan::{PlannedChange, plan};
 use crate::config::{Config, ConfigError, export::REDACTED};
+use crate::hot_swap::FunctionRuntime;
+use crate::server::live_sinks::{LivePlan, LiveSinks};
 
 /// The request body.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -73,45 +80,18 @@ pub(super) async fn apply_edit(
     if changes.is_empty() {
         return Ok(json!({ "changes": changes, "applied": false }));
     }
-    if let Some(functions) = functions.filter(|_| hot_applicable(&changes)) {
-        let tokens = config.api_tokens.clone();
-        let prepared =
-            tokio::task::spawn_blocking(move || functions.prepare(config).map(|p| (functions, p)))
-                .await
-                .map_err(|error| {
-                    ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("the function loading task failed: {error}"),
-                    )
-                })?
-                .map_err(|error| {
-                    ApiError::bad_param(
-                        "yaml",
-                        format!(
-                            "a changed function does not load, so nothing was applied: {error}"
-                        ),
-                    )
-                })?;
-        let (functions, prepared) = prepared;
-        write_config(&path, &yaml)?;
-        state.set_config_text(yaml);
-        let sinks = prepared.sinks();
-        let swapped = prepared.functions().to_vec();
-        functions.commit(prepared);
-        state.set_api_tokens(super::auth::ApiTokens::new(tokens));
-        for sink in &sinks {
-            // A quarantine is about the function that was just replaced.
-            if let Some(breaker) = state.breaker(sink) {
-                breaker.reset();
-            }
-        }
-        tracing::info!(functions = ?swapped, sinks = ?sinks, file = %path.display(), "config applied through the API without a restart");
-        return Ok(json!({
-            "changes": changes,
-            "applied": true,
-            "restarted": false,
-            "hot_swapped": { "functions": swapped, "sinks": sinks },
-        }));
+    if let (Some(functions), Some(live_sinks)) = (functions, state.live_sinks())
+        && let Some(ops) = live_sinks.plan(&functions.running(), &config)
+    {
+        return apply_live(
+            state,
+            (functions, live_sinks),
+            ops,
+            config,
+            (path, yaml),
+            changes,
+        )
+        .await;
     }
     write_config(&path, &yaml)?;
     tracing::info!(changes = changes.len(), file = %path.display(), "config applied through the API; restarting the pipelines with it");
@@ -119,12 +99,68 @@ pub(super) async fn apply_edit(
     Ok(json!({ "changes": changes, "applied": true, "restarted": true }))
 }
 
-/// Whether every change is to a `functions:` entry (a hot swap applies
-/// it) or an `api_tokens:` entry (the API takes the new set at once).
-fn hot_applicable(changes: &[PlannedChange]) -> bool {
-    changes
-        .iter()
-        .all(|change| matches!(change.resource_type, "function" | "api_token"))
+/// Applies `config` (the file at `path` with the text `yaml`) to the
+/// running weft without a restart: loads every changed function, created
+/// or updated sink and starting database first (any failure refuses the
+/// apply, nothing changed), writes the file, then swaps the functions in,
+/// takes the new API tokens, and creates, updates and deletes the sinks
+/// and stops and starts the database feeds `plan` names.
+async fn apply_live(
+    state: &PullApiState,
+    (functions, live_sinks): (FunctionRuntime, LiveSinks),
+    plan: LivePlan,
+    config: Config,
+    (path, yaml): (std::path::PathBuf, String),
+    changes: Vec<PlannedChange>,
+) -> Result<Value, ApiError> {
+    let refused =
+        |error: String| ApiError::bad_param("yaml", format!("{error}; nothing was applied"));
+    let tokens = config.api_tokens.clone();
+    let sinks = live_sinks.prepare(&config, plan).await.map_err(refused)?;
+    let prepared = tokio::task::spawn_blocking({
+        let functions = functions.clone();
+        move || functions.prepare(config)
+    })
+    .await
+    .map_err(|error| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the function loading task failed: {error}"),
+        )
+    })?
+    .map_err(|error| refused(format!("a changed function does not load: {error}")))?;
+    write_config(&path, &yaml)?;
+    state.set_config_text(yaml);
+    let swapped_sinks = prepared.sinks();
+    let swapped = prepared.functions().to_vec();
+    functions.commit(prepared);
+    state.set_api_tokens(super::auth::ApiTokens::new(tokens));
+    for sink in &swapped_sinks {
+        // A quarantine is about the function that was just replaced.
+        if let Some(breaker) = state.breaker(sink) {
+            breaker.reset();
+        }
+    }
+    let sink_changes = match live_sinks.commit(sinks).await {
+        Ok(sink_changes) => sink_changes,
+        Err(error) => {
+            tracing::warn!(%error, file = %path.display(), "config applied through the API, but a sink change could not be made in place; restarting the pipelines with it");
+            state.request_reload();
+            return Ok(json!({ "changes": changes, "applied": true, "restarted": true }));
+        }
+    };
+    tracing::info!(functions = ?swapped, sinks = ?sink_changes, file = %path.display(), "config applied through the API without a restart");
+    Ok(json!({
+        "changes": changes,
+        "applied": true,
+        "restarted": false,
+        "hot_swapped": { "functions": swapped, "sinks": swapped_sinks },
+        "sinks": sink_changes,
+        "databases": {
+            "stopped": sink_changes.databases_stopped,
+            "started": sink_changes.databases_started,
+        },
+    }))
 }
 
 /// Writes the applied config file, or answers why it could not.

@@ -72,6 +72,7 @@ pub struct PullApiState {
     pauses: Arc<RwLock<HashMap<String, PauseSwitch>>>,
     webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
     functions: Arc<RwLock<Option<FunctionRuntime>>>,
+    live_sinks: Arc<RwLock<Option<crate::server::live_sinks::LiveSinks>>>,
     shutdown: CancellationToken,
 }
 
@@ -94,6 +95,7 @@ impl PullApiState {
             pauses: Arc::default(),
             webhook_sources: Arc::default(),
             functions: Arc::default(),
+            live_sinks: Arc::default(),
             shutdown,
         }
     }
@@ -133,6 +135,30 @@ impl PullApiState {
             .iter()
             .find(|(name, _)| ConsumerRef::for_sink(name).id == id)
             .map(|(_, stream)| stream.clone())
+    }
+
+    /// Stops serving the sink `name` in every way: its pull stream or
+    /// delivery waker, pause switch and quarantine breaker (a sink deleted
+    /// while weft runs).
+    pub fn forget_sink(&self, name: &str) {
+        self.remove_sink(name);
+        self.remove_push_sink(name);
+        self.pauses
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(name);
+        self.breakers
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(name);
+    }
+
+    /// Forgets the push sink `name`'s delivery waker.
+    pub fn remove_push_sink(&self, name: &str) {
+        self.push_sinks
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(name);
     }
 
     /// Knows the push sink `name`, whose delivery worker `waker` wakes.
@@ -278,6 +304,23 @@ impl PullApiState {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(functions);
     }
 
+    /// Applies configs that create, update or delete sinks through
+    /// `live_sinks`, without a restart.
+    pub fn set_live_sinks(&self, live_sinks: crate::server::live_sinks::LiveSinks) {
+        *self
+            .live_sinks
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(live_sinks);
+    }
+
+    /// The running sinks, in a weft that runs pipelines.
+    fn live_sinks(&self) -> Option<crate::server::live_sinks::LiveSinks> {
+        self.live_sinks
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// The running functions and the plugin registry; `None` in a weft
     /// serving no pipelines (tests of the bare API).
     fn functions(&self) -> Option<FunctionRuntime> {
@@ -404,11 +447,22 @@ pub fn router(state: PullApiState) -> Router {
             crud::replace_sink,
             crud::delete_sink
         ))
-        .routes(routes!(resources::databases))
-        .routes(routes!(resources::database))
+        .routes(routes!(resources::databases, crud::create_database))
+        .routes(routes!(
+            resources::database,
+            crud::replace_database,
+            crud::delete_database
+        ))
         .routes(routes!(test_connection::test_connection))
-        .routes(routes!(resources::http_endpoints))
-        .routes(routes!(resources::http_endpoint))
+        .routes(routes!(
+            resources::http_endpoints,
+            crud::create_http_endpoint
+        ))
+        .routes(routes!(
+            resources::http_endpoint,
+            crud::replace_http_endpoint,
+            crud::delete_http_endpoint
+        ))
         .routes(without_body_limit(routes!(plugins::list, plugins::upload)))
         .routes(routes!(plugins::versions))
         .routes(routes!(plugins::get, plugins::delete))
@@ -421,8 +475,12 @@ pub fn router(state: PullApiState) -> Router {
         .routes(routes!(canary::report, canary::start, canary::stop))
         .routes(routes!(canary::promote))
         .routes(routes!(canary::rollback))
-        .routes(routes!(accounts::list))
-        .routes(routes!(accounts::get))
+        .routes(routes!(accounts::list, crud::create_account))
+        .routes(routes!(
+            accounts::get,
+            crud::replace_account,
+            crud::delete_account
+        ))
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::delete))
         .routes(routes!(change_retentions::list))

@@ -106,7 +106,7 @@ pub enum TableSelection {
 pub struct BackfillLauncher {
     store: Store,
     backfills: Backfills,
-    targets: Arc<HashMap<String, BackfillTarget>>,
+    targets: Arc<std::sync::RwLock<HashMap<String, BackfillTarget>>>,
     running: Arc<Mutex<HashMap<String, CancellationToken>>>,
     shutdown: CancellationToken,
 }
@@ -132,7 +132,7 @@ impl BackfillLauncher {
         BackfillLauncher {
             store,
             backfills,
-            targets: Arc::new(targets),
+            targets: Arc::new(std::sync::RwLock::new(targets)),
             running: Arc::default(),
             shutdown,
         }
@@ -140,7 +140,7 @@ impl BackfillLauncher {
 
     /// Whether `sink` is one this launcher can backfill.
     pub fn knows_sink(&self, sink: &str) -> bool {
-        self.targets.contains_key(sink)
+        self.targets().contains_key(sink)
     }
 
     /// Starts a backfill of each selected table of `sink`, reading the
@@ -152,10 +152,7 @@ impl BackfillLauncher {
         tables: TableSelection,
         scope: BackfillScope,
     ) -> Result<Vec<Backfill>, LaunchError> {
-        let target = self
-            .targets
-            .get(sink)
-            .ok_or_else(|| LaunchError::UnknownSink(sink.to_string()))?;
+        let target = self.target(sink)?;
         scope.check()?;
         let tables = match tables {
             TableSelection::Tables(tables) => tables,
@@ -221,45 +218,100 @@ impl BackfillLauncher {
     /// tables, or with `true` every table the sink receives. Runs in the
     /// background; failures are logged.
     pub fn start_initial(&self) -> Result<(), StoreError> {
-        for (sink, target) in self.targets.iter() {
-            let tables = match &target.config.initial_backfill {
-                None | Some(InitialBackfill::All(false)) => continue,
-                Some(InitialBackfill::Tables(tables)) => {
-                    TableSelection::Tables(tables.iter().map(ToString::to_string).collect())
-                }
-                Some(InitialBackfill::All(true)) => TableSelection::All,
-            };
-            if self.store.sink_cursor(sink)?.is_some()
-                || !self.store.backfills(Some(sink))?.is_empty()
+        let sinks: Vec<String> = self.targets().keys().cloned().collect();
+        for sink in sinks {
+            if self.store.sink_cursor(&sink)?.is_some()
+                || !self.store.backfills(Some(&sink))?.is_empty()
             {
                 continue;
             }
-            let (launcher, sink) = (self.clone(), sink.clone());
-            tokio::spawn(async move {
-                // On a first start the source may not have created the
-                // publication yet.
-                let tables = match tables {
-                    TableSelection::All => match launcher.publication_tables(&sink, true).await {
-                        Ok(tables) => TableSelection::Tables(tables),
-                        Err(error) => {
-                            tracing::warn!(%sink, %error, "initial backfill not started");
-                            return;
-                        }
-                    },
-                    listed => listed,
-                };
-                match launcher
-                    .create(&sink, tables, BackfillScope::default())
-                    .await
-                {
-                    Ok(created) => {
-                        for backfill in created {
-                            tracing::info!(%sink, table = %format!("{}.{}", backfill.table_schema, backfill.table_name), id = %backfill.id, "initial backfill started");
-                        }
+            self.start_initial_of(&sink);
+        }
+        Ok(())
+    }
+
+    /// Starts the `initial_backfill` of `sink`, if it has one, in the
+    /// background (a sink created while weft runs); failures are logged.
+    pub fn start_initial_of(&self, sink: &str) {
+        let Ok(target) = self.target(sink) else {
+            return;
+        };
+        let tables = match &target.config.initial_backfill {
+            None | Some(InitialBackfill::All(false)) => return,
+            Some(InitialBackfill::Tables(tables)) => {
+                TableSelection::Tables(tables.iter().map(ToString::to_string).collect())
+            }
+            Some(InitialBackfill::All(true)) => TableSelection::All,
+        };
+        let (launcher, sink) = (self.clone(), sink.to_string());
+        tokio::spawn(async move {
+            // On a first start the source may not have created the
+            // publication yet.
+            let tables = match tables {
+                TableSelection::All => match launcher.publication_tables(&sink, true).await {
+                    Ok(tables) => TableSelection::Tables(tables),
+                    Err(error) => {
+                        tracing::warn!(%sink, %error, "initial backfill not started");
+                        return;
                     }
-                    Err(error) => tracing::warn!(%sink, %error, "initial backfill not started"),
+                },
+                listed => listed,
+            };
+            match launcher
+                .create(&sink, tables, BackfillScope::default())
+                .await
+            {
+                Ok(created) => {
+                    for backfill in created {
+                        tracing::info!(%sink, table = %format!("{}.{}", backfill.table_schema, backfill.table_name), id = %backfill.id, "initial backfill started");
+                    }
                 }
-            });
+                Err(error) => tracing::warn!(%sink, %error, "initial backfill not started"),
+            }
+        });
+    }
+
+    /// The target of `sink`.
+    fn target(&self, sink: &str) -> Result<BackfillTarget, LaunchError> {
+        self.targets()
+            .get(sink)
+            .cloned()
+            .ok_or_else(|| LaunchError::UnknownSink(sink.to_string()))
+    }
+
+    fn targets(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, BackfillTarget>> {
+        self.targets
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Backfills `target`'s sink from now on, as `target` says (a sink
+    /// created or updated while weft runs).
+    pub fn set_target(&self, target: BackfillTarget) {
+        self.targets
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(target.config.name.clone(), target);
+    }
+
+    /// Stops backfilling `sink` (deleted while weft runs): cancels its
+    /// active and paused backfills and forgets its target.
+    pub fn forget_sink(&self, sink: &str) -> Result<(), StoreError> {
+        self.targets
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(sink);
+        for backfill in self.store.backfills(Some(sink))? {
+            if matches!(
+                backfill.state,
+                BackfillState::Active | BackfillState::Paused
+            ) {
+                self.store
+                    .end_backfill(&backfill.id, BackfillState::Cancelled, None)?;
+                if let Some(token) = self.lock().remove(&backfill.id) {
+                    token.cancel();
+                }
+            }
         }
         Ok(())
     }
@@ -268,10 +320,7 @@ impl BackfillLauncher {
     /// receives `read` changes of, as `schema.table`. With `wait`, waits up
     /// to a minute for the source to create the publication.
     async fn publication_tables(&self, sink: &str, wait: bool) -> Result<Vec<String>, LaunchError> {
-        let target = self
-            .targets
-            .get(sink)
-            .ok_or_else(|| LaunchError::UnknownSink(sink.to_string()))?;
+        let target = self.target(sink)?;
         if let Some(tables) = &target.config.source.include_tables {
             return Ok(tables.iter().map(ToString::to_string).collect());
         }
@@ -379,7 +428,7 @@ impl BackfillLauncher {
     }
 
     fn spawn(&self, backfill: Backfill) {
-        let Some(target) = self.targets.get(&backfill.sink) else {
+        let Ok(target) = self.target(&backfill.sink) else {
             return;
         };
         super::publish_progress(&backfill);

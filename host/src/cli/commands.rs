@@ -110,6 +110,9 @@ pub async fn config_change(
         .collect();
     let head = match (verb, changes.len(), body["applied"].as_bool()) {
         (_, 0, _) => return Ok("no changes: the config matches the running one\n".into()),
+        ("apply", n, Some(true)) if body["restarted"] == false => {
+            format!("applied {n} change(s) in place; every other sink kept flowing\n")
+        }
         ("apply", n, Some(true)) => {
             format!("applied {n} change(s); weft restarted its pipelines with them\n")
         }

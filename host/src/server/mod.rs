@@ -9,21 +9,24 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
+mod chains;
+mod database_feed;
+pub mod live_sinks;
+
+pub use chains::load_chain;
+
 use crate::api::PullApiState;
-use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
+use crate::backfill::{BackfillLauncher, Backfills};
 use crate::change::SourceEvent;
-use crate::config::{Config, DatabaseConfig, DestinationConfig, FunctionConfig, SinkConfig};
+use crate::config::{Config, DatabaseConfig, SinkConfig};
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
-use crate::pipeline::{BatchLimits, FunctionChain, Named, Pipeline, SinkPipeline};
-use crate::plugins::{
-    AllowedHost, EngineSettings, Grants, Limits, OutboundHttp, PluginEngine, PluginError,
-    SourceQuery,
-};
+use crate::pipeline::{BatchLimits, Pipeline, SinkPipeline, SinkSetHandle};
+use crate::plugins::{EngineSettings, PluginEngine};
 use crate::registry::PluginRegistry;
-use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
-use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::Store;
+use database_feed::BuiltFeed;
+use live_sinks::{Feed, LiveSinks};
 
 /// What `weft run` needs.
 pub struct RunOptions {
@@ -172,11 +175,8 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         )
     })?;
     record_inventory(&store, &config, config_text.as_deref())?;
-    collect_queue_depths(
-        store.clone(),
-        config.sinks.iter().map(|s| s.name.clone()).collect(),
-    );
     let functions = FunctionRuntime::new(registry, engine, config.clone());
+    collect_queue_depths(store.clone(), functions.clone());
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
@@ -196,53 +196,18 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         );
     }
     pull_api.set_api_tokens(tokens);
+    let backfills = Backfills::new();
+    let (live_sinks, mut delivery_failures) = LiveSinks::new(
+        store.clone(),
+        pull_api.clone(),
+        functions.clone(),
+        (data_dir.clone(), backfills.clone()),
+        shutdown.clone(),
+    );
+    pull_api.set_live_sinks(live_sinks.clone());
     for sink in &config.sinks {
-        match &sink.destination {
-            DestinationConfig::SequinStream(settings) => {
-                let stream = pull_api.add_sink(
-                    &sink.name,
-                    SequinStreamSettings {
-                        ack_wait: settings.ack_wait(),
-                        max_ack_pending: settings.max_ack_pending,
-                        max_waiting: settings.max_waiting,
-                        max_deliver: settings.max_deliver,
-                    },
-                );
-                stream.pause_switch().set(store.is_paused(&sink.name)?);
-                pull_api.add_pause_switch(&sink.name, stream.pause_switch());
-            }
-            _ => {
-                let (destination, retry) =
-                    crate::sinks::push_destination(&config, sink).map_err(|detail| {
-                        ServerError::Sink {
-                            sink: sink.name.clone(),
-                            detail,
-                        }
-                    })?;
-                let waker = DeliveryWaker::new();
-                pull_api.add_push_sink(&sink.name, waker.clone());
-                let pause = crate::sinks::pause::PauseSwitch::new(store.is_paused(&sink.name)?);
-                pull_api.add_pause_switch(&sink.name, pause.clone());
-                let worker =
-                    DeliveryWorker::new(&sink.name, store.clone(), destination, retry, waker)
-                        .with_memory_budget(sink.max_memory_mb as usize * 1024 * 1024)
-                        .with_pause(pause);
-                let worker_shutdown = shutdown.clone();
-                let name = sink.name.clone();
-                tasks.spawn(
-                    async move {
-                        worker
-                            .run(worker_shutdown)
-                            .await
-                            .map_err(|e| ServerError::Sink {
-                                sink: name,
-                                detail: e.to_string(),
-                            })
-                    }
-                    .instrument(info_span!("delivery", sink = %sink.name)),
-                );
-            }
-        }
+        let delivery = live_sinks.delivery(&config, sink)?;
+        live_sinks.start_delivery(&sink.name, delivery).await?;
     }
     for retention in &config.change_retentions {
         if let Some(job) = retention_job(&config, retention)? {
@@ -307,58 +272,15 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         );
     }
 
-    let backfills = Backfills::new();
     let mut backfill_targets = Vec::new();
     for database in &config.databases {
-        let sinks: Vec<&SinkConfig> = config
-            .sinks
-            .iter()
-            .filter(|sink| sink.takes_database(&database.name))
-            .collect();
-        if sinks.is_empty() {
+        let Some(built) = BuiltFeed::build(&config, database, functions.engine(), &data_dir)?
+        else {
             info!(database = %database.name, "no sinks on this database; not replicating it");
             continue;
-        }
-        let pipelines = sinks
-            .iter()
-            .map(|sink| sink_pipeline(&config, &functions, sink))
-            .collect::<Result<Vec<_>, _>>()?;
-        let source_config = source_config(database, &sinks, &data_dir)?;
-        backfill_targets.extend(sinks.iter().map(|sink| BackfillTarget {
-            config: (*sink).clone(),
-            connection: source_config.connection.clone(),
-            slot: database.slot.name.clone(),
-            publication: database.publication.name.clone(),
-        }));
-        let (pipeline, events_tx, events_rx, durable_rx) =
-            wire_pipeline(pipelines, &store, &pull_api);
-        let pipeline = pipeline.with_backfills(backfills.clone());
-        let name = database.name.clone();
-        let span = info_span!("source", database = %name, slot = %database.slot.name);
-        let source_shutdown = shutdown.clone();
-        tasks.spawn(
-            async move {
-                crate::source::run(source_config, events_tx, durable_rx, source_shutdown)
-                    .await
-                    .map_err(|source| ServerError::Source {
-                        database: name,
-                        source,
-                    })
-            }
-            .instrument(span),
-        );
-        let name = database.name.clone();
-        spawn_pipeline(
-            &mut tasks,
-            pipeline,
-            events_rx,
-            &shutdown,
-            info_span!("pipeline", database = %database.name, slot = %database.slot.name),
-            |source| ServerError::Pipeline {
-                database: name,
-                source,
-            },
-        );
+        };
+        backfill_targets.extend(built.backfill_targets());
+        live_sinks.spawn_database(built);
     }
 
     for (source, feed) in webhook_feeds {
@@ -368,10 +290,15 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         }
         let pipelines = sinks
             .iter()
-            .map(|sink| sink_pipeline(&config, &functions, sink))
+            .map(|sink| live_sinks.pipeline(&config, sink))
             .collect::<Result<Vec<_>, _>>()?;
         spawn_webhook_source(
-            source, feed, pipelines, &store, &pull_api, &shutdown, &mut tasks,
+            source,
+            feed,
+            pipelines,
+            (&store, &pull_api, &live_sinks),
+            &shutdown,
+            &mut tasks,
         );
     }
 
@@ -392,20 +319,31 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     });
 
     let mut result = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(Ok(())) => {}
-            Ok(Err(failure)) => {
-                error!("{failure}");
-                if result.is_ok() {
-                    result = Err(failure);
+    loop {
+        let failure = tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => continue,
+                Some(Ok(Err(failure))) => failure,
+                Some(Err(join_error)) => {
+                    error!("task failed: {join_error}");
+                    shutdown.cancel();
+                    continue;
                 }
-                shutdown.cancel();
-            }
-            Err(join_error) => {
-                error!("task failed: {join_error}");
-                shutdown.cancel();
-            }
+            },
+            Some(failure) = delivery_failures.recv() => failure,
+        };
+        error!("{failure}");
+        if result.is_ok() {
+            result = Err(failure);
+        }
+        shutdown.cancel();
+    }
+    live_sinks.join_all().await;
+    while let Ok(failure) = delivery_failures.try_recv() {
+        error!("{failure}");
+        if result.is_ok() {
+            result = Err(failure);
         }
     }
     result.map(|()| {
@@ -485,12 +423,14 @@ fn spawn_webhook_source(
     source: &crate::config::WebhookSourceConfig,
     feed: crate::webhook_source::WebhookFeed,
     pipelines: Vec<SinkPipeline>,
-    store: &Store,
-    pull_api: &PullApiState,
+    (store, pull_api, live_sinks): (&Store, &PullApiState, &LiveSinks),
     shutdown: &CancellationToken,
     tasks: &mut JoinSet<Result<(), ServerError>>,
 ) {
     let (pipeline, events_tx, events_rx, durable_rx) = wire_pipeline(pipelines, store, pull_api);
+    let (sink_set, sink_changes) = SinkSetHandle::channel();
+    live_sinks.add_feed(Feed::Webhook(source.name.clone()), sink_set);
+    let pipeline = pipeline.with_sink_changes(sink_changes);
     let failed = |name: &str| {
         let name = name.to_string();
         move |detail: String| ServerError::WebhookSource {
@@ -559,11 +499,11 @@ fn record_inventory(
     Ok(())
 }
 
-/// Reads each sink's queue depths from the store into the queue gauges
-/// before every scrape of `/metrics`.
-fn collect_queue_depths(store: Store, sinks: Vec<String>) {
+/// Reads each running sink's queue depths from the store into the queue
+/// gauges before every scrape of `/metrics`.
+fn collect_queue_depths(store: Store, functions: FunctionRuntime) {
     crate::metrics::on_render(move || {
-        for sink in &sinks {
+        for sink in functions.running().sinks.iter().map(|s| &s.name) {
             match store.queue_depths(sink) {
                 Ok(depths) => crate::metrics::set_queue_depths(
                     sink,
@@ -577,153 +517,7 @@ fn collect_queue_depths(store: Store, sinks: Vec<String>) {
     });
 }
 
-/// The pipeline of `sink`, its function chain loaded and registered with
-/// `functions` for hot swaps.
-fn sink_pipeline(
-    config: &Config,
-    functions: &FunctionRuntime,
-    sink: &SinkConfig,
-) -> Result<SinkPipeline, ServerError> {
-    let kinds: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
-        .iter()
-        .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
-        .collect();
-    crate::metrics::register_sink(&sink.name, &kinds);
-    let chain = load_chain(config, functions.engine(), sink, |_| true)?;
-    functions.add_chain(&sink.name, chain.clone());
-    Ok(SinkPipeline::new(sink.clone(), chain))
-}
-
-/// Loads the functions `sink` uses whose name is `wanted`, as `config`
-/// defines them; the other steps of the chain stay empty.
-pub(crate) fn load_chain(
-    config: &Config,
-    engine: &PluginEngine,
-    sink: &SinkConfig,
-    wanted: impl Fn(&str) -> bool,
-) -> Result<FunctionChain, ServerError> {
-    let wanted = |name: &&String| wanted(name);
-    let function = |name: &str| {
-        config
-            .function(name)
-            .expect("config validation guarantees the function exists")
-    };
-    let failed = |function: &FunctionConfig| {
-        let name = function.name.clone();
-        move |source| ServerError::Plugin {
-            function: name,
-            source,
-        }
-    };
-    let mut chain = FunctionChain {
-        sink_type: sink.destination.type_name(),
-        ..FunctionChain::default()
-    };
-    if let Some(name) = sink.enrichment.as_ref().filter(wanted) {
-        let f = function(name);
-        let grants = Grants {
-            source_query: if f.grants.source_query {
-                Some(source_query(config, sink, f)?)
-            } else {
-                None
-            },
-            http: f
-                .grants
-                .http
-                .as_ref()
-                .map(|grant| outbound_http(f, grant))
-                .transpose()
-                .map_err(failed(f))?,
-        };
-        let loaded = engine
-            .load_enrichment(
-                &f.name,
-                &f.file,
-                &f.config,
-                &plugin_limits(f, &sink.name),
-                grants,
-            )
-            .map_err(failed(f))?;
-        chain.enrichment = Some(Named::new(&f.name, loaded));
-    }
-    if let Some(name) = sink.filter.as_ref().filter(wanted) {
-        let f = function(name);
-        let loaded = engine
-            .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
-            .map_err(failed(f))?;
-        chain.filter = Some(Named::new(&f.name, loaded));
-    }
-    if let Some(name) = sink.transform.as_ref().filter(wanted) {
-        let f = function(name);
-        let loaded = engine
-            .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
-            .map_err(failed(f))?;
-        chain.transform = Some(Named::new(&f.name, loaded));
-    }
-    if let Some(name) = sink.routing.as_ref().filter(wanted) {
-        let f = function(name);
-        let loaded = engine
-            .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
-            .map_err(failed(f))?;
-        chain.routing = Some(Named::new(&f.name, loaded));
-    }
-    Ok(chain)
-}
-
-/// The source-query capability of `function` on `sink`'s database: its own
-/// connection, as the source's user, with the function's call timeout as
-/// statement timeout.
-fn source_query(
-    config: &Config,
-    sink: &SinkConfig,
-    function: &FunctionConfig,
-) -> Result<SourceQuery, ServerError> {
-    let database = config
-        .databases
-        .iter()
-        .find(|d| sink.takes_database(&d.name))
-        .expect("config validation guarantees the database exists");
-    let connection = connect_options(database)?;
-    Ok(SourceQuery::new(
-        &function.name,
-        connection.query_config(),
-        std::time::Duration::from_millis(function.limits.timeout_ms),
-        tokio::runtime::Handle::current(),
-    ))
-}
-
-/// The outbound-http capability of `function`, limited to its allow-list.
-fn outbound_http(
-    function: &FunctionConfig,
-    grant: &crate::config::HttpGrant,
-) -> Result<OutboundHttp, PluginError> {
-    let allow = grant
-        .allow_hosts
-        .iter()
-        .map(|entry| AllowedHost::parse(entry))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|reason| {
-            // Config validation already refused bad entries.
-            PluginError::Settings(format!("grants.http.allow_hosts: {reason}"))
-        })?;
-    OutboundHttp::new(&function.name, allow, tokio::runtime::Handle::current())
-        .map_err(PluginError::Settings)
-}
-
-/// The sandbox settings of a function serving `sink`, from its config.
-fn plugin_limits(function: &FunctionConfig, sink: &str) -> Limits {
-    let limits = &function.limits;
-    Limits {
-        memory_bytes: limits.memory_mb as usize * 1024 * 1024,
-        call_timeout: std::time::Duration::from_millis(limits.timeout_ms),
-        recycle_after_calls: limits.recycle_after_calls,
-        recycle_memory_bytes: limits.recycle_memory_mb.map(|mb| mb as usize * 1024 * 1024),
-        deterministic: function.deterministic,
-        sink: Some(sink.to_string()),
-        ..Limits::default()
-    }
-}
-
+/// The source of `database` for `sinks`, spilling under `data_dir`.
 fn source_config(
     database: &DatabaseConfig,
     sinks: &[&SinkConfig],

@@ -1,0 +1,140 @@
+//! Loading a sink's function chain from the config: each function's
+//! component, sandbox limits and granted capabilities.
+
+use crate::config::{Config, FunctionConfig, SinkConfig};
+use crate::pipeline::{FunctionChain, Named};
+use crate::plugins::{
+    AllowedHost, Grants, Limits, OutboundHttp, PluginEngine, PluginError, SourceQuery,
+};
+
+use super::{ServerError, connect_options};
+
+/// Loads the functions `sink` uses whose name is `wanted`, as `config`
+/// defines them; the other steps of the chain stay empty.
+pub fn load_chain(
+    config: &Config,
+    engine: &PluginEngine,
+    sink: &SinkConfig,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<FunctionChain, ServerError> {
+    let wanted = |name: &&String| wanted(name);
+    let function = |name: &str| {
+        config
+            .function(name)
+            .expect("config validation guarantees the function exists")
+    };
+    let failed = |function: &FunctionConfig| {
+        let name = function.name.clone();
+        move |source| ServerError::Plugin {
+            function: name,
+            source,
+        }
+    };
+    let mut chain = FunctionChain {
+        sink_type: sink.destination.type_name(),
+        ..FunctionChain::default()
+    };
+    if let Some(name) = sink.enrichment.as_ref().filter(wanted) {
+        let f = function(name);
+        let grants = Grants {
+            source_query: if f.grants.source_query {
+                Some(source_query(config, sink, f)?)
+            } else {
+                None
+            },
+            http: f
+                .grants
+                .http
+                .as_ref()
+                .map(|grant| outbound_http(f, grant))
+                .transpose()
+                .map_err(failed(f))?,
+        };
+        let loaded = engine
+            .load_enrichment(
+                &f.name,
+                &f.file,
+                &f.config,
+                &plugin_limits(f, &sink.name),
+                grants,
+            )
+            .map_err(failed(f))?;
+        chain.enrichment = Some(Named::new(&f.name, loaded));
+    }
+    if let Some(name) = sink.filter.as_ref().filter(wanted) {
+        let f = function(name);
+        let loaded = engine
+            .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
+            .map_err(failed(f))?;
+        chain.filter = Some(Named::new(&f.name, loaded));
+    }
+    if let Some(name) = sink.transform.as_ref().filter(wanted) {
+        let f = function(name);
+        let loaded = engine
+            .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
+            .map_err(failed(f))?;
+        chain.transform = Some(Named::new(&f.name, loaded));
+    }
+    if let Some(name) = sink.routing.as_ref().filter(wanted) {
+        let f = function(name);
+        let loaded = engine
+            .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
+            .map_err(failed(f))?;
+        chain.routing = Some(Named::new(&f.name, loaded));
+    }
+    Ok(chain)
+}
+
+/// The source-query capability of `function` on `sink`'s database: its own
+/// connection, as the source's user, with the function's call timeout as
+/// statement timeout.
+fn source_query(
+    config: &Config,
+    sink: &SinkConfig,
+    function: &FunctionConfig,
+) -> Result<SourceQuery, ServerError> {
+    let database = config
+        .databases
+        .iter()
+        .find(|d| sink.takes_database(&d.name))
+        .expect("config validation guarantees the database exists");
+    let connection = connect_options(database)?;
+    Ok(SourceQuery::new(
+        &function.name,
+        connection.query_config(),
+        std::time::Duration::from_millis(function.limits.timeout_ms),
+        tokio::runtime::Handle::current(),
+    ))
+}
+
+/// The outbound-http capability of `function`, limited to its allow-list.
+fn outbound_http(
+    function: &FunctionConfig,
+    grant: &crate::config::HttpGrant,
+) -> Result<OutboundHttp, PluginError> {
+    let allow = grant
+        .allow_hosts
+        .iter()
+        .map(|entry| AllowedHost::parse(entry))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|reason| {
+            // Config validation already refused bad entries.
+            PluginError::Settings(format!("grants.http.allow_hosts: {reason}"))
+        })?;
+    OutboundHttp::new(&function.name, allow, tokio::runtime::Handle::current())
+        .map_err(PluginError::Settings)
+}
+
+/// The sandbox settings of a function serving `sink`, from its config.
+fn plugin_limits(function: &FunctionConfig, sink: &str) -> Limits {
+    let limits = &function.limits;
+    Limits {
+        memory_bytes: limits.memory_mb as usize * 1024 * 1024,
+        call_timeout: std::time::Duration::from_millis(limits.timeout_ms),
+        recycle_after_calls: limits.recycle_after_calls,
+        recycle_memory_bytes: limits.recycle_memory_mb.map(|mb| mb as usize * 1024 * 1024),
+        deterministic: function.deterministic,
+        sink: Some(sink.to_string()),
+        ..Limits::default()
+    }
+}

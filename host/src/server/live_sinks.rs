@@ -1,0 +1,928 @@
+//! The running sinks: how each one's messages leave the store (a pull
+//! stream or a push delivery worker) and which pipeline feeds it, so that
+//! a config that creates, updates or deletes sinks is applied while every
+//! other sink keeps flowing.
+//!
+//! Such a change is planned ([`LiveSinks::plan`]), prepared — every
+//! function loaded, every destination built, the publication checked,
+//! nothing running yet, so that any failure refuses the config with
+//! nothing changed ([`LiveSinks::prepare`]) — and then committed
+//! ([`LiveSinks::commit`]):
+//!
+//! - a created sink starts delivering and joins its pipeline between two
+//!   transactions; it receives every transaction stored after that point
+//!   (and its `initial_backfill`, if it has one);
+//! - an updated sink is replaced in its pipeline between two transactions,
+//!   keeping its cursor, so nothing is lost or reordered; its delivery
+//!   worker finishes the deliveries in flight and a new one, with the new
+//!   destination, carries on from the store;
+//! - a deleted sink leaves its pipeline, stops delivering, and its stored
+//!   messages, dead letters and cursor are deleted.
+//!
+//! - a database's first sink starts its feed (source and pipeline); a
+//!   changed database's feed alone stops and starts again
+//!   ([`super::database_feed`]).
+//!
+//! Anything else (webhook sources, change retentions, the plugin
+//! registry's settings) still needs the in-process restart of every
+//! pipeline.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span};
+
+use super::database_feed::{BuiltFeed, check_reachable};
+use super::{ServerError, source_config};
+use crate::api::PullApiState;
+use crate::backfill::{BackfillTarget, Backfills};
+use crate::config::{Config, DestinationConfig, HttpEndpointConfig, SinkConfig};
+use crate::hot_swap::FunctionRuntime;
+use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle};
+use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
+use crate::sinks::pause::PauseSwitch;
+use crate::sinks::sequin_stream::SequinStreamSettings;
+use crate::store::Store;
+
+/// What feeds a sink: a database's pipeline or a webhook source's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Feed {
+    /// The pipeline of the database of this name.
+    Database(String),
+    /// The pipeline of the webhook source of this name.
+    Webhook(String),
+}
+
+impl Feed {
+    /// The feed of `sink`; config validation gives every sink one.
+    pub fn of(sink: &SinkConfig) -> Option<Feed> {
+        match (&sink.database, &sink.source.webhook) {
+            (Some(database), _) => Some(Feed::Database(database.clone())),
+            (None, Some(source)) => Some(Feed::Webhook(source.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// How a sink's messages leave the store, built but not started.
+pub enum Delivery {
+    /// Consumers pull them over HTTP.
+    Pull(SequinStreamSettings),
+    /// A delivery worker pushes them to the destination.
+    Push {
+        /// The worker, not yet running.
+        worker: DeliveryWorker,
+        /// Wakes it when messages are stored.
+        waker: DeliveryWaker,
+        /// Pauses it.
+        pause: PauseSwitch,
+    },
+}
+
+/// A running push sink's delivery worker.
+struct Worker {
+    stop: CancellationToken,
+    done: JoinHandle<()>,
+}
+
+/// A running feed: the handle its sinks change through and, for a
+/// database's, what stops it.
+struct FeedUnit {
+    sinks: SinkSetHandle,
+    /// Stops the source and the pipeline; `None` for a webhook source's
+    /// feed, which runs until shutdown.
+    stop: Option<CancellationToken>,
+    /// The source and pipeline tasks.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// What a config changes in place: its sink changes, and the databases
+/// whose feed stops (deleted or changed) or starts (a first sink, or
+/// changed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LivePlan {
+    /// Sinks created, updated and deleted.
+    pub sinks: Vec<SinkOp>,
+    /// Databases whose running feed stops.
+    pub stop: Vec<String>,
+    /// Databases whose feed starts.
+    pub start: Vec<String>,
+}
+
+impl LivePlan {
+    /// Whether `feed` stops or starts, so that its sinks change with it.
+    fn restarts(&self, feed: &Feed) -> bool {
+        matches!(feed, Feed::Database(name) if self.stop.contains(name) || self.start.contains(name))
+    }
+}
+
+/// One change to the set of sinks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkOp {
+    /// A new sink.
+    Create {
+        /// Its name.
+        sink: String,
+    },
+    /// A sink whose config (or http endpoint) changed.
+    Update {
+        /// Its name.
+        sink: String,
+        /// Its old feed, when it moved to another one.
+        moved_from: Option<Feed>,
+    },
+    /// A sink that goes away.
+    Delete {
+        /// Its name.
+        sink: String,
+        /// The feed it leaves.
+        feed: Feed,
+    },
+}
+
+/// A created or updated sink, ready to start.
+struct ReadySink {
+    config: SinkConfig,
+    feed: Feed,
+    created: bool,
+    moved_from: Option<Feed>,
+    /// Its chain and backfill target; `None` on a feed that starts, which
+    /// brings its own.
+    joins: Option<(FunctionChain, Option<BackfillTarget>)>,
+    delivery: Delivery,
+}
+
+/// Changes loaded and checked, not yet in effect.
+pub struct PreparedSinks {
+    plan: LivePlan,
+    ready: Vec<ReadySink>,
+    deleted: Vec<(String, Feed)>,
+    feeds: Vec<BuiltFeed>,
+}
+
+/// What a commit changed.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct SinkChanges {
+    /// Created sinks.
+    pub created: Vec<String>,
+    /// Updated sinks.
+    pub updated: Vec<String>,
+    /// Deleted sinks.
+    pub deleted: Vec<String>,
+    /// Databases whose source and pipeline stopped.
+    #[serde(skip)]
+    pub databases_stopped: Vec<String>,
+    /// Databases whose source and pipeline started.
+    #[serde(skip)]
+    pub databases_started: Vec<String>,
+}
+
+/// The running sinks. Cheap to clone; clones share the state.
+#[derive(Clone)]
+pub struct LiveSinks {
+    store: Store,
+    pull_api: PullApiState,
+    functions: FunctionRuntime,
+    data_dir: PathBuf,
+    shutdown: CancellationToken,
+    failures: mpsc::UnboundedSender<ServerError>,
+    backfills: Backfills,
+    feeds: Arc<Mutex<HashMap<Feed, FeedUnit>>>,
+    workers: Arc<Mutex<HashMap<String, Worker>>>,
+}
+
+impl std::fmt::Debug for LiveSinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveSinks").finish_non_exhaustive()
+    }
+}
+
+impl LiveSinks {
+    /// The sinks of a run; delivery workers and database feeds stop at
+    /// `shutdown`, database pipelines emit the backfill chunks of
+    /// `backfills`, and a worker's or feed's failure arrives on the
+    /// returned receiver.
+    pub fn new(
+        store: Store,
+        pull_api: PullApiState,
+        functions: FunctionRuntime,
+        (data_dir, backfills): (PathBuf, Backfills),
+        shutdown: CancellationToken,
+    ) -> (LiveSinks, mpsc::UnboundedReceiver<ServerError>) {
+        let (failures, failed) = mpsc::unbounded_channel();
+        let sinks = LiveSinks {
+            store,
+            pull_api,
+            functions,
+            data_dir,
+            shutdown,
+            failures,
+            backfills,
+            feeds: Arc::default(),
+            workers: Arc::default(),
+        };
+        (sinks, failed)
+    }
+
+    /// Lets sinks join and leave the pipeline of `feed` (a webhook
+    /// source's, running until shutdown) through `handle`.
+    pub fn add_feed(&self, feed: Feed, handle: SinkSetHandle) {
+        lock(&self.feeds).insert(
+            feed,
+            FeedUnit {
+                sinks: handle,
+                stop: None,
+                tasks: Vec::new(),
+            },
+        );
+    }
+
+    /// Runs `built`: its database's source and the pipeline of its sinks,
+    /// until shutdown or [`LiveSinks::stop_database`]. A failure of either
+    /// arrives on the receiver [`LiveSinks::new`] returned.
+    pub fn spawn_database(&self, built: BuiltFeed) {
+        let BuiltFeed {
+            database,
+            sinks,
+            source,
+        } = built;
+        let pipelines = sinks
+            .into_iter()
+            .map(|(sink, chain)| {
+                self.register_chain(&sink, &chain);
+                SinkPipeline::new(sink, chain)
+            })
+            .collect();
+        let (pipeline, events_tx, events_rx, durable_rx) =
+            super::wire_pipeline(pipelines, &self.store, &self.pull_api);
+        let (handle, changes) = SinkSetHandle::channel();
+        let pipeline = pipeline
+            .with_backfills(self.backfills.clone())
+            .with_sink_changes(changes);
+        let stop = self.shutdown.child_token();
+        let name = database.name.clone();
+        let (failures, until) = (self.failures.clone(), stop.clone());
+        let source_task = tokio::spawn(
+            async move {
+                if let Err(source) = crate::source::run(source, events_tx, durable_rx, until).await
+                {
+                    let _ = failures.send(ServerError::Source {
+                        database: name,
+                        source,
+                    });
+                }
+            }
+            .instrument(
+                info_span!("source", database = %database.name, slot = %database.slot.name),
+            ),
+        );
+        let (failures, until, name) = (self.failures.clone(), stop.clone(), database.name.clone());
+        let pipeline_task = tokio::spawn(
+            async move {
+                if let Err(source) = pipeline.run(events_rx, until).await {
+                    let _ = failures.send(ServerError::Pipeline {
+                        database: name,
+                        source,
+                    });
+                }
+            }
+            .instrument(
+                info_span!("pipeline", database = %database.name, slot = %database.slot.name),
+            ),
+        );
+        lock(&self.feeds).insert(
+            Feed::Database(database.name.clone()),
+            FeedUnit {
+                sinks: handle,
+                stop: Some(stop),
+                tasks: vec![source_task, pipeline_task],
+            },
+        );
+    }
+
+    /// Stops the source and pipeline of `database`, waiting until both
+    /// have (the slot is released, stored batches are confirmed).
+    pub async fn stop_database(&self, database: &str) {
+        let unit = lock(&self.feeds).remove(&Feed::Database(database.to_string()));
+        if let Some(unit) = unit {
+            if let Some(stop) = &unit.stop {
+                stop.cancel();
+            }
+            for task in unit.tasks {
+                let _ = task.await;
+            }
+            info!(%database, "database feed stopped");
+        }
+    }
+
+    /// Builds how `sink` delivers, as `config` says; starts nothing.
+    pub fn delivery(&self, config: &Config, sink: &SinkConfig) -> Result<Delivery, ServerError> {
+        let paused = self.store.is_paused(&sink.name)?;
+        match &sink.destination {
+            DestinationConfig::SequinStream(settings) => Ok(Delivery::Pull(SequinStreamSettings {
+                ack_wait: settings.ack_wait(),
+                max_ack_pending: settings.max_ack_pending,
+                max_waiting: settings.max_waiting,
+                max_deliver: settings.max_deliver,
+            })),
+            _ => {
+                let (destination, retry) =
+                    crate::sinks::push_destination(config, sink).map_err(|detail| {
+                        ServerError::Sink {
+                            sink: sink.name.clone(),
+                            detail,
+                        }
+                    })?;
+                let waker = DeliveryWaker::new();
+                let pause = PauseSwitch::new(paused);
+                let worker = DeliveryWorker::new(
+                    &sink.name,
+                    self.store.clone(),
+                    destination,
+                    retry,
+                    waker.clone(),
+                )
+                .with_memory_budget(sink.max_memory_mb as usize * 1024 * 1024)
+                .with_pause(pause.clone());
+                Ok(Delivery::Push {
+                    worker,
+                    waker,
+                    pause,
+                })
+            }
+        }
+    }
+
+    /// Starts `delivery` for the sink `name`, in place of how it delivered
+    /// before: a replaced delivery worker first finishes its deliveries in
+    /// flight.
+    pub async fn start_delivery(&self, name: &str, delivery: Delivery) -> Result<(), ServerError> {
+        self.stop_worker(name).await;
+        match delivery {
+            Delivery::Pull(settings) => {
+                self.pull_api.remove_push_sink(name);
+                let stream = self.pull_api.add_sink(name, settings);
+                stream.pause_switch().set(self.store.is_paused(name)?);
+                self.pull_api.add_pause_switch(name, stream.pause_switch());
+            }
+            Delivery::Push {
+                worker,
+                waker,
+                pause,
+            } => {
+                self.pull_api.remove_sink(name);
+                self.pull_api.add_push_sink(name, waker);
+                self.pull_api.add_pause_switch(name, pause);
+                let stop = self.shutdown.child_token();
+                let (failures, sink) = (self.failures.clone(), name.to_string());
+                let until = stop.clone();
+                let done = tokio::spawn(
+                    async move {
+                        if let Err(error) = worker.run(until).await {
+                            let _ = failures.send(ServerError::Sink {
+                                sink,
+                                detail: error.to_string(),
+                            });
+                        }
+                    }
+                    .instrument(info_span!("delivery", sink = %name)),
+                );
+                lock(&self.workers).insert(name.to_string(), Worker { stop, done });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the delivery worker of `name`, if it has one, once its
+    /// deliveries in flight finish.
+    async fn stop_worker(&self, name: &str) {
+        let worker = lock(&self.workers).remove(name);
+        if let Some(worker) = worker {
+            worker.stop.cancel();
+            let _ = worker.done.await;
+        }
+    }
+
+    /// Waits for every database feed and delivery worker to finish
+    /// (after shutdown).
+    pub async fn join_all(&self) {
+        let feeds: Vec<FeedUnit> = lock(&self.feeds).drain().map(|(_, f)| f).collect();
+        for feed in feeds {
+            for task in feed.tasks {
+                let _ = task.await;
+            }
+        }
+        let workers: Vec<Worker> = lock(&self.workers).drain().map(|(_, w)| w).collect();
+        for worker in workers {
+            worker.stop.cancel();
+            let _ = worker.done.await;
+        }
+    }
+
+    /// The pipeline of `sink`, its function chain loaded as `config` says
+    /// and registered for hot swaps and metrics.
+    pub fn pipeline(
+        &self,
+        config: &Config,
+        sink: &SinkConfig,
+    ) -> Result<SinkPipeline, ServerError> {
+        let chain = super::chains::load_chain(config, self.functions.engine(), sink, |_| true)?;
+        self.register_chain(sink, &chain);
+        Ok(SinkPipeline::new(sink.clone(), chain))
+    }
+
+    fn register_chain(&self, sink: &SinkConfig, chain: &FunctionChain) {
+        let kinds: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
+            .iter()
+            .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
+            .collect();
+        crate::metrics::register_sink(&sink.name, &kinds);
+        self.functions.add_chain(&sink.name, chain.clone());
+    }
+
+    /// The changes from `running` to `proposed`, when they can be applied
+    /// without a restart: nothing but databases, sinks, functions, API
+    /// tokens, http endpoints and accounts differs.
+    pub fn plan(&self, running: &Config, proposed: &Config) -> Option<LivePlan> {
+        let feeds = lock(&self.feeds);
+        live_plan(running, proposed, |feed| feeds.contains_key(feed))
+    }
+
+    /// Loads and checks everything `plan` needs from `proposed`: each
+    /// starting database (reachable, its sinks' functions loaded), each
+    /// created or updated sink's functions, destination and published
+    /// tables. Nothing changes; the first problem is the error.
+    pub async fn prepare(
+        &self,
+        proposed: &Config,
+        plan: LivePlan,
+    ) -> Result<PreparedSinks, String> {
+        let mut prepared = PreparedSinks {
+            plan: LivePlan::default(),
+            ready: Vec::new(),
+            deleted: Vec::new(),
+            feeds: Vec::new(),
+        };
+        for name in &plan.start {
+            let database = proposed
+                .database(name)
+                .ok_or_else(|| format!("no database {name}"))?
+                .clone();
+            check_reachable(&database).await?;
+            let (proposed, engine, data_dir) = (
+                proposed.clone(),
+                self.functions.engine().clone(),
+                self.data_dir.clone(),
+            );
+            let built = tokio::task::spawn_blocking(move || {
+                BuiltFeed::build(&proposed, &database, &engine, &data_dir)
+            })
+            .await
+            .map_err(|error| format!("the function loading task failed: {error}"))?
+            .map_err(|error| error.to_string())?;
+            prepared.feeds.extend(built);
+        }
+        for op in plan.sinks.iter().cloned() {
+            let (name, created, moved_from) = match op {
+                SinkOp::Delete { sink, feed } => {
+                    prepared.deleted.push((sink, feed));
+                    continue;
+                }
+                SinkOp::Create { sink } => (sink, true, None),
+                SinkOp::Update { sink, moved_from } => (sink, false, moved_from),
+            };
+            let config = proposed
+                .sinks
+                .iter()
+                .find(|s| s.name == name)
+                .cloned()
+                .ok_or_else(|| format!("sink {name} is not in the config"))?;
+            let feed = Feed::of(&config).ok_or_else(|| format!("sink {name} has no source"))?;
+            let joins = if plan.restarts(&feed) {
+                None
+            } else {
+                Some(self.prepare_joining(proposed, &config, &feed).await?)
+            };
+            let delivery = self
+                .delivery(proposed, &config)
+                .map_err(|error| error.to_string())?;
+            prepared.ready.push(ReadySink {
+                config,
+                feed,
+                created,
+                moved_from,
+                joins,
+                delivery,
+            });
+        }
+        prepared.plan = plan;
+        Ok(prepared)
+    }
+
+    /// The chain and backfill target of `sink`, joining the running
+    /// `feed`: its functions loaded, its tables checked to be published.
+    async fn prepare_joining(
+        &self,
+        proposed: &Config,
+        sink: &SinkConfig,
+        feed: &Feed,
+    ) -> Result<(FunctionChain, Option<BackfillTarget>), String> {
+        let backfill = match feed {
+            Feed::Database(database) => Some(self.check_published(proposed, sink, database).await?),
+            Feed::Webhook(_) => None,
+        };
+        let (proposed, engine, config) = (
+            proposed.clone(),
+            self.functions.engine().clone(),
+            sink.clone(),
+        );
+        let name = sink.name.clone();
+        let chain = tokio::task::spawn_blocking(move || {
+            super::chains::load_chain(&proposed, &engine, &config, |_| true)
+        })
+        .await
+        .map_err(|error| format!("the function loading task failed: {error}"))?
+        .map_err(|error| format!("sink {name}: {error}"))?;
+        Ok((chain, backfill))
+    }
+
+    /// Checks that `database`'s publication covers the tables `sink`
+    /// lists; answers the sink's backfill target.
+    async fn check_published(
+        &self,
+        proposed: &Config,
+        sink: &SinkConfig,
+        database: &str,
+    ) -> Result<BackfillTarget, String> {
+        let database = proposed
+            .database(database)
+            .ok_or_else(|| format!("sink {}: no database {database}", sink.name))?;
+        let mut source =
+            source_config(database, &[sink], &self.data_dir).map_err(|e| e.to_string())?;
+        source.create_publication_if_not_exists = false;
+        let (client, _connection) =
+            source.connection.connect_query().await.map_err(|error| {
+                format!("sink {}: database {}: {error}", sink.name, database.name)
+            })?;
+        crate::source::slot::ensure_publication(&client, &source)
+            .await
+            .map_err(|error| format!("sink {}: {error}", sink.name))?;
+        Ok(BackfillTarget {
+            config: sink.clone(),
+            connection: source.connection.clone(),
+            slot: database.slot.name.clone(),
+            publication: database.publication.name.clone(),
+        })
+    }
+
+    /// Puts `prepared` into effect (see the module's documentation);
+    /// answers what changed. An error means a pipeline stopped meanwhile:
+    /// only a restart applies the rest.
+    pub async fn commit(&self, prepared: PreparedSinks) -> Result<SinkChanges, String> {
+        let PreparedSinks {
+            plan,
+            ready,
+            deleted,
+            feeds,
+        } = prepared;
+        let mut changes = SinkChanges::default();
+        for (name, feed) in deleted {
+            if !plan.restarts(&feed) {
+                self.feed(&feed)?
+                    .apply(SinkSetChange::Remove(name.clone()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            self.forget(&name).await?;
+            changes.deleted.push(name);
+        }
+        for database in &plan.stop {
+            self.stop_database(database).await;
+            changes.databases_stopped.push(database.clone());
+        }
+        let mut created = Vec::new();
+        for ready in ready {
+            let name = ready.config.name.clone();
+            if let Some(old) = ready.moved_from.as_ref().filter(|old| !plan.restarts(old)) {
+                self.feed(old)?
+                    .apply(SinkSetChange::Remove(name.clone()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            crate::health::global().forget_sink(&name, true);
+            // A new sink delivers before its first messages are stored; an
+            // updated one switches delivery after its new version stores.
+            let mut delivery = Some(ready.delivery);
+            if ready.created
+                && let Some(delivery) = delivery.take()
+            {
+                self.start_delivery(&name, delivery)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            if let Some((chain, backfill)) = ready.joins {
+                self.register_chain(&ready.config, &chain);
+                let pipeline = SinkPipeline::new(ready.config.clone(), chain);
+                self.feed(&ready.feed)?
+                    .apply(SinkSetChange::Put {
+                        sink: Box::new(pipeline),
+                        starts_here: ready.created || ready.moved_from.is_some(),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if let (Some(target), Some(launcher)) = (backfill, self.pull_api.backfills()) {
+                    launcher.set_target(target);
+                }
+            }
+            if let Some(delivery) = delivery {
+                self.start_delivery(&name, delivery)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            if ready.created {
+                info!(sink = %name, "sink created without a restart");
+                created.push(name.clone());
+                changes.created.push(name);
+            } else {
+                info!(sink = %name, "sink updated without a restart");
+                changes.updated.push(name);
+            }
+        }
+        for built in feeds {
+            let database = built.database.name.clone();
+            if let Some(launcher) = self.pull_api.backfills() {
+                for target in built.backfill_targets() {
+                    launcher.set_target(target);
+                }
+            }
+            self.spawn_database(built);
+            info!(%database, "database feed started without a restart");
+            changes.databases_started.push(database);
+        }
+        if let Some(launcher) = self.pull_api.backfills() {
+            for sink in &created {
+                launcher.start_initial_of(sink);
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Forgets the deleted sink `name`, out of its pipeline already: stops
+    /// its delivery, cancels its backfills and deletes what the store
+    /// holds for it.
+    async fn forget(&self, name: &str) -> Result<(), String> {
+        self.stop_worker(name).await;
+        self.pull_api.forget_sink(name);
+        self.functions.remove_chain(name);
+        crate::health::global().forget_sink(name, false);
+        if let Some(launcher) = self.pull_api.backfills() {
+            launcher.forget_sink(name).map_err(|e| e.to_string())?;
+        }
+        let (store, sink) = (self.store.clone(), name.to_string());
+        let deleted = tokio::task::spawn_blocking(move || store.remove_sink(&sink))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        info!(sink = %name, messages_deleted = deleted, "sink deleted without a restart");
+        Ok(())
+    }
+
+    fn feed(&self, feed: &Feed) -> Result<SinkSetHandle, String> {
+        lock(&self.feeds)
+            .get(feed)
+            .map(|unit| unit.sinks.clone())
+            .ok_or_else(|| format!("no running pipeline reads {feed:?}"))
+    }
+}
+
+/// The changes from `running` to `proposed`, or `None` when they need a
+/// restart: something beyond databases, sinks, functions, tokens,
+/// endpoints and accounts differs, or a sink's webhook source does not
+/// `runs`. A database feed that `runs` stops when its entry changes or
+/// goes; one that does not run starts when it has sinks (again, for a
+/// changed one).
+fn live_plan(
+    running: &Config,
+    proposed: &Config,
+    runs: impl Fn(&Feed) -> bool,
+) -> Option<LivePlan> {
+    if without_live_parts(running) != without_live_parts(proposed) {
+        return None;
+    }
+    let mut plan = LivePlan::default();
+    for old in &running.databases {
+        let feed = Feed::Database(old.name.clone());
+        if runs(&feed) && proposed.database(&old.name) != Some(old) {
+            plan.stop.push(old.name.clone());
+        }
+    }
+    for database in &proposed.databases {
+        let feed = Feed::Database(database.name.clone());
+        let has_sinks = proposed
+            .sinks
+            .iter()
+            .any(|s| s.takes_database(&database.name));
+        if has_sinks && (!runs(&feed) || plan.stop.contains(&database.name)) {
+            plan.start.push(database.name.clone());
+        }
+    }
+    for old in &running.sinks {
+        if !proposed.sinks.iter().any(|s| s.name == old.name) {
+            plan.sinks.push(SinkOp::Delete {
+                sink: old.name.clone(),
+                feed: Feed::of(old)?,
+            });
+        }
+    }
+    for new in &proposed.sinks {
+        let feed = Feed::of(new)?;
+        if !runs(&feed) && !plan.restarts(&feed) {
+            return None;
+        }
+        match running.sinks.iter().find(|s| s.name == new.name) {
+            None => plan.sinks.push(SinkOp::Create {
+                sink: new.name.clone(),
+            }),
+            Some(old)
+                if old != new || http_endpoint(running, old) != http_endpoint(proposed, new) =>
+            {
+                let old_feed = Feed::of(old)?;
+                plan.sinks.push(SinkOp::Update {
+                    sink: new.name.clone(),
+                    moved_from: (old_feed != feed).then_some(old_feed),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Some(plan)
+}
+
+/// `config` without the parts a running weft changes in place.
+fn without_live_parts(config: &Config) -> Config {
+    Config {
+        databases: Vec::new(),
+        sinks: Vec::new(),
+        functions: Vec::new(),
+        api_tokens: Vec::new(),
+        http_endpoints: Vec::new(),
+        // Account limits and capabilities bound what the config may hold,
+        // checked as it loads; nothing running reads them.
+        accounts: Vec::new(),
+        ..config.clone()
+    }
+}
+
+/// The http endpoint a webhook sink delivers to.
+fn http_endpoint<'a>(config: &'a Config, sink: &SinkConfig) -> Option<&'a HttpEndpointConfig> {
+    match &sink.destination {
+        DestinationConfig::Webhook(webhook) => config.http_endpoint(&webhook.http_endpoint),
+        _ => None,
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATABASES: &str = "databases:\n  - { name: a, hostname: localhost, database: a, username: u, slot: { name: sa }, publication: { name: pa } }\n  - { name: b, hostname: localhost, database: b, username: u, slot: { name: sb }, publication: { name: pb } }\n";
+
+    fn config(sinks: &str, more: &str) -> Config {
+        let sinks = if sinks.is_empty() { " []\n" } else { "\n" }.to_string() + sinks;
+        let text = format!("{DATABASES}{more}sinks:{sinks}");
+        Config::from_yaml(&text, std::path::Path::new("."), &|_| None)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn sink(name: &str, database: &str, table: &str) -> String {
+        format!(
+            "  - {{ name: {name}, database: {database}, source: {{ include_tables: [public.{table}] }}, destination: {{ type: sequin_stream }} }}\n"
+        )
+    }
+
+    fn hook(name: &str, url: &str) -> (String, String) {
+        (
+            format!(
+                "  - {{ name: {name}, database: a, destination: {{ type: webhook, http_endpoint: ep }} }}\n"
+            ),
+            format!("http_endpoints:\n  - {{ name: ep, url: \"{url}\" }}\n"),
+        )
+    }
+
+    /// Every feed runs but `b`'s.
+    fn all_but_b(feed: &Feed) -> bool {
+        *feed != Feed::Database("b".into())
+    }
+
+    #[test]
+    fn created_updated_moved_and_deleted_sinks_apply_in_place() {
+        let running = config(
+            &[
+                sink("kept", "a", "t"),
+                sink("changed", "a", "t"),
+                sink("moved", "a", "t"),
+                sink("gone", "a", "t"),
+                sink("on-b", "b", "t"),
+            ]
+            .concat(),
+            "",
+        );
+        let proposed = config(
+            &[
+                sink("kept", "a", "t"),
+                sink("changed", "a", "u"),
+                sink("moved", "b", "t"),
+                sink("new", "b", "t"),
+                sink("on-b", "b", "t"),
+            ]
+            .concat(),
+            "",
+        );
+        let plan = live_plan(&running, &proposed, |_| true).unwrap();
+        assert_eq!(
+            plan,
+            LivePlan {
+                sinks: vec![
+                    SinkOp::Delete {
+                        sink: "gone".into(),
+                        feed: Feed::Database("a".into())
+                    },
+                    SinkOp::Update {
+                        sink: "changed".into(),
+                        moved_from: None
+                    },
+                    SinkOp::Update {
+                        sink: "moved".into(),
+                        moved_from: Some(Feed::Database("a".into()))
+                    },
+                    SinkOp::Create { sink: "new".into() },
+                ],
+                stop: vec![],
+                start: vec![],
+            }
+        );
+        assert_eq!(
+            live_plan(&running, &running, |_| true),
+            Some(LivePlan::default())
+        );
+    }
+
+    #[test]
+    fn a_changed_http_endpoint_updates_the_webhook_sinks_using_it() {
+        let (sinks, old) = hook("h", "http://127.0.0.1:1/old");
+        let (_, new) = hook("h", "http://127.0.0.1:1/new");
+        let plan = live_plan(&config(&sinks, &old), &config(&sinks, &new), |_| true).unwrap();
+        assert_eq!(
+            plan.sinks,
+            vec![SinkOp::Update {
+                sink: "h".into(),
+                moved_from: None
+            }]
+        );
+    }
+
+    #[test]
+    fn a_first_sink_starts_its_database_and_a_changed_database_restarts_alone() {
+        let running = config(&sink("s", "a", "t"), "");
+        let first_on_b = config(&[sink("s", "a", "t"), sink("n", "b", "t")].concat(), "");
+        let plan = live_plan(&running, &first_on_b, all_but_b).unwrap();
+        assert_eq!((plan.stop, plan.start), (vec![], vec!["b".to_string()]));
+        assert_eq!(plan.sinks, vec![SinkOp::Create { sink: "n".into() }]);
+
+        let mut moved_port = running.clone();
+        moved_port.databases[0].connection.port = 5433;
+        moved_port.databases[1].connection.port = 5433;
+        let plan = live_plan(&running, &moved_port, all_but_b).unwrap();
+        assert_eq!(
+            (plan.stop, plan.start, plan.sinks),
+            (vec!["a".to_string()], vec!["a".to_string()], vec![]),
+            "only the running feed restarts; b has no sinks to start"
+        );
+
+        let gone = config("", "");
+        let plan = live_plan(&running, &gone, all_but_b).unwrap();
+        assert_eq!(
+            (plan.stop, plan.start),
+            (vec![], vec![]),
+            "a keeps running without sinks"
+        );
+    }
+
+    #[test]
+    fn other_sections_need_a_restart() {
+        let running = config(&sink("s", "a", "t"), "");
+        let mut registry = running.clone();
+        registry.plugin_registry.max_component_mb += 1;
+        assert_eq!(live_plan(&running, &registry, |_| true), None);
+    }
+}
