@@ -205,6 +205,26 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
         (Method::POST, "/api/functions/fb/rollback".into(), None),
         (Method::GET, "/api/postgres_databases/shop-b".into(), None),
         (
+            Method::PUT,
+            "/api/postgres_databases/shop-b".into(),
+            Some(json!({"name": "shop-b", "url": "postgres://127.0.0.1:9/x"})),
+        ),
+        (
+            Method::DELETE,
+            "/api/postgres_databases/shop-b".into(),
+            None,
+        ),
+        (
+            Method::PUT,
+            "/api/destinations/http_endpoints/hb".into(),
+            Some(json!({"name": "hb", "url": "http://127.0.0.1:9"})),
+        ),
+        (
+            Method::DELETE,
+            "/api/destinations/http_endpoints/hb".into(),
+            None,
+        ),
+        (
             Method::POST,
             "/api/postgres_databases/shop-b/test_connection".into(),
             None,
@@ -266,6 +286,31 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
     assert_eq!(
         b_plugin["account"], "b",
         "A's delete left B's version alone: {b_plugin}"
+    );
+    // An admin reaches an account's name space with ?account=; an account
+    // token cannot name another.
+    let (status, by_admin) = send(
+        &weft,
+        Method::GET,
+        "/api/plugins/tagger/1.0.0?account=b",
+        ADMIN,
+        None,
+    );
+    assert_eq!(
+        (status, &by_admin["account"]),
+        (200, &json!("b")),
+        "{by_admin}"
+    );
+    assert_eq!(
+        send(
+            &weft,
+            Method::GET,
+            "/api/plugins/tagger/1.0.0?account=b",
+            TOKEN_A,
+            None
+        )
+        .0,
+        403
     );
 
     // test_connection, as B on its own database and as the admin on one
@@ -427,9 +472,10 @@ fn an_account_creates_changes_and_deletes_its_own_sinks_and_functions_through_th
     let (status, body) = as_a(Method::POST, "/api/sinks", Some(sink("shop-a")));
     assert_eq!(
         (status, &body["apply"]["restarted"]),
-        (201, &json!(true)),
-        "{body}"
+        (201, &json!(false)),
+        "the first sink of shop-a starts its feed alone: {body}"
     );
+    assert_eq!(body["apply"]["databases"]["started"], json!(["shop-a"]));
     let (status, _) = as_a(Method::POST, "/api/sinks", Some(sink("shop-a")));
     assert_eq!(status, 409, "one sink per name");
     let (_, shown) = as_a(Method::GET, "/api/sinks/sa", None);
@@ -523,6 +569,101 @@ fn an_account_creates_changes_and_deletes_its_own_sinks_and_functions_through_th
     assert!(
         written.contains("tagger@2.0.0") && !written.contains("name: sa"),
         "{written}"
+    );
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+#[test]
+fn an_admin_token_manages_accounts_without_a_restart_and_an_account_token_cannot() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
+    let config = format!(
+        "accounts:\n  - {{ name: a }}\n\
+         api_tokens:\n  - {{ name: admin, token: {ADMIN} }}\n  - {{ name: ta, token: {TOKEN_A}, account: a }}\n\
+         databases:\n{}\
+         sinks:\n  - {{ name: sa, account: a, database: shop-a, source: {{ include_tables: [public.items] }}, destination: {{ type: sequin_stream }} }}\n",
+        database(&pg, "shop-a", "a", "weft_accounts_admin"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_accounts_admin");
+    let slot_backend = || {
+        pg.psql(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'weft_accounts_admin'",
+        )
+    };
+    let backend = slot_backend();
+
+    let (status, body) = send(
+        &weft,
+        Method::POST,
+        "/api/accounts",
+        TOKEN_A,
+        Some(json!({"name": "c"})),
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = send(
+        &weft,
+        Method::PUT,
+        "/api/accounts/a",
+        TOKEN_A,
+        Some(json!({"name": "a", "limits": {"max_sinks": 100}})),
+    );
+    assert_eq!(
+        status, 403,
+        "an account cannot raise its own limits: {body}"
+    );
+    assert_eq!(
+        send(&weft, Method::DELETE, "/api/accounts/a", TOKEN_A, None).0,
+        403
+    );
+
+    let (status, created) = send(
+        &weft,
+        Method::POST,
+        "/api/accounts",
+        ADMIN,
+        Some(json!({"name": "c", "limits": {"max_sinks": 1}})),
+    );
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["apply"]["restarted"], false, "{created}");
+    let (_, shown) = send(&weft, Method::GET, "/api/accounts/c", ADMIN, None);
+    assert_eq!(shown["limits"]["max_sinks"], 1, "{shown}");
+
+    let (status, refused) = send(
+        &weft,
+        Method::PUT,
+        "/api/accounts/a",
+        ADMIN,
+        Some(json!({"name": "a", "limits": {"max_sinks": 0}})),
+    );
+    assert_eq!(status, 400, "a limit below what it uses: {refused}");
+    let (status, refused) = send(&weft, Method::DELETE, "/api/accounts/a", ADMIN, None);
+    assert_eq!(status, 400, "a owns a sink and a token: {refused}");
+    let (status, deleted) = send(&weft, Method::DELETE, "/api/accounts/c", ADMIN, None);
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(
+        send(&weft, Method::GET, "/api/accounts/c", ADMIN, None).0,
+        404
+    );
+
+    pg.psql("INSERT INTO items VALUES (1, 'x')");
+    let got = weft.wait_until("the row", Duration::from_secs(60), || {
+        let (_, body) = send(
+            &weft,
+            Method::GET,
+            "/api/http_pull_consumers/sa/receive?batch_size=10&wait_for=500",
+            TOKEN_A,
+            None,
+        );
+        let data = body["data"].as_array().cloned().unwrap_or_default();
+        (!data.is_empty()).then_some(data).ok_or(body)
+    });
+    assert_eq!(got[0]["data"]["record"]["id"], 1, "{got:?}");
+    assert_eq!(
+        slot_backend(),
+        backend,
+        "no account change restarted anything"
     );
     assert_eq!(weft.terminate(), Some(0));
 }

@@ -89,7 +89,7 @@ fn the_api_fuzzed_from_its_openapi_document_answers_no_server_error() {
             "--checks",
             "not_a_server_error",
             "--exclude-path-regex",
-            "/api/config/apply|/promote|/rollback|^/api/sinks/\\{name\\}$|^/api/functions/\\{name\\}$|/receive$",
+            "/api/config/apply|/promote|/rollback|^/api/sinks/\\{name\\}$|^/api/functions/\\{name\\}$|^/api/postgres_databases/\\{name\\}$|^/api/destinations/http_endpoints/\\{name\\}$|/receive$",
             "--max-examples",
             "25",
             "--workers",

@@ -89,12 +89,6 @@ impl Caller {
             (None, given) => Ok(given.map(str::to_string)),
         }
     }
-
-    /// The registry namespace of the caller's uploads: its account, or
-    /// empty for the operator.
-    pub fn namespace(&self) -> &str {
-        self.account.as_deref().unwrap_or_default()
-    }
 }
 
 /// Middleware: refuses a request without a known token with 401.

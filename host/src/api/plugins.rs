@@ -7,6 +7,10 @@
 //!   `GET /api/plugins/{name}/{version}`;
 //! * `DELETE /api/plugins/{name}/{version}`: 409 while a function of the
 //!   running config names it.
+//!
+//! An account token works in its account's name space; an admin token in
+//! the operator's, or in an account's with `?account=NAME` on the upload,
+//! get and delete routes.
 
 use std::collections::HashMap;
 
@@ -24,7 +28,7 @@ use crate::registry::{RegistryError, Upload};
 use crate::store::{RegisteredPlugin, Registration};
 
 /// `POST /api/plugins`.
-#[utoipa::path(post, path = "/api/plugins", tag = "plugins", summary = "Register a component", params(("name" = String, Query, description = "The plugin name"), ("version" = String, Query, description = "Its version"), ("kind" = String, Query, description = "transform, filter, routing or enrichment")), request_body(content = ComponentBytes, content_type = "application/octet-stream", description = "The component (.wasm); any content type is accepted, application/wasm is conventional"), responses((status = 201, description = "Registered", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
+#[utoipa::path(post, path = "/api/plugins", tag = "plugins", summary = "Register a component", params(("name" = String, Query, description = "The plugin name"), ("version" = String, Query, description = "Its version"), ("kind" = String, Query, description = "transform, filter, routing or enrichment"), ("account" = Option<String>, Query, description = "An admin's upload into this account's name space")), request_body(content = ComponentBytes, content_type = "application/octet-stream", description = "The component (.wasm); any content type is accepted, application/wasm is conventional"), responses((status = 201, description = "Registered", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn upload(
     State(state): State<PullApiState>,
     Extension(caller): Extension<Caller>,
@@ -43,15 +47,21 @@ pub(super) async fn upload(
     };
     let (name, version, kind) = (field("name")?, field("version")?, field("kind")?);
     let running = functions.running();
+    let account = namespace(&caller, &query)?;
     let mut policy = running.plugin_registry.clone();
-    if let Some(account) = &caller.account {
+    if !account.is_empty() {
         // An account's uploads may import what the account may be granted.
         policy.allow_capabilities = running
             .accounts
             .iter()
-            .find(|a| &a.name == account)
+            .find(|a| a.name == account)
             .map(|a| a.allow_capabilities.clone())
-            .unwrap_or_default();
+            .ok_or_else(|| {
+                ApiError::bad_param(
+                    "account",
+                    format!("no account named {account:?}; GET /api/accounts lists them"),
+                )
+            })?;
     }
     let bytes = match read_limited(body, &headers, policy.max_component_bytes() as u64).await {
         Ok(bytes) => bytes,
@@ -72,7 +82,7 @@ pub(super) async fn upload(
         }
     };
     let upload = Upload {
-        account: caller.namespace().to_string(),
+        account,
         name,
         version,
         kind,
@@ -148,33 +158,35 @@ fn registered(
 }
 
 /// `GET /api/plugins/{name}/{version}`.
-#[utoipa::path(get, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "One version", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
+#[utoipa::path(get, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "One version", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version"), ("account" = Option<String>, Query, description = "For an admin: the account whose name space")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
     State(state): State<PullApiState>,
     Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
     let plugin = functions
         .registry()
-        .get(caller.namespace(), &PluginRef { name, version })
+        .get(&namespace(&caller, &query)?, &PluginRef { name, version })
         .map_err(registry_error)?;
     Ok(Json(render(&plugin)))
 }
 
 /// `DELETE /api/plugins/{name}/{version}`.
-#[utoipa::path(delete, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "Delete a version not in use", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
+#[utoipa::path(delete, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "Delete a version not in use", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version"), ("account" = Option<String>, Query, description = "For an admin: the account whose name space")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete(
     State(state): State<PullApiState>,
     Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
     let running = functions.running();
     let deleted = functions
         .registry()
         .delete(
-            caller.namespace(),
+            &namespace(&caller, &query)?,
             &PluginRef { name, version },
             Some(&running),
         )
@@ -182,6 +194,15 @@ pub(super) async fn delete(
     let mut body = render(&deleted);
     body["deleted"] = json!(true);
     Ok(Json(body))
+}
+
+/// The name space a request works in: an account token's own account
+/// (403 when `?account=` names another), or for an admin the `?account=`
+/// it names, the operator's (empty) without one.
+fn namespace(caller: &Caller, query: &HashMap<String, String>) -> Result<String, ApiError> {
+    Ok(caller
+        .account_for(query.get("account").map(String::as_str), "or reach plugins")?
+        .unwrap_or_default())
 }
 
 /// A registered version as the API shows it.
