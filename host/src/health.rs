@@ -147,6 +147,14 @@ impl Registry {
         self.with_entry(kind, name, |entry| entry.checks.values().cloned().collect())
     }
 
+    /// Forgets the entity `name` of `kind` (one removed while weft runs).
+    pub fn forget(&self, kind: EntityKind, name: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&(kind, name.to_string()));
+    }
+
     /// Forgets the sink `sink` and, with it, its plugins and backfills
     /// (a sink deleted while weft runs); with `plugins_only`, only its
     /// plugins (a sink updated, whose functions may have changed).
@@ -219,6 +227,8 @@ mod tests {
         );
         registry.forget_sink("s", false);
         assert_eq!(names(&registry), ["Database:s", "Sink:s2", "Plugin:s2/f"]);
+        registry.forget(EntityKind::Database, "s");
+        assert_eq!(names(&registry), ["Sink:s2", "Plugin:s2/f"]);
     }
 
     #[test]

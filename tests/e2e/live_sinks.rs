@@ -366,5 +366,28 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
         vec![11],
         "the refused change left the running feed alone"
     );
+
+    // Its last sink gone, the feed keeps streaming; the database gone, the
+    // feed stops and leaves nothing in the health report.
+    let (status, _) = send(&weft, Method::DELETE, "/api/sinks/second", None);
+    assert_eq!(status, 200);
+    assert!(
+        weft.get_json("/api/health")
+            .to_string()
+            .contains("weft_two")
+    );
+    let (status, removed) = send(&weft, Method::DELETE, "/api/postgres_databases/two", None);
+    assert_eq!(status, 200, "{removed}");
+    assert_eq!(
+        removed["apply"]["databases"],
+        json!({"stopped": ["two"], "started": []})
+    );
+    let health = weft.get_json("/api/health").to_string();
+    assert!(!health.contains("weft_two"), "{health}");
+    weft.wait_until("the slot's release", Duration::from_secs(30), || {
+        let holder = backend_of(&pg, "weft_two");
+        holder.is_empty().then_some(()).ok_or(holder)
+    });
+    assert_eq!(backend_of(&pg, SLOT), backend);
     assert_eq!(weft.terminate(), Some(0));
 }

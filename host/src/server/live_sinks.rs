@@ -93,6 +93,8 @@ struct Worker {
 /// database's, what stops it.
 struct FeedUnit {
     sinks: SinkSetHandle,
+    /// A database feed's replication slot.
+    slot: Option<String>,
     /// Stops the source and the pipeline; `None` for a webhook source's
     /// feed, which runs until shutdown.
     stop: Option<CancellationToken>,
@@ -159,6 +161,8 @@ struct ReadySink {
 /// Changes loaded and checked, not yet in effect.
 pub struct PreparedSinks {
     plan: LivePlan,
+    /// The stopping databases the config no longer has.
+    deleted_databases: Vec<String>,
     ready: Vec<ReadySink>,
     deleted: Vec<(String, Feed)>,
     feeds: Vec<BuiltFeed>,
@@ -235,6 +239,7 @@ impl LiveSinks {
             feed,
             FeedUnit {
                 sinks: handle,
+                slot: None,
                 stop: None,
                 tasks: Vec::new(),
             },
@@ -298,6 +303,7 @@ impl LiveSinks {
             Feed::Database(database.name.clone()),
             FeedUnit {
                 sinks: handle,
+                slot: Some(database.slot.name.clone()),
                 stop: Some(stop),
                 tasks: vec![source_task, pipeline_task],
             },
@@ -305,8 +311,9 @@ impl LiveSinks {
     }
 
     /// Stops the source and pipeline of `database`, waiting until both
-    /// have (the slot is released, stored batches are confirmed).
-    pub async fn stop_database(&self, database: &str) {
+    /// have (the slot is released, stored batches are confirmed); when it
+    /// is `deleted`, its health entries go too.
+    pub async fn stop_database(&self, database: &str, deleted: bool) {
         let unit = lock(&self.feeds).remove(&Feed::Database(database.to_string()));
         if let Some(unit) = unit {
             if let Some(stop) = &unit.stop {
@@ -315,7 +322,14 @@ impl LiveSinks {
             for task in unit.tasks {
                 let _ = task.await;
             }
-            info!(%database, "database feed stopped");
+            if deleted {
+                let health = crate::health::global();
+                health.forget(crate::health::EntityKind::Database, database);
+                if let Some(slot) = &unit.slot {
+                    health.forget(crate::health::EntityKind::Slot, slot);
+                }
+            }
+            info!(%database, deleted, "database feed stopped");
         }
     }
 
@@ -463,6 +477,12 @@ impl LiveSinks {
     ) -> Result<PreparedSinks, String> {
         let mut prepared = PreparedSinks {
             plan: LivePlan::default(),
+            deleted_databases: plan
+                .stop
+                .iter()
+                .filter(|name| proposed.database(name).is_none())
+                .cloned()
+                .collect(),
             ready: Vec::new(),
             deleted: Vec::new(),
             feeds: Vec::new(),
@@ -585,6 +605,7 @@ impl LiveSinks {
     pub async fn commit(&self, prepared: PreparedSinks) -> Result<SinkChanges, String> {
         let PreparedSinks {
             plan,
+            deleted_databases,
             ready,
             deleted,
             feeds,
@@ -601,7 +622,8 @@ impl LiveSinks {
             changes.deleted.push(name);
         }
         for database in &plan.stop {
-            self.stop_database(database).await;
+            self.stop_database(database, deleted_databases.contains(database))
+                .await;
             changes.databases_stopped.push(database.clone());
         }
         let mut created = Vec::new();
