@@ -360,6 +360,9 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
         backend,
         "shop's replication connection was never restarted"
     );
+    // A new WAL segment: `second`'s cursor ends far past where a new
+    // cluster's positions start.
+    pg.psql("SELECT pg_switch_wal()");
     pg.psql_in("other", "INSERT INTO items VALUES (11, 11)");
     assert_eq!(
         received_ids(&weft, "second", 1),
@@ -367,10 +370,38 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
         "the refused change left the running feed alone"
     );
 
-    // Its last sink gone, the feed keeps streaming; the database gone, the
-    // feed stops and leaves nothing in the health report.
-    let (status, _) = send(&weft, Method::DELETE, "/api/sinks/second", None);
-    assert_eq!(status, 200);
+    // Moved to a database of another cluster, whose feed starts for it,
+    // the sink starts afresh there: the old cluster's cursor skips nothing.
+    let pg2 = PgCluster::start();
+    pg2.psql("CREATE TABLE items (id int PRIMARY KEY, v int)");
+    let mut third = second_database(&pg2, 15000);
+    third["name"] = json!("three");
+    third["database"] = json!("postgres");
+    third["slot"] = json!({"name": "weft_three", "create_if_not_exists": true});
+    third["publication"] = json!({"name": "weft_three", "create_if_not_exists": true});
+    let (status, body) = send(&weft, Method::POST, "/api/postgres_databases", Some(third));
+    assert_eq!(status, 201, "{body}");
+    let (status, moved) = send(
+        &weft,
+        Method::PUT,
+        "/api/sinks/second",
+        Some(json!({
+            "name": "second",
+            "database": "three",
+            "source": {"include_tables": ["public.items"]},
+            "destination": {"type": "sequin_stream"},
+        })),
+    );
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(moved["apply"]["restarted"], false, "{moved}");
+    assert_eq!(moved["apply"]["databases"]["started"], json!(["three"]));
+    assert_eq!(moved["apply"]["sinks"]["updated"], json!(["second"]));
+    pg2.wait_for_active_slot("weft_three");
+    pg2.psql("INSERT INTO items SELECT g, g FROM generate_series(1, 3) g");
+    assert_eq!(received_ids(&weft, "second", 3), vec![1, 2, 3]);
+
+    // Its last sink moved away, two's feed kept streaming; the database
+    // gone, the feed stops and leaves nothing in the health report.
     assert!(
         weft.get_json("/api/health")
             .to_string()

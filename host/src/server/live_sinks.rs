@@ -42,6 +42,7 @@ use crate::api::PullApiState;
 use crate::backfill::{BackfillTarget, Backfills};
 use crate::config::{Config, DestinationConfig, HttpEndpointConfig, SinkConfig};
 use crate::hot_swap::FunctionRuntime;
+use crate::lsn::Lsn;
 use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle};
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::pause::PauseSwitch;
@@ -646,6 +647,7 @@ impl LiveSinks {
                     .await
                     .map_err(|e| e.to_string())?;
             }
+            let joins_running_feed = ready.joins.is_some();
             if let Some((chain, backfill)) = ready.joins {
                 self.register_chain(&ready.config, &chain);
                 let pipeline = SinkPipeline::new(ready.config.clone(), chain);
@@ -659,6 +661,15 @@ impl LiveSinks {
                 if let (Some(target), Some(launcher)) = (backfill, self.pull_api.backfills()) {
                     launcher.set_target(target);
                 }
+            }
+            if !joins_running_feed && ready.moved_from.is_some() {
+                // Its cursor is a position of the database it left; the
+                // starting feed reads it, so it must not hold one.
+                let (store, sink) = (self.store.clone(), name.clone());
+                tokio::task::spawn_blocking(move || store.start_sink_at(&sink, Lsn::ZERO))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
             }
             if let Some(delivery) = delivery {
                 self.start_delivery(&name, delivery)
