@@ -296,7 +296,7 @@ impl BackfillLauncher {
 
     /// Stops backfilling `sink` (deleted while weft runs): cancels its
     /// active and paused backfills and forgets its target.
-    pub fn forget_sink(&self, sink: &str) -> Result<(), StoreError> {
+    pub fn forget_sink(&self, sink: &str) -> Result<(), LaunchError> {
         self.targets
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -306,11 +306,7 @@ impl BackfillLauncher {
                 backfill.state,
                 BackfillState::Active | BackfillState::Paused
             ) {
-                self.store
-                    .end_backfill(&backfill.id, BackfillState::Cancelled, None)?;
-                if let Some(token) = self.lock().remove(&backfill.id) {
-                    token.cancel();
-                }
+                self.cancel(sink, &backfill.id)?;
             }
         }
         Ok(())

@@ -72,7 +72,12 @@ impl Feed {
 /// How a sink's messages leave the store, built but not started.
 pub enum Delivery {
     /// Consumers pull them over HTTP.
-    Pull(SequinStreamSettings),
+    Pull {
+        /// The stream's settings.
+        settings: SequinStreamSettings,
+        /// Whether the sink is paused.
+        paused: bool,
+    },
     /// A delivery worker pushes them to the destination.
     Push {
         /// The worker, not yet running.
@@ -88,6 +93,14 @@ pub enum Delivery {
 struct Worker {
     stop: CancellationToken,
     done: JoinHandle<()>,
+}
+
+impl Worker {
+    /// Stops it once its deliveries in flight finish.
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.done.await;
+    }
 }
 
 /// A running feed: the handle its sinks change through and, for a
@@ -270,35 +283,30 @@ impl LiveSinks {
             .with_backfills(self.backfills.clone())
             .with_sink_changes(changes);
         let stop = self.shutdown.child_token();
-        let name = database.name.clone();
-        let (failures, until) = (self.failures.clone(), stop.clone());
-        let source_task = tokio::spawn(
+        let (name, until) = (database.name.clone(), stop.clone());
+        let source_task = self.spawn_reporting(
             async move {
-                if let Err(source) = crate::source::run(source, events_tx, durable_rx, until).await
-                {
-                    let _ = failures.send(ServerError::Source {
+                crate::source::run(source, events_tx, durable_rx, until)
+                    .await
+                    .map_err(|source| ServerError::Source {
                         database: name,
                         source,
-                    });
-                }
-            }
-            .instrument(
-                info_span!("source", database = %database.name, slot = %database.slot.name),
-            ),
+                    })
+            },
+            info_span!("source", database = %database.name, slot = %database.slot.name),
         );
-        let (failures, until, name) = (self.failures.clone(), stop.clone(), database.name.clone());
-        let pipeline_task = tokio::spawn(
+        let (name, until) = (database.name.clone(), stop.clone());
+        let pipeline_task = self.spawn_reporting(
             async move {
-                if let Err(source) = pipeline.run(events_rx, until).await {
-                    let _ = failures.send(ServerError::Pipeline {
+                pipeline
+                    .run(events_rx, until)
+                    .await
+                    .map_err(|source| ServerError::Pipeline {
                         database: name,
                         source,
-                    });
-                }
-            }
-            .instrument(
-                info_span!("pipeline", database = %database.name, slot = %database.slot.name),
-            ),
+                    })
+            },
+            info_span!("pipeline", database = %database.name, slot = %database.slot.name),
         );
         lock(&self.feeds).insert(
             Feed::Database(database.name.clone()),
@@ -338,12 +346,15 @@ impl LiveSinks {
     pub fn delivery(&self, config: &Config, sink: &SinkConfig) -> Result<Delivery, ServerError> {
         let paused = self.store.is_paused(&sink.name)?;
         match &sink.destination {
-            DestinationConfig::SequinStream(settings) => Ok(Delivery::Pull(SequinStreamSettings {
-                ack_wait: settings.ack_wait(),
-                max_ack_pending: settings.max_ack_pending,
-                max_waiting: settings.max_waiting,
-                max_deliver: settings.max_deliver,
-            })),
+            DestinationConfig::SequinStream(settings) => Ok(Delivery::Pull {
+                settings: SequinStreamSettings {
+                    ack_wait: settings.ack_wait(),
+                    max_ack_pending: settings.max_ack_pending,
+                    max_waiting: settings.max_waiting,
+                    max_deliver: settings.max_deliver,
+                },
+                paused,
+            }),
             _ => {
                 let (destination, retry) =
                     crate::sinks::push_destination(config, sink).map_err(|detail| {
@@ -375,13 +386,13 @@ impl LiveSinks {
     /// Starts `delivery` for the sink `name`, in place of how it delivered
     /// before: a replaced delivery worker first finishes its deliveries in
     /// flight.
-    pub async fn start_delivery(&self, name: &str, delivery: Delivery) -> Result<(), ServerError> {
+    pub async fn start_delivery(&self, name: &str, delivery: Delivery) {
         self.stop_worker(name).await;
         match delivery {
-            Delivery::Pull(settings) => {
+            Delivery::Pull { settings, paused } => {
                 self.pull_api.remove_push_sink(name);
                 let stream = self.pull_api.add_sink(name, settings);
-                stream.pause_switch().set(self.store.is_paused(name)?);
+                stream.pause_switch().set(paused);
                 self.pull_api.add_pause_switch(name, stream.pause_switch());
             }
             Delivery::Push {
@@ -393,23 +404,37 @@ impl LiveSinks {
                 self.pull_api.add_push_sink(name, waker);
                 self.pull_api.add_pause_switch(name, pause);
                 let stop = self.shutdown.child_token();
-                let (failures, sink) = (self.failures.clone(), name.to_string());
-                let until = stop.clone();
-                let done = tokio::spawn(
+                let (sink, until) = (name.to_string(), stop.clone());
+                let done = self.spawn_reporting(
                     async move {
-                        if let Err(error) = worker.run(until).await {
-                            let _ = failures.send(ServerError::Sink {
-                                sink,
-                                detail: error.to_string(),
-                            });
-                        }
-                    }
-                    .instrument(info_span!("delivery", sink = %name)),
+                        worker.run(until).await.map_err(|error| ServerError::Sink {
+                            sink,
+                            detail: error.to_string(),
+                        })
+                    },
+                    info_span!("delivery", sink = %name),
                 );
                 lock(&self.workers).insert(name.to_string(), Worker { stop, done });
             }
         }
-        Ok(())
+    }
+
+    /// Runs `task` inside `span`; the error it stops with, if any, arrives
+    /// on the receiver [`LiveSinks::new`] returned.
+    fn spawn_reporting(
+        &self,
+        task: impl Future<Output = Result<(), ServerError>> + Send + 'static,
+        span: tracing::Span,
+    ) -> JoinHandle<()> {
+        let failures = self.failures.clone();
+        tokio::spawn(
+            async move {
+                if let Err(failure) = task.await {
+                    let _ = failures.send(failure);
+                }
+            }
+            .instrument(span),
+        )
     }
 
     /// Stops the delivery worker of `name`, if it has one, once its
@@ -417,8 +442,7 @@ impl LiveSinks {
     async fn stop_worker(&self, name: &str) {
         let worker = lock(&self.workers).remove(name);
         if let Some(worker) = worker {
-            worker.stop.cancel();
-            let _ = worker.done.await;
+            worker.stop().await;
         }
     }
 
@@ -433,8 +457,7 @@ impl LiveSinks {
         }
         let workers: Vec<Worker> = lock(&self.workers).drain().map(|(_, w)| w).collect();
         for worker in workers {
-            worker.stop.cancel();
-            let _ = worker.done.await;
+            worker.stop().await;
         }
     }
 
@@ -643,9 +666,7 @@ impl LiveSinks {
             if ready.created
                 && let Some(delivery) = delivery.take()
             {
-                self.start_delivery(&name, delivery)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.start_delivery(&name, delivery).await;
             }
             let joins_running_feed = ready.joins.is_some();
             if let Some((chain, backfill)) = ready.joins {
@@ -672,9 +693,7 @@ impl LiveSinks {
                     .map_err(|e| e.to_string())?;
             }
             if let Some(delivery) = delivery {
-                self.start_delivery(&name, delivery)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.start_delivery(&name, delivery).await;
             }
             if ready.created {
                 info!(sink = %name, "sink created without a restart");

@@ -197,7 +197,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     }
     pull_api.set_api_tokens(tokens);
     let backfills = Backfills::new();
-    let (live_sinks, mut delivery_failures) = LiveSinks::new(
+    let (live_sinks, mut task_failures) = LiveSinks::new(
         store.clone(),
         pull_api.clone(),
         functions.clone(),
@@ -207,7 +207,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     pull_api.set_live_sinks(live_sinks.clone());
     for sink in &config.sinks {
         let delivery = live_sinks.delivery(&config, sink)?;
-        live_sinks.start_delivery(&sink.name, delivery).await?;
+        live_sinks.start_delivery(&sink.name, delivery).await;
     }
     for retention in &config.change_retentions {
         if let Some(job) = retention_job(&config, retention)? {
@@ -331,7 +331,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
                     continue;
                 }
             },
-            Some(failure) = delivery_failures.recv() => failure,
+            Some(failure) = task_failures.recv() => failure,
         };
         error!("{failure}");
         if result.is_ok() {
@@ -340,7 +340,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         shutdown.cancel();
     }
     live_sinks.join_all().await;
-    while let Ok(failure) = delivery_failures.try_recv() {
+    while let Ok(failure) = task_failures.try_recv() {
         error!("{failure}");
         if result.is_ok() {
             result = Err(failure);
