@@ -129,8 +129,8 @@ impl FunctionRuntime {
     }
 
     /// Loads, for every running sink that uses a function `config` defines
-    /// differently, those functions from `config` (whose plugin references
-    /// are resolved). Blocks while components compile. Fails,
+    /// differently and keeps its own entry, those functions from `config`
+    /// (whose plugin references are resolved). Blocks while components compile. Fails,
     /// with nothing changed, on the first function that does not load.
     pub fn prepare(&self, config: Config) -> Result<PreparedSwap, String> {
         let running = self.running();
@@ -155,7 +155,10 @@ impl FunctionRuntime {
                 sink.function(*kind)
                     .is_some_and(|name| changed.iter().any(|c| c == name))
             });
-            if !uses_changed || !chains.contains_key(&sink.name) {
+            // A sink whose own entry changes gets a whole new chain from
+            // the new config (see `server::live_sinks`): nothing to swap.
+            let replaced = running.sinks.iter().find(|s| s.name == sink.name) != Some(sink);
+            if !uses_changed || replaced || !chains.contains_key(&sink.name) {
                 continue;
             }
             let chain = crate::server::load_chain(&config, &self.engine, sink, |name| {
