@@ -1,4 +1,5 @@
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
+use std::rc::Rc;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -81,13 +82,87 @@ pub struct Metadata {
 /// assert_eq!(change.old::<String>("region")?, Some("us".into()));
 /// # Ok::<(), weft_sdk_guest::Error>(())
 /// ```
-#[derive(Debug)]
 pub struct Change {
     action: Action,
     record_text: String,
     changes_text: Option<String>,
-    metadata: Metadata,
+    metadata: OnceCell<Metadata>,
+    /// The host's per-change metadata, turned into `metadata` on first use:
+    /// a filter that never reads it never pays for the shared strings.
+    pending: Cell<Option<PendingMetadata>>,
     record: OnceCell<Map<String, Value>>,
+}
+
+impl std::fmt::Debug for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Change")
+            .field("action", &self.action)
+            .field("record", &self.record_text)
+            .field("changes", &self.changes_text)
+            .field("metadata", self.metadata())
+            .finish()
+    }
+}
+
+/// What the changes of one call share: the sink and the tables
+/// (`batch-context` in the WIT).
+#[derive(Debug, Default)]
+pub(crate) struct BatchShared {
+    /// Stable id of the sink.
+    pub(crate) consumer_id: String,
+    /// Name of the sink.
+    pub(crate) consumer_name: String,
+    /// `(database_name, table_schema, table_name)`; changes hold an index.
+    pub(crate) relations: Vec<(String, String, String)>,
+}
+
+/// A change's own metadata as the host sent it, before it is joined with
+/// the call's [`BatchShared`].
+#[derive(Debug)]
+pub(crate) struct PendingMetadata {
+    /// The call's shared part.
+    pub(crate) shared: Rc<BatchShared>,
+    /// Index into `shared.relations`.
+    pub(crate) relation: u32,
+    /// Commit time, ISO-8601.
+    pub(crate) commit_timestamp: String,
+    /// LSN of the commit.
+    pub(crate) commit_lsn: u64,
+    /// Position within the transaction.
+    pub(crate) commit_idx: u32,
+    /// The deduplication key.
+    pub(crate) idempotency_key: String,
+    /// Primary-key values.
+    pub(crate) record_pks: Vec<String>,
+    /// Transaction annotations as JSON text.
+    pub(crate) transaction_annotations: Option<String>,
+    /// Enrichment as JSON text.
+    pub(crate) enrichment: Option<String>,
+}
+
+impl PendingMetadata {
+    fn into_metadata(self) -> Metadata {
+        let (database_name, table_schema, table_name) = self
+            .shared
+            .relations
+            .get(self.relation as usize)
+            .cloned()
+            .unwrap_or_default();
+        Metadata {
+            table_schema,
+            table_name,
+            commit_timestamp: self.commit_timestamp,
+            commit_lsn: self.commit_lsn,
+            commit_idx: self.commit_idx,
+            idempotency_key: self.idempotency_key,
+            record_pks: self.record_pks,
+            database_name,
+            consumer_id: self.shared.consumer_id.clone(),
+            consumer_name: self.shared.consumer_name.clone(),
+            transaction_annotations: self.transaction_annotations,
+            enrichment: self.enrichment,
+        }
+    }
 }
 
 impl Change {
@@ -102,7 +177,25 @@ impl Change {
             action,
             record_text: record,
             changes_text: changes,
-            metadata,
+            metadata: OnceCell::from(metadata),
+            pending: Cell::new(None),
+            record: OnceCell::new(),
+        }
+    }
+
+    /// A change as the host sent it; its metadata is built on first use.
+    pub(crate) fn from_host(
+        action: Action,
+        record: String,
+        changes: Option<String>,
+        metadata: PendingMetadata,
+    ) -> Self {
+        Change {
+            action,
+            record_text: record,
+            changes_text: changes,
+            metadata: OnceCell::new(),
+            pending: Cell::new(Some(metadata)),
             record: OnceCell::new(),
         }
     }
@@ -114,7 +207,12 @@ impl Change {
 
     /// Where the change came from.
     pub fn metadata(&self) -> &Metadata {
-        &self.metadata
+        self.metadata.get_or_init(|| {
+            self.pending
+                .take()
+                .map(|pending| pending.into_metadata())
+                .unwrap_or_default()
+        })
     }
 
     /// The row as the JSON text the host sent (unparsed, cheap).
@@ -290,7 +388,7 @@ impl Change {
     }
 
     fn message_with(&self, record: Map<String, Value>) -> Result<Value, Error> {
-        let m = &self.metadata;
+        let m = self.metadata();
         let mut metadata = Map::new();
         metadata.insert("table_schema".into(), m.table_schema.clone().into());
         metadata.insert("table_name".into(), m.table_name.clone().into());
@@ -344,4 +442,65 @@ fn parse_optional(text: Option<&str>) -> Result<Value, Error> {
         Some(text) => serde_json::from_str(text)?,
         None => Value::Null,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_host(shared: &Rc<BatchShared>, relation: u32) -> Change {
+        Change::from_host(
+            Action::Delete,
+            r#"{"id": 5}"#.into(),
+            None,
+            PendingMetadata {
+                shared: shared.clone(),
+                relation,
+                commit_timestamp: "2024-05-01T12:00:00.000001Z".into(),
+                commit_lsn: 77,
+                commit_idx: 2,
+                idempotency_key: "key".into(),
+                record_pks: vec!["5".into()],
+                transaction_annotations: None,
+                enrichment: Some(r#"{"tier": "gold"}"#.into()),
+            },
+        )
+    }
+
+    #[test]
+    fn host_metadata_is_joined_with_the_shared_context_on_first_read() {
+        let shared = Rc::new(BatchShared {
+            consumer_id: "c-1".into(),
+            consumer_name: "orders-out".into(),
+            relations: vec![
+                ("app".into(), "public".into(), "users".into()),
+                ("app".into(), "sales".into(), "orders".into()),
+            ],
+        });
+        let change = from_host(&shared, 1);
+        let metadata = change.metadata();
+        assert_eq!(
+            metadata,
+            &Metadata {
+                table_schema: "sales".into(),
+                table_name: "orders".into(),
+                commit_timestamp: "2024-05-01T12:00:00.000001Z".into(),
+                commit_lsn: 77,
+                commit_idx: 2,
+                idempotency_key: "key".into(),
+                record_pks: vec!["5".into()],
+                database_name: "app".into(),
+                consumer_id: "c-1".into(),
+                consumer_name: "orders-out".into(),
+                transaction_annotations: None,
+                enrichment: Some(r#"{"tier": "gold"}"#.into()),
+            }
+        );
+        // Read again: the same, not rebuilt from an emptied cell.
+        assert_eq!(change.metadata().table_name, "orders");
+        let message = change.into_message().unwrap();
+        assert_eq!(message["metadata"]["table_schema"], "sales");
+        assert_eq!(message["metadata"]["consumer"]["name"], "orders-out");
+        assert_eq!(message["metadata"]["enrichment"]["tier"], "gold");
+    }
 }

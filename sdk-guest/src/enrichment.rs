@@ -171,12 +171,13 @@ pub fn __init<T: Enrichment>(config: wit::Config) -> Result<(), String> {
 
 #[doc(hidden)]
 pub fn __enrich<T: Enrichment>(
+    context: wit::BatchContext,
     batch: Vec<wit::Change>,
 ) -> Vec<Result<Option<String>, wit::FunctionError>> {
     INSTANCE.with_borrow_mut(
         |slot| match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
             Some(enrichment) => enrichment
-                .enrich_batch(batch.into_iter().map(Change::from).collect())
+                .enrich_batch(changes_of(context, batch).collect())
                 .into_iter()
                 .map(|outcome| {
                     outcome
@@ -216,6 +217,7 @@ macro_rules! export_enrichment {
                 }
 
                 fn enrich(
+                    context: $crate::bindings::enrichment::weft::plugin::types::BatchContext,
                     batch: ::std::vec::Vec<
                         $crate::bindings::enrichment::weft::plugin::types::Change,
                     >,
@@ -225,7 +227,7 @@ macro_rules! export_enrichment {
                         $crate::bindings::enrichment::weft::plugin::types::FunctionError,
                     >,
                 > {
-                    $crate::enrichment::__enrich::<$ty>(batch)
+                    $crate::enrichment::__enrich::<$ty>(context, batch)
                 }
             }
 

@@ -31,12 +31,14 @@ pub fn __init<T: Filter>(config: wit::Config) -> Result<(), String> {
 }
 
 #[doc(hidden)]
-pub fn __filter<T: Filter>(batch: Vec<wit::Change>) -> Vec<Result<bool, wit::FunctionError>> {
+pub fn __filter<T: Filter>(
+    context: wit::BatchContext,
+    batch: Vec<wit::Change>,
+) -> Vec<Result<bool, wit::FunctionError>> {
     INSTANCE.with_borrow_mut(
         |slot| match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
-            Some(filter) => batch
-                .into_iter()
-                .map(|change| filter.filter(Change::from(change)).map_err(Into::into))
+            Some(filter) => changes_of(context, batch)
+                .map(|change| filter.filter(change).map_err(Into::into))
                 .collect(),
             None => batch
                 .iter()
@@ -69,6 +71,7 @@ macro_rules! export_filter {
                 }
 
                 fn filter(
+                    context: $crate::bindings::filter::weft::plugin::types::BatchContext,
                     batch: ::std::vec::Vec<$crate::bindings::filter::weft::plugin::types::Change>,
                 ) -> ::std::vec::Vec<
                     ::core::result::Result<
@@ -76,7 +79,7 @@ macro_rules! export_filter {
                         $crate::bindings::filter::weft::plugin::types::FunctionError,
                     >,
                 > {
-                    $crate::filter::__filter::<$ty>(batch)
+                    $crate::filter::__filter::<$ty>(context, batch)
                 }
             }
 

@@ -71,12 +71,14 @@ pub use transform::Transform;
 
 /// The bindings generated from the `weft:plugin` WIT package, one module per
 /// world. Most plugins never need them directly.
+// Generated code: a batch export lowers to more than seven core parameters.
+#[allow(clippy::too_many_arguments)]
 pub mod bindings {
     /// Bindings of the `transform` world.
     #[cfg(feature = "transform")]
     pub mod transform {
         wit_bindgen::generate!({
-            world: "weft:plugin/transform@0.1.0",
+            world: "weft:plugin/transform@0.2.0",
             path: "../wit",
             pub_export_macro: true,
             export_macro_name: "export_transform_world",
@@ -89,7 +91,7 @@ pub mod bindings {
     #[cfg(feature = "routing")]
     pub mod routing {
         wit_bindgen::generate!({
-            world: "weft:plugin/routing@0.1.0",
+            world: "weft:plugin/routing@0.2.0",
             path: "../wit",
             pub_export_macro: true,
             export_macro_name: "export_routing_world",
@@ -102,7 +104,7 @@ pub mod bindings {
     #[cfg(feature = "enrichment")]
     pub mod enrichment {
         wit_bindgen::generate!({
-            world: "weft:plugin/enrichment@0.1.0",
+            world: "weft:plugin/enrichment@0.2.0",
             path: "../wit",
             pub_export_macro: true,
             export_macro_name: "export_enrichment_world",
@@ -115,7 +117,7 @@ pub mod bindings {
     #[cfg(feature = "filter")]
     pub mod filter {
         wit_bindgen::generate!({
-            world: "weft:plugin/filter@0.1.0",
+            world: "weft:plugin/filter@0.2.0",
             path: "../wit",
             pub_export_macro: true,
             export_macro_name: "export_filter_world",
@@ -137,10 +139,24 @@ macro_rules! wit_conversions {
     ($types:path) => {
         use $types as wit;
 
-        impl From<wit::Change> for $crate::Change {
-            fn from(change: wit::Change) -> Self {
+        /// The SDK's changes for one call: the shared context is kept once
+        /// and joined with a change's own metadata only when it is read.
+        pub(crate) fn changes_of(
+            context: wit::BatchContext,
+            batch: Vec<wit::Change>,
+        ) -> impl Iterator<Item = $crate::Change> {
+            let shared = ::std::rc::Rc::new($crate::change::BatchShared {
+                consumer_id: context.consumer_id,
+                consumer_name: context.consumer_name,
+                relations: context
+                    .relations
+                    .into_iter()
+                    .map(|r| (r.database_name, r.table_schema, r.table_name))
+                    .collect(),
+            });
+            batch.into_iter().map(move |change| {
                 let m = change.metadata;
-                $crate::Change::new(
+                $crate::Change::from_host(
                     match change.action {
                         wit::Action::Insert => $crate::Action::Insert,
                         wit::Action::Update => $crate::Action::Update,
@@ -149,22 +165,19 @@ macro_rules! wit_conversions {
                     },
                     change.record,
                     change.changes,
-                    $crate::Metadata {
-                        table_schema: m.table_schema,
-                        table_name: m.table_name,
+                    $crate::change::PendingMetadata {
+                        shared: shared.clone(),
+                        relation: m.relation,
                         commit_timestamp: m.commit_timestamp,
                         commit_lsn: m.commit_lsn,
                         commit_idx: m.commit_idx,
                         idempotency_key: m.idempotency_key,
                         record_pks: m.record_pks,
-                        database_name: m.database_name,
-                        consumer_id: m.consumer_id,
-                        consumer_name: m.consumer_name,
                         transaction_annotations: m.transaction_annotations,
                         enrichment: m.enrichment,
                     },
                 )
-            }
+            })
         }
 
         impl From<$crate::Error> for wit::FunctionError {

@@ -134,18 +134,13 @@ pub fn __init<T: Routing>(config: wit::Config) -> Result<(), String> {
 
 #[doc(hidden)]
 pub fn __route<T: Routing>(
+    context: wit::BatchContext,
     batch: Vec<wit::Change>,
 ) -> Vec<Result<world::Route, wit::FunctionError>> {
     INSTANCE.with_borrow_mut(
         |slot| match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
-            Some(routing) => batch
-                .into_iter()
-                .map(|change| {
-                    routing
-                        .route(Change::from(change))
-                        .map(Into::into)
-                        .map_err(Into::into)
-                })
+            Some(routing) => changes_of(context, batch)
+                .map(|change| routing.route(change).map(Into::into).map_err(Into::into))
                 .collect(),
             None => batch
                 .iter()
@@ -179,6 +174,7 @@ macro_rules! export_routing {
                 }
 
                 fn route(
+                    context: $crate::bindings::routing::weft::plugin::types::BatchContext,
                     batch: ::std::vec::Vec<$crate::bindings::routing::weft::plugin::types::Change>,
                 ) -> ::std::vec::Vec<
                     ::core::result::Result<
@@ -186,7 +182,7 @@ macro_rules! export_routing {
                         $crate::bindings::routing::weft::plugin::types::FunctionError,
                     >,
                 > {
-                    $crate::routing::__route::<$ty>(batch)
+                    $crate::routing::__route::<$ty>(context, batch)
                 }
             }
 

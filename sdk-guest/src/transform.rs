@@ -35,15 +35,15 @@ pub fn __init<T: Transform>(config: wit::Config) -> Result<(), String> {
 
 #[doc(hidden)]
 pub fn __transform<T: Transform>(
+    context: wit::BatchContext,
     batch: Vec<wit::Change>,
 ) -> Vec<Result<wit::Payload, wit::FunctionError>> {
     INSTANCE.with_borrow_mut(
         |slot| match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
-            Some(transform) => batch
-                .into_iter()
+            Some(transform) => changes_of(context, batch)
                 .map(|change| {
                     transform
-                        .transform(Change::from(change))
+                        .transform(change)
                         .and_then(into_wit_payload)
                         .map_err(Into::into)
                 })
@@ -89,6 +89,7 @@ macro_rules! export_transform {
                 }
 
                 fn transform(
+                    context: $crate::bindings::transform::weft::plugin::types::BatchContext,
                     batch: ::std::vec::Vec<
                         $crate::bindings::transform::weft::plugin::types::Change,
                     >,
@@ -98,7 +99,7 @@ macro_rules! export_transform {
                         $crate::bindings::transform::weft::plugin::types::FunctionError,
                     >,
                 > {
-                    $crate::transform::__transform::<$ty>(batch)
+                    $crate::transform::__transform::<$ty>(context, batch)
                 }
             }
 

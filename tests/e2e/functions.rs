@@ -141,7 +141,7 @@ fn routing_on_a_pull_sink_and_ungranted_capabilities_are_refused_at_start() {
     let (code, log) = run_weft_with(&config(&pg, "", ""));
     assert_ne!(code, Some(0), "{log}");
     assert!(
-        log.contains("imports capabilities it is not granted: `weft:plugin/source-query@0.1.0`"),
+        log.contains("imports capabilities it is not granted: `weft:plugin/source-query@0.2.0`"),
         "{log}"
     );
 }

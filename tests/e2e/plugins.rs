@@ -132,7 +132,7 @@ fn uploads_are_checked_stored_by_content_and_guarded_while_in_use() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(
         body["offending_imports"],
-        json!(["weft:plugin/outbound-http@0.1.0"]),
+        json!(["weft:plugin/outbound-http@0.2.0"]),
         "{body}"
     );
     assert!(summary(&body).contains("allow_capabilities"), "{body}");

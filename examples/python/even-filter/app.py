@@ -15,7 +15,12 @@ from typing import List, Tuple
 
 import wit_world
 from componentize_py_types import Err, Ok, Result
-from wit_world.imports.types import Change, FunctionError, FunctionError_Permanent
+from wit_world.imports.types import (
+    BatchContext,
+    Change,
+    FunctionError,
+    FunctionError_Permanent,
+)
 
 NO_ID = "record has no integer id"
 I64_MIN = -(2**63)
@@ -39,5 +44,7 @@ class WitWorld(wit_world.WitWorld):
     def init(self, config: List[Tuple[str, str]]) -> None:
         pass
 
-    def filter(self, batch: List[Change]) -> List[Result[bool, FunctionError]]:
+    def filter(
+        self, context: BatchContext, batch: List[Change]
+    ) -> List[Result[bool, FunctionError]]:
         return [keep(change) for change in batch]

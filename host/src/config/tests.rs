@@ -1714,7 +1714,7 @@ fn a_function_names_a_file_or_a_registered_plugin_but_not_both() {
         load("plugin_registry: {allow_capabilities: [source_query], max_component_mb: 8}\n")
             .unwrap()
             .plugin_registry;
-    assert_eq!(policy.allowed_imports(), ["weft:plugin/source-query@0.1.0"]);
+    assert_eq!(policy.allowed_imports(), ["weft:plugin/source-query@0.2.0"]);
     assert_eq!(policy.max_component_bytes(), 8 << 20);
     assert!(error("plugin_registry: {allow_capabilities: [sockets]}\n").contains("source_query"));
 }

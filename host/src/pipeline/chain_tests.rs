@@ -220,13 +220,13 @@ fn an_enrichment_importing_an_ungranted_capability_is_refused_at_load() {
         .unwrap_err();
     match &error {
         PluginError::Ungranted { imports, .. } => {
-            assert_eq!(imports, &["weft:plugin/source-query@0.1.0".to_string()])
+            assert_eq!(imports, &["weft:plugin/source-query@0.2.0".to_string()])
         }
         other => panic!("expected Ungranted, got {other:?}"),
     }
     let text = error.to_string();
     assert!(
-        text.contains("imports capabilities it is not granted: `weft:plugin/source-query@0.1.0`")
+        text.contains("imports capabilities it is not granted: `weft:plugin/source-query@0.2.0`")
             && text.contains("grants: {source_query: true}"),
         "{text}"
     );

@@ -315,6 +315,17 @@ impl PluginEngine {
         );
 
         let component_type = component.component_type();
+        if let Some(built_for) = component_type
+            .imports(&self.inner.engine)
+            .filter_map(|(import, _)| import.strip_prefix("weft:plugin/types@"))
+            .find(|version| *version != WIT_VERSION)
+        {
+            return Err(PluginError::WitVersion {
+                plugin: plugin.to_string(),
+                path: path.to_path_buf(),
+                built_for: built_for.to_string(),
+            });
+        }
         let missing: Vec<String> = exports
             .iter()
             .filter(|name| {
@@ -357,6 +368,9 @@ impl PluginEngine {
         Ok(component)
     }
 }
+
+/// The version of the `weft:plugin` WIT package this host implements.
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// The world of function kind `kind` and the exports it must have.
 fn world_of(kind: &str) -> Option<(&'static str, &'static [&'static str])> {

@@ -100,8 +100,8 @@ impl EnrichmentFunction {
     ) -> Result<Vec<Result<Option<serde_json::Value>, FunctionError>>, PluginError> {
         let outcomes = self
             .instance
-            .call_batch(batch, |bindings, store, changes| {
-                bindings.call_enrich(store, changes)
+            .call_batch(batch, |bindings, store, context, changes| {
+                bindings.call_enrich(store, context, changes)
             })?;
         outcomes
             .into_iter()

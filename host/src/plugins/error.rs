@@ -80,6 +80,21 @@ pub enum PluginError {
         /// The exports the component lacks, or has with the wrong type.
         missing: Vec<String>,
     },
+    /// The component was built against another version of the WIT package.
+    #[error(
+        "plugin `{plugin}`: {path} was built against weft:plugin@{built_for}, but this weft \
+         speaks weft:plugin@{}; rebuild it against this release's wit/ (Rust: \
+         weft-sdk-guest of the same release; docs/plugins.md lists what changed)",
+        super::engine::WIT_VERSION
+    )]
+    WitVersion {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// The version the component imports `weft:plugin/types` at.
+        built_for: String,
+    },
     /// The component imports host capabilities its config does not grant.
     #[error(
         "plugin `{plugin}`: {path} imports capabilities it is not granted: {}; \

@@ -66,8 +66,8 @@ impl FilterFunction {
     ) -> Result<Vec<Result<bool, FunctionError>>, PluginError> {
         let outcomes = self
             .instance
-            .call_batch(batch, |bindings, store, changes| {
-                bindings.call_filter(store, changes)
+            .call_batch(batch, |bindings, store, context, changes| {
+                bindings.call_filter(store, context, changes)
             })?;
         Ok(outcomes
             .into_iter()

@@ -272,14 +272,14 @@ fn a_component_importing_outbound_http_without_the_grant_is_refused_at_load() {
             .unwrap_err();
         match &error {
             PluginError::Ungranted { imports, .. } => {
-                assert_eq!(imports, &["weft:plugin/outbound-http@0.1.0".to_string()])
+                assert_eq!(imports, &["weft:plugin/outbound-http@0.2.0".to_string()])
             }
             other => panic!("expected Ungranted, got {other:?}"),
         }
         let text = error.to_string();
         assert!(
             text.contains(
-                "imports capabilities it is not granted: `weft:plugin/outbound-http@0.1.0`"
+                "imports capabilities it is not granted: `weft:plugin/outbound-http@0.2.0`"
             ) && text.contains("grants: {http: {allow_hosts: [...]}}"),
             "{text}"
         );

@@ -17,7 +17,7 @@ use super::bindings::types;
 use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::limits::InstanceLimiter;
-use super::message::to_wit_change;
+use super::message::to_wit_batch;
 use super::outbound_http::OutboundHttp;
 use super::sandbox::{self, GuestOutput, Stream};
 use super::source_query::SourceQuery;
@@ -214,10 +214,17 @@ impl<B: WorldBindings> GuestInstance<B> {
     pub(crate) fn call_batch<O>(
         &mut self,
         batch: &[Message],
-        call: impl FnOnce(&B, &mut Store<GuestState>, &[types::Change]) -> wasmtime::Result<Vec<O>>,
+        call: impl FnOnce(
+            &B,
+            &mut Store<GuestState>,
+            &types::BatchContext,
+            &[types::Change],
+        ) -> wasmtime::Result<Vec<O>>,
     ) -> Result<Vec<O>, PluginError> {
-        let changes: Vec<types::Change> = batch.iter().map(to_wit_change).collect();
-        let outcomes = self.call(batch, |bindings, store| call(bindings, store, &changes))?;
+        let wit = to_wit_batch(batch);
+        let outcomes = self.call(batch, |bindings, store| {
+            call(bindings, store, &wit.context, &wit.changes)
+        })?;
         if outcomes.len() != batch.len() {
             self.discard();
             let error = PluginError::OutcomeCount {

@@ -180,8 +180,8 @@ impl RoutingFunction {
     ) -> Result<Vec<Result<Route, FunctionError>>, PluginError> {
         let outcomes = self
             .instance
-            .call_batch(batch, |bindings, store, changes| {
-                bindings.call_route(store, changes)
+            .call_batch(batch, |bindings, store, context, changes| {
+                bindings.call_route(store, context, changes)
             })?;
         Ok(outcomes
             .into_iter()

@@ -167,6 +167,72 @@ fn upcase_transform_edits_the_record_and_keeps_the_sequin_shape() {
 }
 
 #[test]
+fn changes_of_several_tables_in_one_batch_keep_their_own_table_and_database() {
+    let mut upcase = engine()
+        .load_transform(
+            "upcase",
+            &guest("weft-upcase-transform"),
+            &config(&[("column", "name")]),
+            &Limits::default(),
+        )
+        .expect("load upcase");
+    let on = |schema: &str, table: &str, database: &str, id: i64| {
+        let mut m = message(Action::Insert, json!({"id": id, "name": "x"}), None);
+        m.metadata.table_schema = schema.into();
+        m.metadata.table_name = table.into();
+        m.metadata.database_name = database.into();
+        m
+    };
+    // Relations are sent once per call; each change names its own by index.
+    let batch = [
+        on("public", "users", "app", 1),
+        on("sales", "orders", "app", 2),
+        on("public", "users", "app", 3),
+        on("public", "users", "archive", 4),
+    ];
+    let outcomes = upcase.transform(&batch).expect("transform");
+    for (input, outcome) in batch.iter().zip(&outcomes) {
+        let metadata = &json_payload(outcome)["metadata"];
+        assert_eq!(metadata, &serde_json::to_value(&input.metadata).unwrap());
+    }
+}
+
+#[test]
+fn a_component_built_against_another_wit_version_is_refused_with_both_versions() {
+    // The same component, its `weft:plugin/types` import renamed to 0.1.0
+    // (same length, so the binary stays valid).
+    let current = format!("weft:plugin/types@{}", super::engine::WIT_VERSION);
+    let mut bytes = std::fs::read(guest("weft-even-id-filter")).unwrap();
+    let mut replaced = 0;
+    for at in 0..bytes.len().saturating_sub(current.len()) {
+        if bytes[at..].starts_with(current.as_bytes()) {
+            bytes[at..at + current.len()].copy_from_slice(b"weft:plugin/types@0.1.0");
+            replaced += 1;
+        }
+    }
+    assert!(replaced > 0, "the component imports {current}");
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.wasm");
+    std::fs::write(&old, &bytes).unwrap();
+
+    let error = engine()
+        .load_filter("old", &old, &BTreeMap::new(), &Limits::default())
+        .expect_err("a 0.1.0 component is refused");
+    assert!(
+        matches!(&error, PluginError::WitVersion { built_for, .. } if built_for == "0.1.0"),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("old.wasm")
+            && text.contains("weft:plugin@0.1.0")
+            && text.contains(&format!("weft:plugin@{}", super::engine::WIT_VERSION))
+            && text.contains("rebuild"),
+        "{text}"
+    );
+}
+
+#[test]
 fn init_error_names_the_missing_config_key() {
     let error = engine()
         .load_transform(

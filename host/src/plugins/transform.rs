@@ -98,8 +98,8 @@ impl TransformFunction {
     ) -> Result<Vec<Result<Payload, FunctionError>>, PluginError> {
         let outcomes = self
             .instance
-            .call_batch(batch, |bindings, store, changes| {
-                bindings.call_transform(store, changes)
+            .call_batch(batch, |bindings, store, context, changes| {
+                bindings.call_transform(store, context, changes)
             })?;
         outcomes
             .into_iter()

@@ -606,7 +606,7 @@ fn registered_plugin_versions_are_immutable_and_their_files_shared() {
         kind: "transform".into(),
         sha256: sha256.into(),
         bytes: 10,
-        imports: vec!["weft:plugin/source-query@0.1.0".into()],
+        imports: vec!["weft:plugin/source-query@0.2.0".into()],
         registered_at: 0,
     };
     let Registration::Created(created) = store.register_plugin(&version("1", "aa")).unwrap() else {

@@ -21,7 +21,7 @@ bool exports_filter_init(filter_config_t *config, filter_string_t *err) {
     return true;
 }
 
-void exports_filter_filter(filter_list_change_t *batch, filter_list_result_bool_function_error_t *ret) {
+void exports_filter_filter(filter_batch_context_t *context, filter_list_change_t *batch, filter_list_result_bool_function_error_t *ret) {
     ret->len = batch->len;
     ret->ptr = batch->len ? calloc(batch->len, sizeof(*ret->ptr)) : NULL;
     if (batch->len && !ret->ptr) {
@@ -32,4 +32,5 @@ void exports_filter_filter(filter_list_change_t *batch, filter_list_result_bool_
         ret->ptr[i].val.ok = keep(&batch->ptr[i]);
     }
     filter_list_change_free(batch);
+    filter_batch_context_free(context);
 }

@@ -52,7 +52,7 @@ bool exports_transform_init(transform_config_t *config, transform_string_t *err)
     return true;
 }
 
-void exports_transform_transform(transform_list_change_t *batch,
+void exports_transform_transform(transform_batch_context_t *context, transform_list_change_t *batch,
                                  transform_list_result_payload_function_error_t *ret) {
     ret->len = batch->len;
     ret->ptr = batch->len ? calloc(batch->len, sizeof(*ret->ptr)) : NULL;
@@ -65,4 +65,5 @@ void exports_transform_transform(transform_list_change_t *batch,
         payload(&batch->ptr[i], &ret->ptr[i].val.ok.val.json);
     }
     transform_list_change_free(batch);
+    transform_batch_context_free(context);
 }

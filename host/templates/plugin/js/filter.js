@@ -14,6 +14,6 @@ function keep(change) {
 export function init(_config) {}
 
 /** One outcome per change, in input order. */
-export function filter(batch) {
+export function filter(_context, batch) {
   return batch.map(keep);
 }

@@ -17,6 +17,6 @@ function payload(change) {
 export function init(_config) {}
 
 /** One outcome per change, in input order. */
-export function transform(batch) {
+export function transform(_context, batch) {
   return batch.map(payload);
 }

@@ -10,7 +10,7 @@ from typing import List, Tuple
 
 import wit_world
 from componentize_py_types import Ok, Result
-from wit_world.imports.types import Action, Change, FunctionError
+from wit_world.imports.types import Action, BatchContext, Change, FunctionError
 
 
 def keep(change: Change) -> Result[bool, FunctionError]:
@@ -21,6 +21,8 @@ class WitWorld(wit_world.WitWorld):
     def init(self, config: List[Tuple[str, str]]) -> None:
         """Called once per instance with the config; raise to refuse it."""
 
-    def filter(self, batch: List[Change]) -> List[Result[bool, FunctionError]]:
+    def filter(
+        self, context: BatchContext, batch: List[Change]
+    ) -> List[Result[bool, FunctionError]]:
         """One outcome per change, in input order."""
         return [keep(change) for change in batch]

@@ -13,7 +13,13 @@ from typing import List, Tuple
 
 import wit_world
 from componentize_py_types import Ok, Result
-from wit_world.imports.types import Change, FunctionError, Payload, Payload_Json
+from wit_world.imports.types import (
+    BatchContext,
+    Change,
+    FunctionError,
+    Payload,
+    Payload_Json,
+)
 
 
 def payload(change: Change) -> Result[Payload, FunctionError]:
@@ -25,6 +31,8 @@ class WitWorld(wit_world.WitWorld):
     def init(self, config: List[Tuple[str, str]]) -> None:
         """Called once per instance with the config; raise to refuse it."""
 
-    def transform(self, batch: List[Change]) -> List[Result[Payload, FunctionError]]:
+    def transform(
+        self, context: BatchContext, batch: List[Change]
+    ) -> List[Result[Payload, FunctionError]]:
         """One outcome per change, in input order."""
         return [payload(change) for change in batch]

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 
 use weft_sdk_guest::bindings::transform::Guest;
 use weft_sdk_guest::bindings::transform::weft::plugin::types::{
-    Change, Config, FunctionError, Payload,
+    BatchContext, Change, Config, FunctionError, Payload,
 };
 
 thread_local! {
@@ -33,7 +33,10 @@ impl Guest for Raw {
         Ok(())
     }
 
-    fn transform(batch: Vec<Change>) -> Vec<Result<Payload, FunctionError>> {
+    fn transform(
+        _context: BatchContext,
+        batch: Vec<Change>,
+    ) -> Vec<Result<Payload, FunctionError>> {
         let mode = MODE.with_borrow(|m| m.clone());
         let mut outcomes: Vec<_> = batch
             .iter()
