@@ -1,12 +1,15 @@
 //! Host bindings generated from `wit/`, one module per world. The shared
 //! `weft:plugin/types` interface is generated once (in `transform`) and
 //! reused by the other worlds, so a converted change works for every kind.
+//! Export parameters borrow (`ownership: Borrowing`): a change points into
+//! the host's message instead of copying its strings for every call.
 
 /// The `transform` world.
 pub(crate) mod transform {
     wasmtime::component::bindgen!({
         world: "transform",
         path: "../wit",
+        ownership: Borrowing { duplicate_if_necessary: false },
     });
 }
 
@@ -15,6 +18,7 @@ pub(crate) mod filter {
     wasmtime::component::bindgen!({
         world: "filter",
         path: "../wit",
+        ownership: Borrowing { duplicate_if_necessary: false },
         with: {
             "weft:plugin/types": super::transform::weft::plugin::types,
         },
@@ -26,6 +30,7 @@ pub(crate) mod routing {
     wasmtime::component::bindgen!({
         world: "routing",
         path: "../wit",
+        ownership: Borrowing { duplicate_if_necessary: false },
         with: {
             "weft:plugin/types": super::transform::weft::plugin::types,
         },
@@ -38,6 +43,7 @@ pub(crate) mod enrichment {
     wasmtime::component::bindgen!({
         world: "enrichment",
         path: "../wit",
+        ownership: Borrowing { duplicate_if_necessary: false },
         with: {
             "weft:plugin/types": super::transform::weft::plugin::types,
         },

@@ -17,7 +17,7 @@ use super::bindings::types;
 use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::limits::InstanceLimiter;
-use super::message::to_wit_batch;
+use super::message::with_wit_batch;
 use super::outbound_http::OutboundHttp;
 use super::sandbox::{self, GuestOutput, Stream};
 use super::source_query::SourceQuery;
@@ -83,7 +83,7 @@ pub(crate) trait WorldBindings: Sized + Send + 'static {
     fn init(
         &self,
         store: &mut Store<GuestState>,
-        config: &Vec<(String, String)>,
+        config: &[(&str, &str)],
     ) -> wasmtime::Result<Result<(), String>>;
 }
 
@@ -217,13 +217,14 @@ impl<B: WorldBindings> GuestInstance<B> {
         call: impl FnOnce(
             &B,
             &mut Store<GuestState>,
-            &types::BatchContext,
-            &[types::Change],
+            types::BatchContext<'_>,
+            &[types::Change<'_>],
         ) -> wasmtime::Result<Vec<O>>,
     ) -> Result<Vec<O>, PluginError> {
-        let wit = to_wit_batch(batch);
         let outcomes = self.call(batch, |bindings, store| {
-            call(bindings, store, &wit.context, &wit.changes)
+            with_wit_batch(batch, |context, changes| {
+                call(bindings, store, context, changes)
+            })
         })?;
         if outcomes.len() != batch.len() {
             self.discard();
@@ -284,7 +285,12 @@ impl<B: WorldBindings> GuestInstance<B> {
                 }
             }
         })?;
-        match bindings.init(&mut store, &self.config) {
+        let config: Vec<(&str, &str)> = self
+            .config
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect();
+        match bindings.init(&mut store, &config) {
             Ok(Ok(())) => {
                 self.live = Some(Live {
                     store,

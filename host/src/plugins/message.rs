@@ -1,20 +1,20 @@
 //! Messages → the WIT `batch-context` and `change` records every world takes.
+//!
+//! The WIT values borrow from the messages (`ownership: Borrowing` in
+//! `bindings`): only the JSON texts of rows are rendered for a call.
 
 use super::bindings::types;
 use crate::change::Action;
 use crate::message::Message;
 
-/// The WIT form of one batch: what its changes share, and the changes.
-pub(crate) struct WitBatch {
-    pub(crate) context: types::BatchContext,
-    pub(crate) changes: Vec<types::Change>,
-}
-
-/// The WIT batch for `batch`, the messages of one sink. Table and database
-/// names go once into `context.relations`, which each change references by
-/// index; `record` and `changes` travel as JSON text, so `numeric` values
-/// keep every digit.
-pub(crate) fn to_wit_batch(batch: &[Message]) -> WitBatch {
+/// Calls `call` with the WIT form of `batch`, the messages of one sink: what
+/// they share (the sink, and each table once in `relations`, which changes
+/// reference by index) and the changes. `record` and `changes` travel as
+/// JSON text, so `numeric` values keep every digit.
+pub(crate) fn with_wit_batch<R>(
+    batch: &[Message],
+    call: impl FnOnce(types::BatchContext<'_>, &[types::Change<'_>]) -> R,
+) -> R {
     let consumer = batch.first().map(|message| &message.metadata.consumer);
     debug_assert!(
         batch
@@ -22,27 +22,74 @@ pub(crate) fn to_wit_batch(batch: &[Message]) -> WitBatch {
             .all(|message| Some(&message.metadata.consumer) == consumer),
         "a batch holds the messages of one sink"
     );
-    let mut relations: Vec<types::Relation> = Vec::new();
-    let changes = batch
+    let texts: Vec<Texts> = batch.iter().map(Texts::of).collect();
+    // Every change's key values in one list, so that a batch makes one
+    // allocation for them, not one per change.
+    let pks: Vec<&str> = batch
         .iter()
-        .map(|message| {
-            let relation = relation_index(&mut relations, message);
-            to_wit_change(message, relation)
+        .flat_map(|message| message.metadata.record_pks.iter().map(String::as_str))
+        .collect();
+    let mut relations: Vec<types::Relation<'_>> = Vec::new();
+    let mut pks_from = 0;
+    let changes: Vec<types::Change<'_>> = batch
+        .iter()
+        .zip(&texts)
+        .map(|(message, texts)| {
+            let m = &message.metadata;
+            let pks_to = pks_from + m.record_pks.len();
+            let change = types::Change {
+                action: action(message.action),
+                record: &texts.record,
+                changes: texts.changes.as_deref(),
+                metadata: types::Metadata {
+                    relation: relation_index(&mut relations, message),
+                    commit_timestamp: &m.commit_timestamp,
+                    commit_lsn: m.commit_lsn.0,
+                    commit_idx: m.commit_idx,
+                    idempotency_key: &m.idempotency_key,
+                    record_pks: &pks[pks_from..pks_to],
+                    transaction_annotations: texts.annotations.as_deref(),
+                    enrichment: texts.enrichment.as_deref(),
+                },
+            };
+            pks_from = pks_to;
+            change
         })
         .collect();
-    WitBatch {
-        context: types::BatchContext {
-            consumer_id: consumer.map(|c| c.id.clone()).unwrap_or_default(),
-            consumer_name: consumer.map(|c| c.name.clone()).unwrap_or_default(),
-            relations,
-        },
-        changes,
+    let context = types::BatchContext {
+        consumer_id: consumer.map_or("", |c| &c.id),
+        consumer_name: consumer.map_or("", |c| &c.name),
+        relations: &relations,
+    };
+    call(context, &changes)
+}
+
+/// The JSON texts one change crosses with.
+struct Texts {
+    record: String,
+    changes: Option<String>,
+    annotations: Option<String>,
+    enrichment: Option<String>,
+}
+
+impl Texts {
+    fn of(message: &Message) -> Texts {
+        Texts {
+            record: json_text(&message.record),
+            changes: message.changes.as_ref().map(json_text),
+            annotations: message
+                .metadata
+                .transaction_annotations
+                .as_ref()
+                .map(json_text),
+            enrichment: message.metadata.enrichment.as_ref().map(json_text),
+        }
     }
 }
 
 /// The index of `message`'s table in `relations`, added when new. A batch
 /// holds a handful of tables at most, so a scan beats hashing.
-fn relation_index(relations: &mut Vec<types::Relation>, message: &Message) -> u32 {
+fn relation_index<'a>(relations: &mut Vec<types::Relation<'a>>, message: &'a Message) -> u32 {
     let m = &message.metadata;
     let found = relations.iter().position(|r| {
         r.table_name == m.table_name
@@ -51,9 +98,9 @@ fn relation_index(relations: &mut Vec<types::Relation>, message: &Message) -> u3
     });
     let index = found.unwrap_or_else(|| {
         relations.push(types::Relation {
-            database_name: m.database_name.clone(),
-            table_schema: m.table_schema.clone(),
-            table_name: m.table_name.clone(),
+            database_name: &m.database_name,
+            table_schema: &m.table_schema,
+            table_name: &m.table_name,
         });
         relations.len() - 1
     });
@@ -61,27 +108,12 @@ fn relation_index(relations: &mut Vec<types::Relation>, message: &Message) -> u3
     index as u32
 }
 
-fn to_wit_change(message: &Message, relation: u32) -> types::Change {
-    let m = &message.metadata;
-    types::Change {
-        action: match message.action {
-            Action::Insert => types::Action::Insert,
-            Action::Update => types::Action::Update,
-            Action::Delete => types::Action::Delete,
-            Action::Read => types::Action::Read,
-        },
-        record: json_text(&message.record),
-        changes: message.changes.as_ref().map(json_text),
-        metadata: types::Metadata {
-            relation,
-            commit_timestamp: m.commit_timestamp.clone(),
-            commit_lsn: m.commit_lsn.0,
-            commit_idx: m.commit_idx,
-            idempotency_key: m.idempotency_key.clone(),
-            record_pks: m.record_pks.clone(),
-            transaction_annotations: m.transaction_annotations.as_ref().map(json_text),
-            enrichment: m.enrichment.as_ref().map(json_text),
-        },
+fn action(action: Action) -> types::Action {
+    match action {
+        Action::Insert => types::Action::Insert,
+        Action::Update => types::Action::Update,
+        Action::Delete => types::Action::Delete,
+        Action::Read => types::Action::Read,
     }
 }
 
@@ -101,30 +133,33 @@ mod tests {
     fn each_table_is_sent_once_and_changes_point_at_theirs() {
         let mut orders = message(Action::Insert, json!({"id": 2}), None);
         orders.metadata.table_name = "orders".into();
+        orders.metadata.record_pks = vec!["2".into(), "eu".into()];
         let users = message(Action::Insert, json!({"id": 1}), None);
         let mut elsewhere = users.clone();
         elsewhere.metadata.database_name = "archive".into();
+        let batch = [users.clone(), orders, users.clone(), elsewhere];
 
-        let wit = to_wit_batch(&[users.clone(), orders, users.clone(), elsewhere]);
-
-        let relations: Vec<_> = wit
-            .context
-            .relations
-            .iter()
-            .map(|r| (&*r.database_name, &*r.table_schema, &*r.table_name))
-            .collect();
-        assert_eq!(
-            relations,
-            [
-                ("app", "public", "users"),
-                ("app", "public", "orders"),
-                ("archive", "public", "users")
-            ]
-        );
-        let indexes: Vec<u32> = wit.changes.iter().map(|c| c.metadata.relation).collect();
-        assert_eq!(indexes, [0, 1, 0, 2]);
-        assert_eq!(wit.context.consumer_name, users.metadata.consumer.name);
-        assert_eq!(wit.context.consumer_id, users.metadata.consumer.id);
-        assert_eq!(wit.changes[0].record, r#"{"id":1}"#);
+        with_wit_batch(&batch, |context, changes| {
+            let relations: Vec<_> = context
+                .relations
+                .iter()
+                .map(|r| (r.database_name, r.table_schema, r.table_name))
+                .collect();
+            assert_eq!(
+                relations,
+                [
+                    ("app", "public", "users"),
+                    ("app", "public", "orders"),
+                    ("archive", "public", "users")
+                ]
+            );
+            let indexes: Vec<u32> = changes.iter().map(|c| c.metadata.relation).collect();
+            assert_eq!(indexes, [0, 1, 0, 2]);
+            let pks: Vec<&[&str]> = changes.iter().map(|c| c.metadata.record_pks).collect();
+            assert_eq!(pks, [&["1"][..], &["2", "eu"], &["1"], &["1"]]);
+            assert_eq!(context.consumer_name, users.metadata.consumer.name);
+            assert_eq!(context.consumer_id, users.metadata.consumer.id);
+            assert_eq!(changes[0].record, r#"{"id":1}"#);
+        });
     }
 }

@@ -206,7 +206,7 @@ impl WorldBindings for world::Routing {
     fn init(
         &self,
         store: &mut Store<GuestState>,
-        config: &Vec<(String, String)>,
+        config: &[(&str, &str)],
     ) -> wasmtime::Result<Result<(), String>> {
         self.call_init(store, config)
     }

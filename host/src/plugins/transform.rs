@@ -151,7 +151,7 @@ impl WorldBindings for world::Transform {
     fn init(
         &self,
         store: &mut Store<GuestState>,
-        config: &Vec<(String, String)>,
+        config: &[(&str, &str)],
     ) -> wasmtime::Result<Result<(), String>> {
         self.call_init(store, config)
     }
