@@ -115,16 +115,21 @@ fn json_payload(outcome: &Result<Payload, FunctionError>) -> &Value {
     }
 }
 
-#[test]
-fn upcase_transform_edits_the_record_and_keeps_the_sequin_shape() {
-    let mut upcase = engine()
+/// The upcase example transform, upper-casing the `name` column.
+fn upcase_name() -> TransformFunction {
+    engine()
         .load_transform(
             "upcase",
             &guest("weft-upcase-transform"),
             &config(&[("column", "name")]),
             &Limits::default(),
         )
-        .expect("load upcase");
+        .expect("load upcase")
+}
+
+#[test]
+fn upcase_transform_edits_the_record_and_keeps_the_sequin_shape() {
+    let mut upcase = upcase_name();
     // Parsed from text: a `json!` float literal would round through f64.
     let row = serde_json::from_str(
         r#"{"id": 1, "name": "ada", "balance": 12345678901234567890.123456789012}"#,
@@ -168,14 +173,7 @@ fn upcase_transform_edits_the_record_and_keeps_the_sequin_shape() {
 
 #[test]
 fn changes_of_several_tables_in_one_batch_keep_their_own_table_and_database() {
-    let mut upcase = engine()
-        .load_transform(
-            "upcase",
-            &guest("weft-upcase-transform"),
-            &config(&[("column", "name")]),
-            &Limits::default(),
-        )
-        .expect("load upcase");
+    let mut upcase = upcase_name();
     let on = |schema: &str, table: &str, database: &str, id: i64| {
         let mut m = message(Action::Insert, json!({"id": id, "name": "x"}), None);
         m.metadata.table_schema = schema.into();
