@@ -33,9 +33,14 @@ cargo fmt --all -- --check
 
 say "cargo clippy"
 cargo clippy --all-targets -- -D warnings
+cargo clippy -p weft-sdk-guest --all-features --all-targets -- -D warnings
 
+# The host (the default member), then the guest SDK's unit and doc tests,
+# which run natively: the workspace's guests are otherwise only built for
+# wasm32-wasip2.
 say "cargo test"
-cargo test 2>&1 | tee "${TMPDIR:-/tmp}/weft-test.log"
+{ cargo test && cargo test -p weft-sdk-guest --all-features; } 2>&1 |
+    tee "${TMPDIR:-/tmp}/weft-test.log"
 
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
