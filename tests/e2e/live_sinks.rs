@@ -238,6 +238,16 @@ fn second_database(pg: &PgCluster, heartbeat_ms: u64) -> Value {
     })
 }
 
+/// The pull sink `second` on `items` of the database entry `database`.
+fn second_sink(database: &str) -> Value {
+    json!({
+        "name": "second",
+        "database": database,
+        "source": {"include_tables": ["public.items"]},
+        "destination": {"type": "sequin_stream"},
+    })
+}
+
 fn backend_of(pg: &PgCluster, slot: &str) -> String {
     pg.psql(&format!(
         "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '{slot}'"
@@ -284,17 +294,7 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
             json!({"stopped": [], "started": []}),
             "no sink reads it yet"
         );
-        let (status, sink) = send(
-            &weft,
-            Method::POST,
-            "/api/sinks",
-            Some(json!({
-                "name": "second",
-                "database": "two",
-                "source": {"include_tables": ["public.items"]},
-                "destination": {"type": "sequin_stream"},
-            })),
-        );
+        let (status, sink) = send(&weft, Method::POST, "/api/sinks", Some(second_sink("two")));
         assert_eq!(status, 201, "{sink}");
         assert_eq!(sink["apply"]["restarted"], false, "{sink}");
         assert_eq!(sink["apply"]["databases"]["started"], json!(["two"]));
@@ -385,12 +385,7 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
         &weft,
         Method::PUT,
         "/api/sinks/second",
-        Some(json!({
-            "name": "second",
-            "database": "three",
-            "source": {"include_tables": ["public.items"]},
-            "destination": {"type": "sequin_stream"},
-        })),
+        Some(second_sink("three")),
     );
     assert_eq!(status, 200, "{moved}");
     assert_eq!(moved["apply"]["restarted"], false, "{moved}");
