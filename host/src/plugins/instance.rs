@@ -221,8 +221,10 @@ impl<B: WorldBindings> GuestInstance<B> {
             &[types::Change<'_>],
         ) -> wasmtime::Result<Vec<O>>,
     ) -> Result<Vec<O>, PluginError> {
-        let outcomes = self.call(batch, |bindings, store| {
-            with_wit_batch(batch, |context, changes| {
+        // Converted before the call, so that the host's work neither counts
+        // against the guest's deadline nor shows in its usage.
+        let outcomes = with_wit_batch(batch, |context, changes| {
+            self.call(batch, |bindings, store| {
                 call(bindings, store, context, changes)
             })
         })?;
