@@ -370,7 +370,7 @@ impl PluginEngine {
 }
 
 /// The version of the `weft:plugin` WIT package this host implements.
-pub const WIT_VERSION: &str = "0.2.0";
+pub const WIT_VERSION: &str = wit_version!();
 
 /// The world of function kind `kind` and the exports it must have.
 fn world_of(kind: &str) -> Option<(&'static str, &'static [&'static str])> {

@@ -25,6 +25,14 @@
 //! [`outbound_http`] (the capabilities an enrichment may be granted) and `deterministic` (clocks and
 //! random derived from the change, for replayable output).
 
+/// The version of the `weft:plugin` WIT package (`wit/`) this host
+/// implements, as a literal, so that import names can be `concat!`ed from it.
+macro_rules! wit_version {
+    () => {
+        "0.2.0"
+    };
+}
+
 mod bindings;
 mod cache;
 mod deterministic;

@@ -30,7 +30,7 @@ pub const MAX_REQUEST_TIME: Duration = Duration::from_secs(30);
 const MIN_RESERVE: Duration = Duration::from_millis(20);
 
 /// The import's full name, as it appears in a component's imports.
-pub(crate) const IMPORT_NAME: &str = "weft:plugin/outbound-http@0.2.0";
+pub(crate) const IMPORT_NAME: &str = concat!("weft:plugin/outbound-http@", wit_version!());
 
 /// One `grants.http.allow_hosts` entry: a host, and optionally the only port
 /// allowed on it.

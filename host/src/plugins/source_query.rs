@@ -22,7 +22,7 @@ use super::instance::GuestState;
 pub const MAX_ROWS: usize = 1000;
 
 /// The import's full name, as it appears in a component's imports.
-pub(crate) const IMPORT_NAME: &str = "weft:plugin/source-query@0.2.0";
+pub(crate) const IMPORT_NAME: &str = concat!("weft:plugin/source-query@", wit_version!());
 
 /// A granted source-query capability. Cheap to clone; clones share the
 /// connection.
