@@ -99,6 +99,12 @@ struct PendingChunk {
     relation: Arc<Relation>,
     /// The rows and their keys, once the query ran.
     rows: Option<Vec<(Vec<String>, Row)>>,
+    /// The transactions in progress for the query's snapshot (their 32-bit
+    /// xids): one that had already committed before the low watermark
+    /// makes the chunk stale (see [`Watermarks`]).
+    in_progress: Vec<u32>,
+    /// The key the chunk starts after (`None`: the start of the scope).
+    from: Option<Vec<String>>,
     /// The last key read (the next chunk starts after it).
     cursor: Option<Vec<String>>,
     /// Whether this was the last chunk.
@@ -140,6 +146,8 @@ impl Backfills {
                 tag,
                 relation,
                 rows: None,
+                in_progress: Vec::new(),
+                from: None,
                 cursor: None,
                 done: false,
                 stored: Some(tx),
@@ -148,16 +156,20 @@ impl Backfills {
         rx
     }
 
-    /// Hands over chunk `token`'s rows (key, row), in key order.
+    /// Hands over chunk `token`'s rows (key, row), in key order, read after
+    /// the key `from` up to the key `cursor` with a snapshot for which the
+    /// transactions `in_progress` had not committed.
     pub(crate) fn fill(
         &self,
         token: &str,
-        rows: Vec<(Vec<String>, Row)>,
-        cursor: Option<Vec<String>>,
+        (rows, in_progress): (Vec<(Vec<String>, Row)>, Vec<u32>),
+        (from, cursor): (Option<Vec<String>>, Option<Vec<String>>),
         done: bool,
     ) {
         if let Some(chunk) = self.lock().get_mut(token) {
             chunk.rows = Some(rows);
+            chunk.in_progress = in_progress;
+            chunk.from = from;
             chunk.cursor = cursor;
             chunk.done = done;
         }

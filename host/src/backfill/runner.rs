@@ -1,11 +1,17 @@
 //! Reads one backfill's table in keyset-paginated chunks, each between a
-//! low and a high watermark (see the module above), and waits for each
-//! chunk to be stored before the next: a slow sink slows the backfill
-//! instead of filling memory.
+//! low and a high watermark (see the module above). It reads a chunk while
+//! the pipeline stores the one before, but never more than
+//! [`CHUNKS_IN_FLIGHT`] ahead of what is stored: a slow sink slows the
+//! backfill instead of filling memory. Each chunk's progress names the key
+//! it started after, and the store records it only if that is still the
+//! stored cursor, so a chunk read ahead of one that was not stored cannot
+//! skip that one's rows.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::oneshot;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -23,6 +29,9 @@ const MIN_CHUNK_ROWS: usize = 10;
 const MAX_CHUNK_ROWS: usize = 10_000;
 /// The time one chunk's query should take.
 const TARGET_QUERY_TIME: Duration = Duration::from_millis(500);
+/// Chunks handed to the pipeline and not yet stored, at most: the runner
+/// reads the next chunk while the pipeline stores the one before.
+const CHUNKS_IN_FLIGHT: usize = 2;
 /// How long a chunk may take to be stored before it is read again.
 const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a runner waits for the database's replication slot to exist.
@@ -208,18 +217,8 @@ pub async fn run(
     let health = health::global();
     let entity = super::health_name(&backfill.sink, &backfill.table_schema, &backfill.table_name);
     let mut attempts = 0;
-    let mut cursor = backfill.cursor.clone();
     loop {
-        match run_chunks(
-            &backfill,
-            &mut cursor,
-            &connection,
-            &slot,
-            &backfills,
-            &cancel,
-        )
-        .await
-        {
+        match run_chunks(&backfill, &connection, &slot, &backfills, &store, &cancel).await {
             Ok(()) => return,
             Err(error) => {
                 attempts += 1;
@@ -257,15 +256,41 @@ pub async fn run(
     }
 }
 
+/// The key after which the backfill `id`'s stored progress ends: where
+/// reading resumes. The store, not the runner, knows it for sure: a chunk
+/// the runner gave up on may still have been stored.
+async fn stored_cursor(store: &Store, id: &str) -> Result<Option<Vec<String>>, BackfillError> {
+    let (store, id) = (store.clone(), id.to_string());
+    let backfill = tokio::task::spawn_blocking(move || store.backfill(&id))
+        .await
+        .map_err(db_error)?
+        .map_err(db_error)?;
+    Ok(backfill.and_then(|b| b.cursor))
+}
+
+/// A chunk read and handed to the pipeline, not yet known to be stored.
+struct InFlight {
+    token: String,
+    stored: oneshot::Receiver<()>,
+    done: bool,
+}
+
+/// Forgets every chunk in flight: their rows are read again.
+fn forget_all(backfills: &Backfills, in_flight: &mut VecDeque<InFlight>) {
+    for chunk in in_flight.drain(..) {
+        backfills.forget(&chunk.token);
+    }
+}
+
 async fn run_chunks(
     backfill: &Backfill,
-    cursor: &mut Option<Vec<String>>,
     connection: &PgConnectOptions,
     slot: &str,
     backfills: &Backfills,
+    store: &Store,
     cancel: &CancellationToken,
 ) -> Result<(), BackfillError> {
-    let client = connect(connection).await?;
+    let mut client = connect(connection).await?;
     // A watermark written before the slot exists is never streamed: on a
     // first start, wait for the source to create it.
     let deadline = Instant::now() + SLOT_WAIT;
@@ -297,53 +322,73 @@ async fn run_chunks(
     });
     info!(backfill = %backfill.id, sink = %backfill.sink, table = %table.relation.qualified_name(), "backfill running");
     let mut chunk_rows = FIRST_CHUNK_ROWS;
+    let mut read_from = stored_cursor(store, &backfill.id).await?;
+    let mut in_flight = VecDeque::new();
     loop {
         if cancel.is_cancelled() {
+            forget_all(backfills, &mut in_flight);
             return Ok(());
         }
-        let token = uuid::Uuid::new_v4().to_string();
-        let stored = backfills.expect(&token, Arc::clone(&tag), Arc::clone(&table.relation));
-        let read = async {
-            emit_watermark(&client, &token, Mark::Low).await?;
-            let started = Instant::now();
-            let (rows, last) = query
-                .read(&client, &table, cursor.as_deref(), chunk_rows)
-                .await?;
-            let took = started.elapsed();
-            let done = rows.len() < chunk_rows;
-            let next = last.or_else(|| cursor.clone());
-            backfills.fill(&token, rows, next.clone(), done);
-            emit_watermark(&client, &token, Mark::High).await?;
-            Ok::<_, BackfillError>((next, done, took))
-        };
-        let (next, done, took) = match read.await {
-            Ok(read) => read,
-            Err(error) => {
-                backfills.forget(&token);
-                return Err(error);
+        // Read ahead while the pipeline stores the chunks before.
+        let read_all = in_flight.back().is_some_and(|c: &InFlight| c.done);
+        if in_flight.len() < CHUNKS_IN_FLIGHT && !read_all {
+            let token = uuid::Uuid::new_v4().to_string();
+            let stored = backfills.expect(&token, Arc::clone(&tag), Arc::clone(&table.relation));
+            let read = async {
+                emit_watermark(&client, &token, Mark::Low).await?;
+                let started = Instant::now();
+                let (rows, last) = query
+                    .read(&mut client, &table, read_from.as_deref(), chunk_rows)
+                    .await?;
+                let took = started.elapsed();
+                let done = rows.0.len() < chunk_rows;
+                let next = last.or_else(|| read_from.clone());
+                backfills.fill(&token, rows, (read_from.clone(), next.clone()), done);
+                emit_watermark(&client, &token, Mark::High).await?;
+                Ok::<_, BackfillError>((next, done, took))
+            };
+            match read.await {
+                Ok((next, done, took)) => {
+                    chunk_rows = adapt(chunk_rows, took);
+                    read_from = next;
+                    in_flight.push_back(InFlight {
+                        token,
+                        stored,
+                        done,
+                    });
+                }
+                Err(error) => {
+                    backfills.forget(&token);
+                    forget_all(backfills, &mut in_flight);
+                    return Err(error);
+                }
             }
-        };
-        chunk_rows = adapt(chunk_rows, took);
+            continue;
+        }
+        let oldest = in_flight.pop_front().expect("a chunk is in flight");
         let outcome = tokio::select! {
             _ = cancel.cancelled() => {
-                backfills.forget(&token);
+                backfills.forget(&oldest.token);
+                forget_all(backfills, &mut in_flight);
                 return Ok(());
             }
-            outcome = tokio::time::timeout(CHUNK_STORED_TIMEOUT, stored) => outcome,
+            outcome = tokio::time::timeout(CHUNK_STORED_TIMEOUT, oldest.stored) => outcome,
         };
         match outcome {
             Ok(Ok(())) => {
-                *cursor = next;
-                if done {
+                if oldest.done {
                     info!(backfill = %backfill.id, "backfill completed");
                     return Ok(());
                 }
             }
-            // Dropped by the pipeline (its window was not seen) or never
-            // stored in time: read the same chunk again.
+            // Dropped by the pipeline (its window was not seen, or its
+            // progress was refused) or never stored in time: read again
+            // from what is stored, with the chunks read ahead of it.
             Ok(Err(_)) | Err(_) => {
-                backfills.forget(&token);
+                backfills.forget(&oldest.token);
+                forget_all(backfills, &mut in_flight);
                 warn!(backfill = %backfill.id, "backfill chunk was not stored; reading it again");
+                read_from = stored_cursor(store, &backfill.id).await?;
             }
         }
     }

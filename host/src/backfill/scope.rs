@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, IsolationLevel};
 
 use super::row_filter::{self, RowFilter};
 use super::runner::{BackfillError, Table, db_error, quote_ident};
@@ -70,6 +70,10 @@ impl BackfillScope {
 
 /// The query reading one backfill's chunks, built and checked against the
 /// table once per run.
+/// A chunk's rows (key, row) and the transactions in progress for their
+/// snapshot.
+pub(crate) type ChunkRows = (Vec<(Vec<String>, Row)>, Vec<u32>);
+
 pub(crate) struct ChunkQuery {
     /// `SELECT … FROM … WHERE <scope>`: the part before the cursor condition.
     select: String,
@@ -139,8 +143,18 @@ impl ChunkQuery {
             conditions.join(" AND ")
         };
         let texts: Vec<String> = order.iter().map(|(c, _)| format!("{c}::text")).collect();
+        // Each column as `to_jsonb` renders it (the rendering changes get),
+        // in the table's column order: a JSON array that zips with the
+        // relation's columns, instead of `to_jsonb(t)`'s object, whose keys
+        // Postgres sorts its own way and which then had to be reordered.
+        let rendered: Vec<String> = relation
+            .columns
+            .iter()
+            .map(|c| format!("to_jsonb(t.{})", quote_ident(&c.name)))
+            .collect();
         let select = format!(
-            "SELECT to_jsonb(t)::text, {} FROM {from} WHERE {conditions}",
+            "SELECT array_to_json(ARRAY[{}]::jsonb[])::text, {} FROM {from} WHERE {conditions}",
+            rendered.join(", "),
             texts.join(", ")
         );
         let query = ChunkQuery {
@@ -190,15 +204,16 @@ impl ChunkQuery {
     }
 
     /// One chunk: up to `limit` rows after `cursor` in order, each with its
-    /// primary key (as changes carry it) and row, plus the last row's
-    /// cursor.
+    /// primary key (as changes carry it) and row, and the transactions in
+    /// progress for the snapshot the rows were read with (32-bit xids, as
+    /// the stream names them); plus the last row's cursor.
     pub(crate) async fn read(
         &self,
-        client: &Client,
+        client: &mut Client,
         table: &Table,
         cursor: Option<&[String]>,
         limit: usize,
-    ) -> Result<(Vec<(Vec<String>, Row)>, Option<Vec<String>>), BackfillError> {
+    ) -> Result<(ChunkRows, Option<Vec<String>>), BackfillError> {
         if let Some(cursor) = cursor
             && cursor.len() != self.cursor_width()
         {
@@ -220,20 +235,40 @@ impl ChunkQuery {
                 .iter()
                 .map(|v| v as &(dyn ToSql + Sync)),
         );
-        let rows = client.query(&sql, &params).await.map_err(db_error)?;
+        // One snapshot for both queries: the transaction's first query takes it.
+        let transaction = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(db_error)?;
+        let in_progress = transaction
+            .query(
+                "SELECT (x::text::bigint % 4294967296)::bigint
+                 FROM pg_snapshot_xip(pg_current_snapshot()) AS x",
+                &[],
+            )
+            .await
+            .map_err(db_error)?
+            .iter()
+            .map(|row| row.get::<_, i64>(0) as u32)
+            .collect();
+        let rows = transaction.query(&sql, &params).await.map_err(db_error)?;
+        transaction.commit().await.map_err(db_error)?;
         let relation = &table.relation;
         let mut out = Vec::with_capacity(rows.len());
         let mut last = None;
         for row in &rows {
             let text: &str = row.get(0);
-            let mut value: Row = serde_json::from_str(text).map_err(db_error)?;
-            // to_jsonb orders keys its own way; messages list columns in table order.
-            let mut ordered = Row::new();
-            for column in &relation.columns {
-                if let Some(v) = value.remove(&column.name) {
-                    ordered.insert(column.name.clone(), v);
-                }
-            }
+            // One value per column of the relation: the query lists them.
+            let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(db_error)?;
+            let ordered: Row = relation
+                .columns
+                .iter()
+                .map(|column| column.name.clone())
+                .zip(values)
+                .collect();
             last = Some(
                 (1..=self.order.len())
                     .map(|i| row.get::<_, String>(i))
@@ -241,7 +276,7 @@ impl ChunkQuery {
             );
             out.push((relation.key_of(&ordered), ordered));
         }
-        Ok((out, last))
+        Ok(((out, in_progress), last))
     }
 
     /// The planner's estimate of the rows in scope (for a partial

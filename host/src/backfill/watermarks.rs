@@ -2,7 +2,7 @@
 //! chunk's watermarks, and the chunk's surviving rows as `read` changes at
 //! its high watermark.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
@@ -18,6 +18,34 @@ struct Window {
     schema: String,
     table: String,
     changed: HashSet<Vec<String>>,
+    /// The transactions seen committing since the low watermark.
+    committed: HashSet<u32>,
+}
+
+/// How many of the latest transactions seen on the stream are remembered,
+/// to recognise one a chunk's snapshot missed although it committed before
+/// the chunk's low watermark.
+const RECENT_TRANSACTIONS: usize = 100_000;
+
+/// The latest transactions seen on the stream (their xids), oldest first.
+#[derive(Default)]
+struct RecentTransactions {
+    order: VecDeque<u32>,
+    seen: HashSet<u32>,
+}
+
+impl RecentTransactions {
+    fn note(&mut self, xid: u32) {
+        if self.order.back() == Some(&xid) || !self.seen.insert(xid) {
+            return;
+        }
+        self.order.push_back(xid);
+        if self.order.len() > RECENT_TRANSACTIONS
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.seen.remove(&oldest);
+        }
+    }
 }
 
 /// A chunk whose rows go out with the transaction committed at
@@ -29,6 +57,7 @@ pub struct ChunkStored {
     backfill: String,
     /// The backfill's health entity.
     entity: String,
+    from: Option<Vec<String>>,
     cursor: Option<Vec<String>>,
     rows: u64,
     done: bool,
@@ -37,13 +66,20 @@ pub struct ChunkStored {
 
 impl ChunkStored {
     /// Records the chunk in the backfill's progress and wakes its runner.
+    /// A chunk whose progress is refused (the backfill stopped, or an
+    /// earlier chunk was not stored) drops its runner's receiver instead:
+    /// the runner reads again from the stored cursor.
     pub fn record(self, store: &Store) -> Result<(), StoreError> {
-        store.record_backfill_progress(
+        let recorded = store.record_backfill_progress(
             &self.backfill,
+            self.from.as_deref(),
             self.cursor.as_deref(),
             self.rows,
             self.done,
         )?;
+        if !recorded {
+            return Ok(());
+        }
         super::republish(store, &self.backfill);
         let health = crate::health::global();
         health.clear(
@@ -60,9 +96,19 @@ impl ChunkStored {
 }
 
 /// Tracks open chunks on one replication stream.
+///
+/// The watermarks alone leave one gap: Postgres writes a transaction's
+/// commit record before it makes the transaction visible, so a transaction
+/// can commit *before* a chunk's low watermark on the stream and still be
+/// invisible to the chunk's query, which then reads an older version of its
+/// rows than the change the stream already carried. The runner hands over
+/// the transactions in progress for the query's snapshot; a chunk whose
+/// snapshot missed one that the stream showed committing before the
+/// window is dropped, and its runner reads it again.
 pub struct Watermarks {
     backfills: Backfills,
     windows: HashMap<String, Window>,
+    recent: RecentTransactions,
 }
 
 impl Watermarks {
@@ -71,17 +117,23 @@ impl Watermarks {
         Watermarks {
             backfills,
             windows: HashMap::new(),
+            recent: RecentTransactions::default(),
         }
     }
 
-    /// Notes a change from the stream: its key changed inside every open
-    /// window on its table.
+    /// Notes a change from the stream: its transaction committed, and its
+    /// key changed inside every open window on its table.
     pub fn observe(&mut self, change: &Change) {
-        if self.windows.is_empty() || change.backfill.is_some() {
+        if change.backfill.is_some() {
+            return;
+        }
+        self.recent.note(change.xid);
+        if self.windows.is_empty() {
             return;
         }
         let mut key = None;
         for window in self.windows.values_mut() {
+            window.committed.insert(change.xid);
             if window.schema == change.relation.schema && window.table == change.relation.name {
                 let key = key.get_or_insert_with(|| change.primary_key_values());
                 window.changed.insert(key.clone());
@@ -110,6 +162,7 @@ impl Watermarks {
                             schema: relation.schema.clone(),
                             table: relation.name.clone(),
                             changed: HashSet::new(),
+                            committed: HashSet::new(),
                         },
                     );
                 }
@@ -127,6 +180,14 @@ impl Watermarks {
                     debug!(token = %content.token, "backfill chunk without its window; dropped");
                     return (Vec::new(), None);
                 };
+                if let Some(xid) = chunk
+                    .in_progress
+                    .iter()
+                    .find(|xid| self.recent.seen.contains(xid) && !window.committed.contains(xid))
+                {
+                    debug!(token = %content.token, xid, "backfill chunk's snapshot missed a transaction committed before its window; read again");
+                    return (Vec::new(), None);
+                }
                 let selected = rows.len() as u64;
                 let tag = chunk.tag;
                 let reads = rows
@@ -155,6 +216,7 @@ impl Watermarks {
                         &chunk.relation.schema,
                         &chunk.relation.name,
                     ),
+                    from: chunk.from,
                     cursor: chunk.cursor,
                     rows: selected,
                     done: chunk.done,
@@ -239,8 +301,8 @@ mod tests {
         watermarks.observe(&update(3));
         backfills.fill(
             "t1",
-            (1..=4).map(row).collect(),
-            Some(vec!["4".into()]),
+            ((1..=4).map(row).collect(), Vec::new()),
+            (None, Some(vec!["4".into()])),
             true,
         );
         let (reads, chunk) = watermarks.on_watermark(&watermark("t1", "high", 20));
@@ -284,8 +346,102 @@ mod tests {
             sink: "s".into(),
         });
         let _stored = backfills.expect("t2", tag, relation());
-        backfills.fill("t2", vec![row(1)], None, true);
+        backfills.fill("t2", (vec![row(1)], Vec::new()), (None, None), true);
         let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 20));
         assert!(reads.is_empty() && chunk.is_none());
+    }
+
+    #[test]
+    fn a_chunk_read_ahead_of_a_lost_one_records_no_progress() {
+        let backfills = Backfills::new();
+        let mut watermarks = Watermarks::new(backfills.clone());
+        let tag = Arc::new(BackfillTag {
+            id: "b".into(),
+            sink: "s".into(),
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        store
+            .create_backfill("b", "s", ("public", "items"), &Default::default(), None)
+            .unwrap();
+        // Chunk t1 (rows 1-2) is lost: its low watermark is never seen.
+        let mut first = backfills.expect("t1", Arc::clone(&tag), relation());
+        backfills.fill(
+            "t1",
+            ((1..=2).map(row).collect(), Vec::new()),
+            (None, Some(vec!["2".into()])),
+            false,
+        );
+        // Chunk t2 (rows 3-4), read ahead after it, goes through.
+        let mut second = backfills.expect("t2", tag, relation());
+        watermarks.on_watermark(&watermark("t2", "low", 30));
+        backfills.fill(
+            "t2",
+            ((3..=4).map(row).collect(), Vec::new()),
+            (Some(vec!["2".into()]), Some(vec!["4".into()])),
+            true,
+        );
+        assert!(
+            watermarks
+                .on_watermark(&watermark("t1", "high", 31))
+                .1
+                .is_none()
+        );
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 40));
+        assert_eq!(reads.len(), 2);
+        chunk.expect("t2 went out").record(&store).unwrap();
+        let closed = |r| matches!(r, Err(oneshot::error::TryRecvError::Closed));
+        assert!(closed(first.try_recv()), "t1's runner hears it was lost");
+        assert!(
+            closed(second.try_recv()),
+            "t2's progress is refused: it starts after rows that were never stored"
+        );
+        let backfill = store.backfill("b").unwrap().unwrap();
+        assert_eq!(backfill.cursor, None, "the cursor stays before row 1");
+        assert_eq!(backfill.state, crate::store::BackfillState::Active);
+    }
+
+    #[test]
+    fn a_chunk_whose_snapshot_missed_a_transaction_committed_before_its_window_is_read_again() {
+        let backfills = Backfills::new();
+        let mut watermarks = Watermarks::new(backfills.clone());
+        let tag = Arc::new(BackfillTag {
+            id: "b".into(),
+            sink: "s".into(),
+        });
+        let by = |id: i64, xid: u32| Change { xid, ..update(id) };
+        // Transaction 7 commits on the stream before the low watermark, but
+        // the query's snapshot still saw it in progress: its rows are stale.
+        let mut stale = backfills.expect("t1", Arc::clone(&tag), relation());
+        watermarks.observe(&by(2, 7));
+        watermarks.on_watermark(&watermark("t1", "low", 10));
+        backfills.fill(
+            "t1",
+            ((1..=3).map(row).collect(), vec![7, 9]),
+            (None, Some(vec!["3".into()])),
+            true,
+        );
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t1", "high", 20));
+        assert!(reads.is_empty() && chunk.is_none(), "dropped");
+        assert!(
+            matches!(stale.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
+            "its runner reads it again"
+        );
+        // Read again: transaction 8, in progress for the new snapshot,
+        // commits inside the window (its row is dropped as usual), and 9
+        // has not committed yet (its change comes after the chunk).
+        let _fresh = backfills.expect("t2", tag, relation());
+        watermarks.on_watermark(&watermark("t2", "low", 30));
+        watermarks.observe(&by(3, 8));
+        backfills.fill(
+            "t2",
+            ((1..=3).map(row).collect(), vec![8, 9]),
+            (None, Some(vec!["3".into()])),
+            true,
+        );
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 40));
+        let ids: Vec<_> = reads.iter().map(|c| c.record()["id"].clone()).collect();
+        assert_eq!(ids, vec![json!(1), json!(2)]);
+        assert!(chunk.is_some());
     }
 }

@@ -209,19 +209,23 @@ impl Store {
         rows.into_iter().map(parse).collect()
     }
 
-    /// Records that the backfill `id` stored `rows` more rows up to the key
-    /// `cursor`, and completed when `done`. Does nothing unless it is
-    /// active (a cancel wins over a chunk in flight). Returns whether it
-    /// was recorded.
+    /// Records that the backfill `id` stored `rows` more rows from the key
+    /// `from` up to the key `cursor`, and completed when `done`. Does
+    /// nothing unless it is active (a cancel wins over a chunk in flight)
+    /// and its stored cursor is still `from`: a chunk read ahead of one that
+    /// was not stored must not move the cursor past that one's rows.
+    /// Returns whether it was recorded.
     pub fn record_backfill_progress(
         &self,
         id: &str,
+        from: Option<&[String]>,
         cursor: Option<&[String]>,
         rows: u64,
         done: bool,
     ) -> Result<bool, StoreError> {
         let now = now_ms();
-        let cursor = cursor.map(|c| serde_json::to_string(c).expect("strings serialise"));
+        let text = |c: &[String]| serde_json::to_string(c).expect("strings serialise");
+        let (from, cursor) = (from.map(text), cursor.map(text));
         let conn = self.lock();
         let updated = conn
             .prepare_cached(
@@ -230,9 +234,9 @@ impl Store {
                      state = CASE WHEN ?4 THEN 'completed' ELSE state END,
                      completed_at = CASE WHEN ?4 THEN ?5 ELSE completed_at END,
                      updated_at = ?5
-                 WHERE id = ?1 AND state = 'active'",
+                 WHERE id = ?1 AND state = 'active' AND cursor IS ?6",
             )?
-            .execute(params![id, cursor, rows as i64, done, now])?;
+            .execute(params![id, cursor, rows as i64, done, now, from])?;
         Ok(updated == 1)
     }
 
@@ -293,10 +297,21 @@ mod tests {
         let keys = ["4".to_string()];
         assert!(
             store
-                .record_backfill_progress("b1", Some(&keys), 4, false)
+                .record_backfill_progress("b1", None, Some(&keys), 4, false)
                 .unwrap()
         );
-        assert!(store.record_backfill_progress("b1", None, 0, true).unwrap());
+        let read_ahead = ["9".to_string()];
+        assert!(
+            !store
+                .record_backfill_progress("b1", Some(&read_ahead), Some(&["12".into()]), 3, false)
+                .unwrap(),
+            "a chunk read after one that was not stored does not move the cursor"
+        );
+        assert!(
+            store
+                .record_backfill_progress("b1", Some(&keys), None, 0, true)
+                .unwrap()
+        );
         let done = store.backfill("b1").unwrap().unwrap();
         assert_eq!(done.scope, partial, "the scope survives the store");
         assert_eq!(done.state, BackfillState::Completed);
@@ -305,7 +320,7 @@ mod tests {
         assert!(done.completed_at.is_some());
         assert!(
             !store
-                .record_backfill_progress("b1", None, 1, false)
+                .record_backfill_progress("b1", Some(&keys), None, 1, false)
                 .unwrap(),
             "a completed backfill takes no more progress"
         );
@@ -320,7 +335,7 @@ mod tests {
         );
         assert!(
             !store
-                .record_backfill_progress("b2", None, 5, false)
+                .record_backfill_progress("b2", None, None, 5, false)
                 .unwrap()
         );
         assert_eq!(store.backfills(Some("s")).unwrap().len(), 2);
@@ -336,7 +351,7 @@ mod tests {
         );
         assert!(
             !store
-                .record_backfill_progress("b3", None, 5, false)
+                .record_backfill_progress("b3", None, None, 5, false)
                 .unwrap(),
             "a paused backfill records no progress"
         );
