@@ -20,7 +20,7 @@ pub(super) async fn receive(
     Path(name): Path<String>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Received>, ApiError> {
     let stream = sink(&state, &name)?;
     let Query(query) = query.map_err(|e| {
         ApiError::new(
@@ -37,11 +37,29 @@ pub(super) async fn receive(
         .receive(params.batch_size, params.wait_for, &state.shutdown)
         .await
         .map_err(|e| pull_error(&name, e))?;
-    let data: Vec<Value> = delivered
-        .into_iter()
-        .map(|d| json!({"ack_id": d.ack_id, "data": d.payload}))
-        .collect();
-    Ok(Json(json!({ "data": data })))
+    Ok(Json(Received {
+        data: delivered
+            .into_iter()
+            .map(|d| ReceivedMessage {
+                ack_id: d.ack_id,
+                data: d.payload,
+            })
+            .collect(),
+    }))
+}
+
+/// The answer of `receive`.
+#[derive(serde::Serialize)]
+pub(super) struct Received {
+    data: Vec<ReceivedMessage>,
+}
+
+/// One message of a `receive` answer.
+#[derive(serde::Serialize)]
+struct ReceivedMessage {
+    ack_id: AckId,
+    /// The message JSON as stored.
+    data: Box<serde_json::value::RawValue>,
 }
 
 /// `POST …/ack` with `{"ack_ids": […]}`: deletes the acked messages.

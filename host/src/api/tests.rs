@@ -48,7 +48,8 @@ impl Server {
             idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
             payload: crate::plugins::Payload::Json(
                 json!({"record": {"id": lsn}, "action": "insert"}),
-            ),
+            )
+            .into(),
             route: crate::plugins::Route::default(),
         };
         let batch = [SinkBatch::of("orders", vec![message])];
@@ -396,7 +397,8 @@ async fn receive_and_ack_rate_over_http() {
             idempotency_key: crate::message::idempotency_key(Lsn(u64::from(n / 10) + 1), n % 10),
             payload: crate::plugins::Payload::Json(
                 json!({"record": {"id": n, "name": "x".repeat(200)}, "action": "insert"}),
-            ),
+            )
+            .into(),
             route: crate::plugins::Route::default(),
         })
         .collect();
@@ -434,7 +436,7 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
             commit_idx: 0,
             group_id: format!("g{i}"),
             idempotency_key: crate::message::idempotency_key(Lsn(i), 0),
-            payload: crate::plugins::Payload::Json(json!({"record": {"id": i}})),
+            payload: crate::plugins::Payload::Json(json!({"record": {"id": i}})).into(),
             route: crate::plugins::Route::default(),
         })
         .collect();

@@ -126,7 +126,8 @@ fn compare_in_shadow(shadow: &Shadow, outcomes: &[ChainOutcome]) {
         })
         .collect();
     let inputs: Vec<Message> = delivered.iter().map(|m| m.message.clone()).collect();
-    let live: Vec<&Payload> = delivered.iter().map(|m| &m.payload).collect();
+    let payloads: Vec<_> = delivered.iter().map(|m| m.payload()).collect();
+    let live: Vec<&Payload> = payloads.iter().map(|p| p.as_ref()).collect();
     shadow.compare(&inputs, &live);
 }
 
@@ -146,11 +147,24 @@ fn replace<F>(slot: &Option<Named<F>>, fresh: Option<Named<F>>, changed: &[Strin
 pub struct ChainMessage {
     /// The message after enrichment (its `metadata.enrichment` set).
     pub message: Message,
-    /// The payload to deliver: the transform's, or the message JSON.
-    pub payload: Payload,
+    /// The transform's payload; `None` without a transform: the message
+    /// JSON is delivered, rendered once when it is stored.
+    pub payload: Option<Payload>,
     /// The routing function's keys, validated for the sink; `None` without
     /// a routing function.
     pub route: Option<Route>,
+}
+
+impl ChainMessage {
+    /// The payload to deliver: the transform's, or the message JSON.
+    pub fn payload(&self) -> std::borrow::Cow<'_, Payload> {
+        match &self.payload {
+            Some(payload) => std::borrow::Cow::Borrowed(payload),
+            None => std::borrow::Cow::Owned(Payload::Json(
+                serde_json::to_value(&self.message).expect("a message always serialises"),
+            )),
+        }
+    }
 }
 
 /// What the chain made of one change.
@@ -416,15 +430,7 @@ impl FunctionChain {
                 payloads.retain(|_| keep.next().expect("one flag per change"));
                 payloads
             }
-            _ => alive
-                .messages
-                .iter()
-                .map(|message| {
-                    Some(Payload::Json(
-                        serde_json::to_value(message).expect("a message always serialises"),
-                    ))
-                })
-                .collect(),
+            _ => vec![None; alive.messages.len()],
         };
 
         let mut routes: Vec<Option<Route>> = vec![None; alive.messages.len()];
@@ -478,7 +484,7 @@ impl FunctionChain {
         {
             outcomes[position] = Some(ChainOutcome::Message(Box::new(ChainMessage {
                 message,
-                payload: payload.expect("failed transforms were settled"),
+                payload,
                 route,
             })));
         }

@@ -101,7 +101,7 @@ fn chain_runs_enrichment_filter_transform_routing_with_one_outcome_per_change() 
     let ChainOutcome::Message(kept) = &outcomes[1] else {
         panic!("expected a message, got {:?}", outcomes[1]);
     };
-    let Payload::Json(payload) = &kept.payload else {
+    let Payload::Json(payload) = &*kept.payload() else {
         panic!("JSON payload expected");
     };
     assert_eq!(payload["record"]["name"], "ADA", "transformed");
@@ -148,13 +148,21 @@ fn without_functions_the_payload_is_the_message() {
     };
     let input = row(json!({"id": 1}));
     let outcomes = chain.run_blocking(vec![input.clone()]).unwrap();
+    let ChainOutcome::Message(message) = &outcomes[0] else {
+        panic!("a message, got {outcomes:?}");
+    };
+    assert_eq!(
+        *message.payload(),
+        Payload::Json(serde_json::to_value(&input).unwrap())
+    );
     assert_eq!(
         outcomes,
         vec![ChainOutcome::Message(Box::new(ChainMessage {
-            payload: Payload::Json(serde_json::to_value(&input).unwrap()),
+            payload: None,
             message: input,
             route: None,
-        }))]
+        }))],
+        "rendered once, when stored"
     );
 }
 
@@ -425,7 +433,7 @@ fn tags(outcomes: &[ChainOutcome]) -> Vec<String> {
     outcomes
         .iter()
         .map(|outcome| match outcome {
-            ChainOutcome::Message(message) => match &message.payload {
+            ChainOutcome::Message(message) => match &*message.payload() {
                 Payload::Json(json) => json["tag"].as_str().unwrap().to_string(),
                 other => panic!("a JSON payload, got {other:?}"),
             },

@@ -19,6 +19,7 @@ use crate::plugins::Payload;
 use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
 use crate::store::{
     HeldChange, HeldSettlement, Hold, NewDeadLetter, NewMessage, SinkBatch, Store, StoreError,
+    StoredPayload,
 };
 
 use super::backlog::BacklogGuard;
@@ -388,7 +389,7 @@ impl SinkPipeline {
         group_id: &str,
         done: ChainMessage,
     ) -> Result<NewMessage, String> {
-        if let Payload::Bytes { content_type, .. } = &done.payload
+        if let Some(Payload::Bytes { content_type, .. }) = &done.payload
             && !carries_bytes(self.chain.sink_type)
         {
             let transform = self
@@ -411,12 +412,16 @@ impl SinkPipeline {
             ),
             done.route,
         );
+        let payload = match done.payload {
+            Some(payload) => payload.into(),
+            None => StoredPayload::json_of(&done.message),
+        };
         Ok(NewMessage {
             commit_lsn,
             commit_idx,
             group_id: group_id.to_string(),
             idempotency_key: done.message.metadata.idempotency_key,
-            payload: done.payload,
+            payload,
             route,
         })
     }

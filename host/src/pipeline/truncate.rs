@@ -16,8 +16,7 @@ use crate::change::Truncate;
 use crate::config::{SinkConfig, TruncatePolicy};
 use crate::lsn::Lsn;
 use crate::message::{ConsumerRef, TruncateMessage};
-use crate::plugins::Payload;
-use crate::store::NewMessage;
+use crate::store::{NewMessage, StoredPayload};
 
 use super::default_route;
 
@@ -69,9 +68,7 @@ pub fn messages(sink: &SinkConfig, truncates: &[Truncate], cursor: Lsn) -> Vec<N
                 commit_idx,
                 group_id,
                 idempotency_key: message.metadata.common.idempotency_key.clone(),
-                payload: Payload::Json(
-                    serde_json::to_value(&message).expect("a truncate message serializes"),
-                ),
+                payload: StoredPayload::json_of(&message),
                 route,
             });
         }
@@ -177,7 +174,7 @@ sinks:
             positions,
             vec![(Lsn(80), 3, "public.orders"), (Lsn(80), 4, "public.lines")]
         );
-        let Payload::Json(json) = &delivered[1].payload else {
+        let crate::plugins::Payload::Json(json) = delivered[1].payload.to_payload().unwrap() else {
             panic!("JSON payload")
         };
         assert_eq!(json["action"], "truncate");

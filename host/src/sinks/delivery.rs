@@ -626,7 +626,8 @@ mod tests {
                     json!({})
                 } else {
                     json!({ "pad": "x".repeat(pad) })
-                }),
+                })
+                .into(),
                 route: crate::plugins::Route::default(),
             })
             .collect();

@@ -6,28 +6,75 @@ use crate::plugins::{Payload, Route};
 
 use super::StoreError;
 
+/// A payload on its way into the store: JSON already rendered to text, or
+/// a transform's bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredPayload {
+    /// JSON text.
+    Json(String),
+    /// Opaque bytes with their media type.
+    Bytes {
+        /// The media type.
+        content_type: String,
+        /// The encoded bytes.
+        data: Vec<u8>,
+    },
+}
+
+impl StoredPayload {
+    /// `value` rendered as JSON text, without a `serde_json::Value` in
+    /// between (the message JSON of a sink without a transform).
+    pub fn json_of(value: &impl serde::Serialize) -> StoredPayload {
+        // Messages run to several hundred bytes: start big enough that the
+        // buffer rarely grows.
+        let mut text = Vec::with_capacity(1024);
+        serde_json::to_writer(&mut text, value).expect("a payload always serialises");
+        StoredPayload::Json(String::from_utf8(text).expect("serde_json writes UTF-8"))
+    }
+
+    /// The payload as it is delivered.
+    pub fn to_payload(&self) -> Result<Payload, StoreError> {
+        let (json, bytes, content_type) = match self {
+            StoredPayload::Json(text) => (text.as_str(), None, None),
+            StoredPayload::Bytes { content_type, data } => {
+                ("null", Some(data.clone()), Some(content_type.clone()))
+            }
+        };
+        payload_from_columns(json, bytes, content_type, || "a new message".into())
+    }
+}
+
+impl From<Payload> for StoredPayload {
+    fn from(payload: Payload) -> StoredPayload {
+        match payload {
+            Payload::Json(value) => StoredPayload::Json(value.to_string()),
+            Payload::Bytes { content_type, data } => StoredPayload::Bytes { content_type, data },
+        }
+    }
+}
+
 /// The columns one payload is stored in.
-pub(super) struct PayloadColumns {
+pub(super) struct PayloadColumns<'a> {
     /// JSON text; `null` for a bytes payload.
-    pub(super) json: String,
+    pub(super) json: &'a str,
     /// The bytes of a bytes payload.
-    pub(super) bytes: Option<Vec<u8>>,
+    pub(super) bytes: Option<&'a [u8]>,
     /// The media type of a bytes payload.
-    pub(super) content_type: Option<String>,
+    pub(super) content_type: Option<&'a str>,
 }
 
 /// Splits `payload` into its columns.
-pub(super) fn payload_columns(payload: &Payload) -> PayloadColumns {
+pub(super) fn payload_columns(payload: &StoredPayload) -> PayloadColumns<'_> {
     match payload {
-        Payload::Json(value) => PayloadColumns {
-            json: value.to_string(),
+        StoredPayload::Json(text) => PayloadColumns {
+            json: text,
             bytes: None,
             content_type: None,
         },
-        Payload::Bytes { content_type, data } => PayloadColumns {
-            json: "null".into(),
-            bytes: Some(data.clone()),
-            content_type: Some(content_type.clone()),
+        StoredPayload::Bytes { content_type, data } => PayloadColumns {
+            json: "null",
+            bytes: Some(data),
+            content_type: Some(content_type),
         },
     }
 }
@@ -92,13 +139,17 @@ mod tests {
                 data: vec![0, 159, 146, 150, 255],
             },
         ] {
-            let columns = payload_columns(&payload);
-            let back =
-                payload_from_columns(&columns.json, columns.bytes, columns.content_type, || {
-                    "test".into()
-                })
-                .unwrap();
+            let stored = StoredPayload::from(payload.clone());
+            let columns = payload_columns(&stored);
+            let back = payload_from_columns(
+                columns.json,
+                columns.bytes.map(<[u8]>::to_vec),
+                columns.content_type.map(str::to_string),
+                || "test".into(),
+            )
+            .unwrap();
             assert_eq!(back, payload);
+            assert_eq!(stored.to_payload().unwrap(), payload);
         }
     }
 

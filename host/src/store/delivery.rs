@@ -128,20 +128,22 @@ impl Store {
         let leased = lease_heads(&tx, sink, now, until, limit, max_bytes, first_regardless)?;
         tx.commit()?;
         metrics::count(metrics::DELIVER_ATTEMPTS, sink, leased.len());
-        Ok(leased
+        leased
             .into_iter()
-            .map(|l| StoredMessage {
-                ack_id: l.ack_id,
-                commit_lsn: l.commit_lsn,
-                commit_idx: l.commit_idx,
-                group_id: l.group_id,
-                idempotency_key: l.idempotency_key,
-                payload: l.payload,
-                size_bytes: l.size_bytes,
-                route: l.route,
-                attempt: l.deliver_count,
+            .map(|l| {
+                Ok(StoredMessage {
+                    ack_id: l.ack_id,
+                    commit_lsn: l.commit_lsn,
+                    commit_idx: l.commit_idx,
+                    group_id: l.group_id,
+                    idempotency_key: l.idempotency_key,
+                    payload: l.payload.into_payload()?,
+                    size_bytes: l.size_bytes,
+                    route: l.route,
+                    attempt: l.deliver_count,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Drops every lease of `sink`, making its messages deliverable now. A
@@ -483,7 +485,7 @@ mod tests {
                 commit_idx: 0,
                 group_id: group.to_string(),
                 idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
-                payload: crate::plugins::Payload::Json(json!({"lsn": lsn})),
+                payload: crate::plugins::Payload::Json(json!({"lsn": lsn})).into(),
                 route: crate::plugins::Route::default(),
             })
             .collect();

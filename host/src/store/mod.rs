@@ -26,13 +26,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OpenFlags, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::lsn::Lsn;
 use crate::metrics;
-use crate::plugins::{Payload, Route};
+use crate::plugins::Route;
 
 pub use backfills::{Backfill, BackfillState};
+pub use codec::StoredPayload;
 pub use delivery::{DeadLetter, FailedStage, StoredMessage};
 pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
 pub use inventory::PluginRecord;
@@ -139,7 +140,7 @@ pub struct NewMessage {
     /// The message's idempotency key, kept for inspection.
     pub idempotency_key: String,
     /// What consumers receive: the message JSON, or a transform's bytes.
-    pub payload: Payload,
+    pub payload: StoredPayload,
     /// The resolved routing keys (topic, subject, key, ...) for broker
     /// sinks; empty for sinks without routing.
     pub route: Route,
@@ -157,6 +158,9 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store").field("path", &self.path).finish()
     }
 }
+
+/// The most memory SQLite's page cache of the store takes, in KiB.
+const PAGE_CACHE_KIB: i64 = 64 * 1024;
 
 impl Store {
     /// Opens (creating if needed) the store file at `path` and migrates its
@@ -190,6 +194,11 @@ impl Store {
         // backfill showed every message insert writing its statement
         // journal to disk. They are at most a few pages per statement.
         conn.pragma_update(None, "temp_store", "MEMORY")?;
+        // SQLite's default page cache (2 MiB) holds a small part of the
+        // indexes of a sink with a deep queue (a backfill stores millions of
+        // messages), and every insert then reads its index pages back from
+        // the OS. Pages are only allocated as they are used.
+        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
         // Another process (an operator's `sqlite3`) may hold the lock briefly.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         schema::migrate(&mut conn, &path.display().to_string())?;
@@ -346,9 +355,20 @@ fn insert_messages(
          WHERE sink = ?1 AND group_id = ?2 AND head = 1
            AND (commit_lsn, commit_idx) > (?3, ?4)",
     )?;
+    // Messages almost always arrive after everything the sink holds; only
+    // one placed before a stored message (a replayed chunk) can have later
+    // messages of its group to demote.
+    let mut last_stored: Option<(i64, u32)> = tx
+        .prepare_cached(
+            "SELECT commit_lsn, commit_idx FROM pull_messages WHERE sink = ?1
+             ORDER BY commit_lsn DESC, commit_idx DESC LIMIT 1",
+        )?
+        .query_row(params![sink], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
     let mut new = 0;
     for message in messages {
         let lsn = lsn_to_sql(message.commit_lsn)?;
+        let position = (lsn, message.commit_idx);
         let payload = codec::payload_columns(&message.payload);
         let inserted = insert.execute(params![
             sink,
@@ -362,9 +382,10 @@ fn insert_messages(
             payload.content_type,
             codec::route_column(&message.route),
         ])?;
-        if inserted == 1 {
+        if inserted == 1 && last_stored.is_some_and(|last| position < last) {
             demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;
         }
+        last_stored = last_stored.max(Some(position));
         new += inserted;
     }
     Ok(new)

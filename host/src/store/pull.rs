@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Transaction, params};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::codec::{payload_from_columns, route_from_column};
@@ -68,14 +68,22 @@ impl serde::Serialize for AckId {
 }
 
 /// A message handed to a consumer by [`Store::receive`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Delivered {
     /// The lease to ack or nack it with.
     pub ack_id: AckId,
-    /// The message JSON.
-    pub payload: Value,
+    /// The message JSON, as stored: handed on to the consumer without being
+    /// parsed into a tree and written out again.
+    pub payload: Box<RawValue>,
     /// How many times it has been handed out, this time included.
     pub deliver_count: u32,
+}
+
+impl Delivered {
+    /// The message JSON, parsed.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.payload.get()).expect("a stored payload is JSON")
+    }
 }
 
 /// What [`Store::ack`] or [`Store::nack`] did.
@@ -164,8 +172,7 @@ impl Store {
             for leased in lease_heads(&tx, sink, now, until, room, usize::MAX, true)? {
                 delivered.push(Delivered {
                     ack_id: leased.ack_id,
-                    // Pull sinks get JSON payloads only (the pipeline sees to it).
-                    payload: leased.payload.into_json_view(),
+                    payload: leased.payload.into_json_text()?,
                     deliver_count: leased.deliver_count,
                 });
             }
@@ -305,12 +312,48 @@ pub(super) struct Leased {
     pub(super) commit_idx: u32,
     pub(super) group_id: String,
     pub(super) idempotency_key: String,
-    pub(super) payload: Payload,
+    pub(super) payload: LeasedPayload,
     /// The payload's size as stored, in bytes.
     pub(super) size_bytes: usize,
     pub(super) route: Route,
     /// Deliveries so far, this one included.
     pub(super) deliver_count: u32,
+}
+
+/// A leased message's payload columns, decoded by whoever takes it: a
+/// push worker wants a [`Payload`], a pull consumer the JSON text.
+pub(super) struct LeasedPayload {
+    /// The message's row id, to name it in errors.
+    id: i64,
+    json: String,
+    bytes: Option<Vec<u8>>,
+    content_type: Option<String>,
+}
+
+impl LeasedPayload {
+    fn what(&self) -> String {
+        format!("message {}", self.id)
+    }
+
+    /// The payload to deliver.
+    pub(super) fn into_payload(self) -> Result<Payload, StoreError> {
+        let what = self.what();
+        payload_from_columns(&self.json, self.bytes, self.content_type, || what)
+    }
+
+    /// The payload as JSON text: a JSON payload as stored, a bytes payload
+    /// as its JSON view (see [`Payload::into_json_view`]). Pull sinks only
+    /// ever store JSON (the pipeline sees to it).
+    pub(super) fn into_json_text(self) -> Result<Box<RawValue>, StoreError> {
+        let text = match self.bytes {
+            None => self.json,
+            Some(_) => self.into_payload()?.into_json_view().to_string(),
+        };
+        RawValue::from_string(text).map_err(|e| StoreError::Corrupt {
+            what: "payload",
+            detail: e.to_string(),
+        })
+    }
 }
 
 /// The one path to "the next deliverable messages" of a sink, for pull
@@ -371,8 +414,12 @@ pub(super) fn lease_heads(
             break;
         }
         total_bytes = total_bytes.saturating_add(size);
-        let payload =
-            payload_from_columns(&payload, bytes, content_type, || format!("message {id}"))?;
+        let payload = LeasedPayload {
+            id,
+            json: payload,
+            bytes,
+            content_type,
+        };
         let route = route_from_column(route, || format!("message {id}"))?;
         let ack_id = AckId::new();
         lease.execute(params![id, ack_id.to_string(), until, now])?;

@@ -29,7 +29,8 @@ fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
         commit_idx: idx,
         group_id: group.to_string(),
         idempotency_key: crate::message::idempotency_key(Lsn(lsn), idx),
-        payload: crate::plugins::Payload::Json(json!({"lsn": lsn, "idx": idx, "group": group})),
+        payload: crate::plugins::Payload::Json(json!({"lsn": lsn, "idx": idx, "group": group}))
+            .into(),
         route: crate::plugins::Route::default(),
     }
 }
@@ -44,8 +45,8 @@ fn positions(delivered: &[Delivered]) -> Vec<(u64, u32)> {
         .iter()
         .map(|d| {
             (
-                d.payload["lsn"].as_u64().unwrap(),
-                d.payload["idx"].as_u64().unwrap() as u32,
+                d.json()["lsn"].as_u64().unwrap(),
+                d.json()["idx"].as_u64().unwrap() as u32,
             )
         })
         .collect()
@@ -318,7 +319,7 @@ fn duplicates_on_append_are_ignored() {
     let first = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     // A replay after a crash: same positions, maybe a different payload.
     let mut replay = msg(10, 0, "a");
-    replay.payload = crate::plugins::Payload::Json(json!({"replayed": true}));
+    replay.payload = crate::plugins::Payload::Json(json!({"replayed": true})).into();
     store
         .append(
             &batch("s", vec![replay, msg(10, 1, "a"), msg(11, 0, "a")]),
@@ -478,6 +479,28 @@ fn receive_uses_the_heads_index() {
     );
 }
 
+#[test]
+fn lease_counts_use_the_partial_visibility_index() {
+    let (_dir, store) = open_temp();
+    let conn = store.lock();
+    for query in [
+        "SELECT count(*) FROM (SELECT 1 FROM pull_messages
+         WHERE sink = 's' AND not_visible_until > 5 LIMIT 10)",
+        "SELECT min(not_visible_until) FROM pull_messages
+         WHERE sink = 's' AND not_visible_until > 5",
+    ] {
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+            .unwrap()
+            .query_map([], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("pull_messages_visibility"), "{query}: {plan}");
+    }
+}
+
 /// Receive stays fast with 100k stored messages, including when most of
 /// them sit behind heads that are in flight. Run with `--ignored --nocapture`
 /// (release mode) to see the rates.
@@ -494,7 +517,7 @@ fn receive_and_ack_rate_with_100k_messages() {
                 let mut m = msg(u64::from(n / 10) + 1, n % 10, &format!("g{}", n % 1000));
                 m.payload = crate::plugins::Payload::Json(
                     json!({"lsn": n / 10 + 1, "idx": n % 10, "record": {"id": n, "name": "x".repeat(200)}}),
-                );
+                ).into();
                 m
             })
             .collect();

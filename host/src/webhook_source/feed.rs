@@ -255,7 +255,7 @@ sinks:
             let batch = store.receive("orders", 10, limits).unwrap();
             assert_eq!(batch.len(), 1);
             store.ack("orders", &[batch[0].ack_id]).unwrap();
-            seen.push(batch[0].payload.clone());
+            seen.push(batch[0].json());
         }
         let ns: Vec<i64> = seen
             .iter()

@@ -205,7 +205,7 @@ mod tests {
             commit_idx: 0,
             group_id: group.into(),
             idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
-            payload: crate::plugins::Payload::Json(serde_json::json!({"lsn": lsn})),
+            payload: crate::plugins::Payload::Json(serde_json::json!({"lsn": lsn})).into(),
             route: crate::plugins::Route::default(),
         };
         let batch = [SinkBatch::of(sink, vec![message])];
