@@ -190,23 +190,26 @@ impl Watermarks {
                 }
                 let selected = rows.len() as u64;
                 let tag = chunk.tag;
-                let reads = rows
-                    .into_iter()
-                    .filter(|(key, _)| !window.changed.contains(key))
-                    .zip(watermark.commit_idx + 1..)
-                    .map(|((_, row), commit_idx)| Change {
-                        relation: Arc::clone(&chunk.relation),
-                        action: Action::Read,
-                        commit_lsn: watermark.commit_lsn,
-                        commit_idx,
-                        xid: watermark.xid,
-                        commit_timestamp: watermark.commit_timestamp,
-                        new: Some(row),
-                        old: None,
-                        backfill: Some(Arc::clone(&tag)),
-                        webhook: None,
-                    })
-                    .collect::<Vec<_>>();
+                // Sized up front: a chunk is up to 10,000 rows, and growing
+                // by doubling costs copies and fresh pages each time.
+                let mut reads = Vec::with_capacity(rows.len());
+                reads.extend(
+                    rows.into_iter()
+                        .filter(|(key, _)| !window.changed.contains(key))
+                        .zip(watermark.commit_idx + 1..)
+                        .map(|((_, row), commit_idx)| Change {
+                            relation: Arc::clone(&chunk.relation),
+                            action: Action::Read,
+                            commit_lsn: watermark.commit_lsn,
+                            commit_idx,
+                            xid: watermark.xid,
+                            commit_timestamp: watermark.commit_timestamp,
+                            new: Some(row),
+                            old: None,
+                            backfill: Some(Arc::clone(&tag)),
+                            webhook: None,
+                        }),
+                );
                 debug!(backfill = %tag.id, selected, emitted = reads.len(), "backfill chunk emitted");
                 let stored = ChunkStored {
                     commit_lsn: watermark.commit_lsn,

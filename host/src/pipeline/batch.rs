@@ -66,6 +66,12 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Makes room for `additional` more changes at once (a backfill chunk
+    /// arrives as thousands of them).
+    pub fn reserve(&mut self, additional: usize) {
+        self.taken.changes.reserve(additional);
+    }
+
     /// Adds an event from the source.
     pub fn push(&mut self, event: SourceEvent) {
         match event {

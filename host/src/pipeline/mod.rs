@@ -155,6 +155,7 @@ impl Pipeline {
         match event {
             SourceEvent::Watermark(watermark) => {
                 let (reads, chunk) = self.watermarks.on_watermark(&watermark);
+                batch.reserve(reads.len());
                 for read in reads {
                     batch.push(SourceEvent::Change(read));
                 }
@@ -273,11 +274,13 @@ impl Pipeline {
         let mut any_held = false;
         for sink in &mut self.sinks {
             let cursor = cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO);
-            let fresh: Vec<_> = taken
-                .changes
-                .iter()
-                .filter(|change| change.commit_lsn > cursor)
-                .collect();
+            let mut fresh = Vec::with_capacity(taken.changes.len());
+            fresh.extend(
+                taken
+                    .changes
+                    .iter()
+                    .filter(|change| change.commit_lsn > cursor),
+            );
             let sink_span = info_span!("sink", sink = sink.name(), plugins = %sink.plugins());
             let mut sink_batch = loop {
                 match sink

@@ -170,19 +170,15 @@ impl SinkPipeline {
         changes: &[&Change],
         store: &Store,
     ) -> Result<SinkBatch, SinkPipelineError> {
-        let pending: Vec<Pending> = changes
-            .iter()
-            .filter(|c| self.accepts(c))
-            .map(|change| {
-                let message =
-                    Message::from_change(change, self.config.database_name(), &self.consumer);
-                Pending {
-                    group_id: group_id(&message),
-                    message,
-                    attempts: 0,
-                }
-            })
-            .collect();
+        let mut pending = Vec::with_capacity(changes.len());
+        pending.extend(changes.iter().filter(|c| self.accepts(c)).map(|change| {
+            let message = Message::from_change(change, self.config.database_name(), &self.consumer);
+            Pending {
+                group_id: group_id(&message),
+                message,
+                attempts: 0,
+            }
+        }));
         let mut batch = SinkBatch::of(self.name(), Vec::new());
         if pending.is_empty() {
             return Ok(batch);
