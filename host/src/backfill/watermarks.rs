@@ -269,6 +269,17 @@ mod tests {
         }
     }
 
+    /// A registry, the watermarks tracking it, and backfill `b` of sink `s`.
+    fn tracking() -> (Backfills, Watermarks, Arc<BackfillTag>) {
+        let backfills = Backfills::new();
+        let watermarks = Watermarks::new(backfills.clone());
+        let tag = Arc::new(BackfillTag {
+            id: "b".into(),
+            sink: "s".into(),
+        });
+        (backfills, watermarks, tag)
+    }
+
     fn update(id: i64) -> Change {
         let (_, row) = row(id);
         Change {
@@ -356,12 +367,7 @@ mod tests {
 
     #[test]
     fn a_chunk_read_ahead_of_a_lost_one_records_no_progress() {
-        let backfills = Backfills::new();
-        let mut watermarks = Watermarks::new(backfills.clone());
-        let tag = Arc::new(BackfillTag {
-            id: "b".into(),
-            sink: "s".into(),
-        });
+        let (backfills, mut watermarks, tag) = tracking();
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         store
@@ -406,24 +412,23 @@ mod tests {
 
     #[test]
     fn a_chunk_whose_snapshot_missed_a_transaction_committed_before_its_window_is_read_again() {
-        let backfills = Backfills::new();
-        let mut watermarks = Watermarks::new(backfills.clone());
-        let tag = Arc::new(BackfillTag {
-            id: "b".into(),
-            sink: "s".into(),
-        });
+        let (backfills, mut watermarks, tag) = tracking();
         let by = |id: i64, xid: u32| Change { xid, ..update(id) };
+        let fill_rows_1_to_3 = |token: &str, in_progress: Vec<u32>| {
+            let rows = (1..=3).map(row).collect();
+            backfills.fill(
+                token,
+                (rows, in_progress),
+                (None, Some(vec!["3".into()])),
+                true,
+            );
+        };
         // Transaction 7 commits on the stream before the low watermark, but
         // the query's snapshot still saw it in progress: its rows are stale.
         let mut stale = backfills.expect("t1", Arc::clone(&tag), relation());
         watermarks.observe(&by(2, 7));
         watermarks.on_watermark(&watermark("t1", "low", 10));
-        backfills.fill(
-            "t1",
-            ((1..=3).map(row).collect(), vec![7, 9]),
-            (None, Some(vec!["3".into()])),
-            true,
-        );
+        fill_rows_1_to_3("t1", vec![7, 9]);
         let (reads, chunk) = watermarks.on_watermark(&watermark("t1", "high", 20));
         assert!(reads.is_empty() && chunk.is_none(), "dropped");
         assert!(
@@ -436,12 +441,7 @@ mod tests {
         let _fresh = backfills.expect("t2", tag, relation());
         watermarks.on_watermark(&watermark("t2", "low", 30));
         watermarks.observe(&by(3, 8));
-        backfills.fill(
-            "t2",
-            ((1..=3).map(row).collect(), vec![8, 9]),
-            (None, Some(vec!["3".into()])),
-            true,
-        );
+        fill_rows_1_to_3("t2", vec![8, 9]);
         let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 40));
         let ids: Vec<_> = reads.iter().map(|c| c.record()["id"].clone()).collect();
         assert_eq!(ids, vec![json!(1), json!(2)]);

@@ -457,22 +457,28 @@ fn concurrent_receivers_get_disjoint_messages() {
     assert_eq!(all.len(), 400);
 }
 
-#[test]
-fn receive_uses_the_heads_index() {
-    let (_dir, store) = open_temp();
-    let conn = store.lock();
+/// SQLite's plan for `query`, one step per line.
+fn query_plan(conn: &rusqlite::Connection, query: &str) -> String {
     let plan: Vec<String> = conn
-        .prepare(
-            "EXPLAIN QUERY PLAN SELECT id FROM pull_messages INDEXED BY pull_messages_heads
-             WHERE sink = 's' AND head = 1 AND (not_visible_until IS NULL OR not_visible_until <= 0)
-             ORDER BY commit_lsn, commit_idx LIMIT 10",
-        )
+        .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
         .unwrap()
         .query_map([], |row| row.get::<_, String>(3))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    let plan = plan.join("\n");
+    plan.join("\n")
+}
+
+#[test]
+fn receive_uses_the_heads_index() {
+    let (_dir, store) = open_temp();
+    let conn = store.lock();
+    let plan = query_plan(
+        &conn,
+        "SELECT id FROM pull_messages INDEXED BY pull_messages_heads
+         WHERE sink = 's' AND head = 1 AND (not_visible_until IS NULL OR not_visible_until <= 0)
+         ORDER BY commit_lsn, commit_idx LIMIT 10",
+    );
     assert!(
         plan.contains("pull_messages_heads") && !plan.contains("TEMP B-TREE"),
         "{plan}"
@@ -489,14 +495,7 @@ fn lease_counts_use_the_partial_visibility_index() {
         "SELECT min(not_visible_until) FROM pull_messages
          WHERE sink = 's' AND not_visible_until > 5",
     ] {
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
-            .unwrap()
-            .query_map([], |row| row.get::<_, String>(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let plan = plan.join("\n");
+        let plan = query_plan(&conn, query);
         assert!(plan.contains("pull_messages_visibility"), "{query}: {plan}");
     }
 }
