@@ -1,8 +1,7 @@
 //! Reads one backfill's table in keyset-paginated chunks, each between a
-//! low and a high watermark (see the module above). It reads a chunk while
-//! the pipeline stores the one before, but never more than
-//! [`CHUNKS_IN_FLIGHT`] ahead of what is stored: a slow sink slows the
-//! backfill instead of filling memory. Each chunk's progress names the key
+//! low and a high watermark (see the module above). It never has more than
+//! [`CHUNKS_IN_FLIGHT`] chunks handed over and not yet stored: a slow sink
+//! slows the backfill instead of filling memory. Each chunk's progress names the key
 //! it started after, and the store records it only if that is still the
 //! stored cursor, so a chunk read ahead of one that was not stored cannot
 //! skip that one's rows.
@@ -29,9 +28,14 @@ const MIN_CHUNK_ROWS: usize = 10;
 const MAX_CHUNK_ROWS: usize = 10_000;
 /// The time one chunk's query should take.
 const TARGET_QUERY_TIME: Duration = Duration::from_millis(500);
-/// Chunks handed to the pipeline and not yet stored, at most: the runner
-/// reads the next chunk while the pipeline stores the one before.
-const CHUNKS_IN_FLIGHT: usize = 2;
+/// Chunks handed to the pipeline and not yet stored, at most. Reading one
+/// ahead (2) was tried and backed out: the next chunk's rows could land in
+/// the batch holding the previous chunk's commit, and a sink paused by
+/// `max_backlog_messages` then held that commit, and with it the recorded
+/// progress, until a consumer drained (`tests/e2e/backfill.rs`,
+/// `a_backfill_whose_table_no_longer_fits…`). Recording a chunk's progress
+/// when its rows are stored, not at its commit, would allow it again.
+const CHUNKS_IN_FLIGHT: usize = 1;
 /// How long a chunk may take to be stored before it is read again.
 const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a runner waits for the database's replication slot to exist.

@@ -159,9 +159,6 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// The most memory SQLite's page cache of the store takes, in KiB.
-const PAGE_CACHE_KIB: i64 = 64 * 1024;
-
 impl Store {
     /// Opens (creating if needed) the store file at `path` and migrates its
     /// schema to the newest version.
@@ -194,11 +191,6 @@ impl Store {
         // backfill showed every message insert writing its statement
         // journal to disk. They are at most a few pages per statement.
         conn.pragma_update(None, "temp_store", "MEMORY")?;
-        // SQLite's default page cache (2 MiB) holds a small part of the
-        // indexes of a sink with a deep queue (a backfill stores millions of
-        // messages), and every insert then reads its index pages back from
-        // the OS. Pages are only allocated as they are used.
-        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
         // Another process (an operator's `sqlite3`) may hold the lock briefly.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         schema::migrate(&mut conn, &path.display().to_string())?;
