@@ -82,7 +82,7 @@ pub struct HeldSettlement {
 impl Store {
     /// Whether `sink` holds any change.
     pub fn has_held(&self, sink: &str) -> Result<bool, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let found: Option<i64> = conn
             .prepare_cached("SELECT 1 FROM held_changes WHERE sink = ?1 LIMIT 1")?
             .query_row(params![sink], |row| row.get(0))
@@ -106,7 +106,7 @@ impl Store {
         sink: &str,
         groups: impl IntoIterator<Item = &'a str>,
     ) -> Result<HashSet<String>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let mut stmt = conn.prepare_cached(
             "SELECT 1 FROM held_changes WHERE sink = ?1 AND group_id = ?2 LIMIT 1",
         )?;

@@ -150,6 +150,10 @@ pub struct NewMessage {
 #[derive(Clone)]
 pub struct Store {
     conn: Arc<Mutex<Connection>>,
+    /// A second, read-only connection: it reads the last committed state
+    /// while `conn` is busy with a transaction, so the pipeline can check a
+    /// batch against the store while the previous batch commits.
+    reader: Arc<Mutex<Connection>>,
     path: Arc<PathBuf>,
 }
 
@@ -194,8 +198,15 @@ impl Store {
         // Another process (an operator's `sqlite3`) may hold the lock briefly.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         schema::migrate(&mut conn, &path.display().to_string())?;
+        let reader = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(open_err)?;
+        reader.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
+            reader: Arc::new(Mutex::new(reader)),
             path: Arc::new(path.to_path_buf()),
         })
     }
@@ -287,6 +298,14 @@ impl Store {
     /// transaction (rusqlite does so on drop), so a poisoned lock is safe to reuse.
     fn lock(&self) -> MutexGuard<'_, Connection> {
         self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The read-only connection: committed state only, never waiting for
+    /// a transaction of [`Self::lock`]'s connection.
+    fn read(&self) -> MutexGuard<'_, Connection> {
+        self.reader
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -671,3 +671,25 @@ fn registered_plugin_versions_are_immutable_and_their_files_shared() {
     );
     assert!(store.registered_plugins(None).unwrap().is_empty());
 }
+
+#[test]
+fn held_changes_are_read_while_a_transaction_holds_the_writer() {
+    let (_dir, store) = open_temp();
+    let writer = store.lock();
+    let reader = store.clone();
+    let (answered, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let held = reader.has_held("s").and_then(|any| {
+            let groups = reader.held_groups("s", ["g"])?;
+            Ok((any, groups.is_empty()))
+        });
+        let _ = answered.send(held.unwrap());
+    });
+    // The pipeline checks its next batch while the last one commits.
+    let got = answer.recv_timeout(WAIT);
+    drop(writer);
+    assert_eq!(
+        got.expect("held changes read without the writer"),
+        (false, true)
+    );
+}
