@@ -79,32 +79,44 @@ pub struct Message {
 
 impl Message {
     /// Builds the message for `change`, delivered to `consumer`, from the
-    /// database configured as `database_name`.
-    pub fn from_change(change: &Change, database_name: &str, consumer: &ConsumerRef) -> Message {
+    /// database configured as `database_name`. Takes the change so that its
+    /// row moves into the message instead of being copied (a backfill's
+    /// chunk is mostly this).
+    pub fn from_change(change: Change, database_name: &str, consumer: &ConsumerRef) -> Message {
+        let changes = change.changes();
+        let record_pks = change.primary_key_values();
+        let idempotency_key = match (&change.backfill, &change.webhook) {
+            (Some(tag), _) => backfill_idempotency_key(&tag.id, &record_pks),
+            (None, Some(tag)) => webhook_idempotency_key(&tag.request_id, change.commit_idx),
+            (None, None) => idempotency_key(change.commit_lsn, change.commit_idx),
+        };
+        let Change {
+            relation,
+            action,
+            commit_lsn,
+            commit_idx,
+            commit_timestamp,
+            new,
+            old,
+            webhook,
+            ..
+        } = change;
         Message {
-            record: change.record().clone(),
-            changes: change.changes(),
-            action: change.action,
+            record: new.or(old).unwrap_or_default(),
+            changes,
+            action,
             metadata: Metadata {
-                table_schema: change.relation.schema.clone(),
-                table_name: change.relation.name.clone(),
-                commit_timestamp: timestamp_text(change.commit_timestamp),
-                commit_lsn: change.commit_lsn,
-                commit_idx: change.commit_idx,
-                idempotency_key: match (&change.backfill, &change.webhook) {
-                    (Some(tag), _) => {
-                        backfill_idempotency_key(&tag.id, &change.primary_key_values())
-                    }
-                    (None, Some(tag)) => {
-                        webhook_idempotency_key(&tag.request_id, change.commit_idx)
-                    }
-                    (None, None) => idempotency_key(change.commit_lsn, change.commit_idx),
-                },
-                record_pks: change.primary_key_values(),
+                table_schema: relation.schema.clone(),
+                table_name: relation.name.clone(),
+                commit_timestamp: timestamp_text(commit_timestamp),
+                commit_lsn,
+                commit_idx,
+                idempotency_key,
+                record_pks,
                 database_name: database_name.to_string(),
                 transaction_annotations: None,
                 enrichment: None,
-                webhook_source: change.webhook.as_ref().map(|tag| tag.source.clone()),
+                webhook_source: webhook.map(|tag| tag.source.clone()),
                 consumer: consumer.clone(),
             },
         }

@@ -28,14 +28,12 @@ const MIN_CHUNK_ROWS: usize = 10;
 const MAX_CHUNK_ROWS: usize = 10_000;
 /// The time one chunk's query should take.
 const TARGET_QUERY_TIME: Duration = Duration::from_millis(500);
-/// Chunks handed to the pipeline and not yet stored, at most. Reading one
-/// ahead (2) was tried and backed out: the next chunk's rows could land in
-/// the batch holding the previous chunk's commit, and a sink paused by
-/// `max_backlog_messages` then held that commit, and with it the recorded
-/// progress, until a consumer drained (`tests/e2e/backfill.rs`,
-/// `a_backfill_whose_table_no_longer_fits…`). Recording a chunk's progress
-/// when its rows are stored, not at its commit, would allow it again.
-const CHUNKS_IN_FLIGHT: usize = 1;
+/// Chunks handed to the pipeline and not yet stored, at most: the runner
+/// reads the next chunk while the pipeline stores the one before. A chunk's
+/// progress is recorded when its rows are stored, not when its watermark's
+/// transaction is: the next chunk's rows may share a batch with that
+/// commit, and a sink paused by `max_backlog_messages` holds that batch.
+const CHUNKS_IN_FLIGHT: usize = 2;
 /// How long a chunk may take to be stored before it is read again.
 const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a runner waits for the database's replication slot to exist.

@@ -10,7 +10,6 @@ use tracing::{debug, warn};
 
 use super::{Backfills, Mark, WatermarkContent};
 use crate::change::{Action, Change, Watermark};
-use crate::lsn::Lsn;
 use crate::store::{Store, StoreError};
 
 /// A chunk's keys changed on the stream since its low watermark.
@@ -48,12 +47,12 @@ impl RecentTransactions {
     }
 }
 
-/// A chunk whose rows go out with the transaction committed at
-/// `commit_lsn`. Once that transaction is stored, [`ChunkStored::record`]
-/// stores the backfill's progress and lets its runner read the next chunk.
+/// A chunk whose rows went into the pipeline's batch. Once that batch is
+/// stored, [`ChunkStored::record`] stores the backfill's progress and lets
+/// its runner read the next chunk. It does not wait for the commit of the
+/// high watermark's transaction: the rows are durable in the store by then,
+/// and a later batch may be paused by a sink's full backlog.
 pub struct ChunkStored {
-    /// The commit of the high watermark's transaction.
-    pub commit_lsn: Lsn,
     backfill: String,
     /// The backfill's health entity.
     entity: String,
@@ -212,7 +211,6 @@ impl Watermarks {
                 );
                 debug!(backfill = %tag.id, selected, emitted = reads.len(), "backfill chunk emitted");
                 let stored = ChunkStored {
-                    commit_lsn: watermark.commit_lsn,
                     backfill: tag.id.clone(),
                     entity: super::health_name(
                         &tag.sink,
@@ -235,6 +233,7 @@ impl Watermarks {
 mod tests {
     use super::*;
     use crate::change::{BackfillTag, Column, Relation, Row};
+    use crate::lsn::Lsn;
     use serde_json::json;
 
     fn relation() -> Arc<Relation> {

@@ -6,7 +6,10 @@
 //! batch, and writes all sinks' messages in one store transaction together
 //! with each sink's cursor. Only then is the batch's last commit reported as
 //! durable, so a crash at any point replays from the slot and the cursors
-//! drop what was already stored.
+//! drop what was already stored. The store transaction of a batch runs
+//! while the next batch goes through the functions (two cores at work
+//! instead of one); the next transaction starts only when it is done, and
+//! a batch that held a change is stored before the next one is looked at.
 //!
 //! A transaction bigger than the batch limits is stored in chunks as it
 //! arrives (the source only sends committed transactions), so its size does
@@ -27,11 +30,13 @@
 //! `truncate` option (see [`truncate`]); skips are counted in
 //! [`Pipeline::truncates_skipped`].
 
+mod append;
 mod backlog;
 mod batch;
 pub mod breaker;
 pub mod chain;
 pub mod default_route;
+mod handout;
 pub mod routing_keys;
 pub mod shadow;
 mod sink;
@@ -43,7 +48,7 @@ pub use backlog::{Admitted, BacklogGuard};
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
 pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
-pub use sink::{SinkPipeline, SinkPipelineError, group_id};
+pub use sink::{Prepared, SinkPipeline, SinkPipelineError, group_id};
 pub use sink_set::{SinkSetChange, SinkSetHandle};
 
 use std::collections::HashMap;
@@ -58,6 +63,8 @@ use crate::backfill::{Backfills, ChunkStored, Watermarks};
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
 use crate::store::Store;
+use append::{Appended, InFlightAppend};
+use handout::Handout;
 
 /// How often the loop looks for held changes that are due again.
 const HELD_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
@@ -98,7 +105,7 @@ pub struct Pipeline {
     limits: BatchLimits,
     truncates_skipped: u64,
     watermarks: Watermarks,
-    /// Backfill chunks emitted but not yet stored with their transaction.
+    /// Backfill chunks whose rows are in the batch being gathered.
     chunks: Vec<ChunkStored>,
     /// Changes to the set of sinks, from the API.
     sink_changes: Option<sink_set::SinkSetReceiver>,
@@ -107,6 +114,8 @@ pub struct Pipeline {
     /// The commit LSN of the last transaction stored: where a sink that
     /// joins starts.
     last_commit: Lsn,
+    /// The last batch's store transaction, if it is still running.
+    in_flight: Option<InFlightAppend>,
 }
 
 impl Pipeline {
@@ -134,6 +143,7 @@ impl Pipeline {
             sink_changes: None,
             pending_sink_changes: Vec::new(),
             last_commit: Lsn::ZERO,
+            in_flight: None,
         }
     }
 
@@ -198,7 +208,12 @@ impl Pipeline {
             let event = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 event = events.recv() => event,
+                stored = append::finished(&mut self.in_flight) => {
+                    self.after_append(stored, &shutdown).await?;
+                    continue;
+                }
                 _ = held_tick.tick() => {
+                    self.finish_append(&shutdown).await?;
                     self.release_held(&shutdown).await;
                     self.cool_down(&shutdown).await;
                     continue;
@@ -206,7 +221,7 @@ impl Pipeline {
                 Some(request) = next_sink_change(&mut sink_changes) => {
                     self.pending_sink_changes.push(request);
                     if batch.at_transaction_boundary() {
-                        self.apply_sink_changes(&mut cursors).await?;
+                        self.apply_sink_changes(&mut cursors, &shutdown).await?;
                     }
                     continue;
                 }
@@ -227,18 +242,24 @@ impl Pipeline {
                 }
             }
             if let Some(wal_end) = batch.take_idle_position() {
+                // Past an idle position lies nothing to store, but the last
+                // batch must be durable before anything after it is confirmed.
+                self.finish_append(&shutdown).await?;
                 self.confirm(wal_end);
             }
             if !self.pending_sink_changes.is_empty() && batch.at_transaction_boundary() {
-                self.apply_sink_changes(&mut cursors).await?;
+                self.apply_sink_changes(&mut cursors, &shutdown).await?;
             }
         }
+        self.finish_append(&shutdown).await?;
         info!("pipeline stopped");
         Ok(())
     }
 
-    /// Stores one batch for every sink and confirms it; `false` when
-    /// shutdown came while a full backlog paused it (nothing stored). Runs
+    /// Stores one batch for every sink and, once it is stored, confirms it
+    /// (a clean batch stores while the next one is processed: see
+    /// [`append`]); `false` when shutdown came while a full backlog paused
+    /// it (nothing stored). Runs
     /// in a `batch` span with the batch's LSN range, inside the pipeline's
     /// span (database, slot); each sink's functions run in a `sink` span.
     async fn flush(
@@ -272,19 +293,24 @@ impl Pipeline {
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
         let mut any_message = false;
         let mut any_held = false;
-        for sink in &mut self.sinks {
-            let cursor = cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO);
-            let mut fresh = Vec::with_capacity(taken.changes.len());
-            fresh.extend(
-                taken
-                    .changes
-                    .iter()
-                    .filter(|change| change.commit_lsn > cursor),
-            );
+        let ingested_at = commit_times_of(&taken.changes);
+        let sink_cursors: Vec<Lsn> = self
+            .sinks
+            .iter()
+            .map(|sink| cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO))
+            .collect();
+        // A sink takes the changes it accepts that are newer than its cursor
+        // (older ones it stored before a restart).
+        let mut handout = Handout::new(taken.changes, self.sinks.len(), |index, change| {
+            change.commit_lsn > sink_cursors[index] && self.sinks[index].accepts(change)
+        });
+        for (index, sink) in self.sinks.iter_mut().enumerate() {
+            let cursor = sink_cursors[index];
+            let prepared = sink.prepare(handout.serve(index));
             let sink_span = info_span!("sink", sink = sink.name(), plugins = %sink.plugins());
             let mut sink_batch = loop {
                 match sink
-                    .process(&fresh, &self.store)
+                    .process(&prepared, &self.store)
                     .instrument(sink_span.clone())
                     .await
                 {
@@ -323,30 +349,89 @@ impl Pipeline {
             Some(commit) => commit.commit_lsn,
             None => cursors.values().copied().min().unwrap_or(Lsn::ZERO),
         };
-        let ingested = commit_times(&taken, &sink_batches);
-        if any_message || any_held || taken.commit.is_some() {
-            let store = self.store.clone();
-            tokio::task::spawn_blocking(move || store.append(&sink_batches, cursor)).await??;
-        }
-        for (sink, committed) in ingested {
-            crate::metrics::record_ingestion_latency(&sink, committed);
-        }
-        for sink in &self.sinks {
-            if taken.commit.is_some() {
+        let after = Appended {
+            ingested: append::commit_times(&ingested_at, &sink_batches),
+            commit: taken.commit,
+            any_message,
+            chunks: std::mem::take(&mut self.chunks),
+        };
+        // Appends go one at a time, in order.
+        self.finish_append(shutdown).await?;
+        if taken.commit.is_some() {
+            for sink in &self.sinks {
                 cursors.insert(sink.name().to_string(), cursor);
             }
-            if any_message {
+        }
+        if !(any_message || any_held || taken.commit.is_some() || !after.chunks.is_empty()) {
+            self.after_stored(after, shutdown).await?;
+            return Ok(true);
+        }
+        // A clean batch stores while the next one is processed. One that
+        // held a change, dead-lettered one or owes a pause is finished at
+        // once, as the next batch must see its holds and wait out its pause.
+        let clean = !any_held
+            && sink_batches.iter().all(|b| b.dead_letters.is_empty())
+            && !self.sinks.iter().any(SinkPipeline::owes_cooldown);
+        self.in_flight = Some(InFlightAppend::start(
+            &self.store,
+            sink_batches,
+            cursor,
+            after,
+        ));
+        if !clean {
+            self.finish_append(shutdown).await?;
+        }
+        Ok(true)
+    }
+
+    /// Waits for the last batch's store transaction, if one is running, and
+    /// does what had to wait for it.
+    async fn finish_append(&mut self, shutdown: &CancellationToken) -> Result<(), PipelineError> {
+        if self.in_flight.is_none() {
+            return Ok(());
+        }
+        let stored = append::finished(&mut self.in_flight).await;
+        self.after_append(stored, shutdown).await
+    }
+
+    /// Once the running store transaction is `stored`: fails the pipeline
+    /// if it failed, else does what waited for it.
+    async fn after_append(
+        &mut self,
+        stored: Result<Result<(), crate::store::StoreError>, tokio::task::JoinError>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        let Some(append) = self.in_flight.take() else {
+            return Ok(());
+        };
+        stored??;
+        self.after_stored(append.after, shutdown).await
+    }
+
+    /// What waits until a batch is durable: latency metrics, waking pull
+    /// consumers, recording backfill chunks, confirming the batch's commit
+    /// to Postgres; then releasing due held changes and any pause owed.
+    async fn after_stored(
+        &mut self,
+        after: Appended,
+        shutdown: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        for (sink, committed) in after.ingested {
+            crate::metrics::record_ingestion_latency(&sink, committed);
+        }
+        if after.any_message {
+            for sink in &self.sinks {
                 self.pull_api.wake(sink.name());
             }
         }
-        if let Some(commit) = taken.commit {
+        self.record_stored_chunks(after.chunks).await?;
+        if let Some(commit) = after.commit {
             self.last_commit = self.last_commit.max(commit.commit_lsn);
-            self.record_stored_chunks(commit.commit_lsn).await?;
             self.confirm(commit.end_lsn);
         }
         self.release_held(shutdown).await;
         self.cool_down(shutdown).await;
-        Ok(true)
+        Ok(())
     }
 
     /// Pauses for what the sinks owe for trapping function calls (see
@@ -371,19 +456,14 @@ impl Pipeline {
         }
     }
 
-    /// Records the progress of backfill chunks whose transaction (at or
-    /// before `committed`) is now stored.
-    async fn record_stored_chunks(&mut self, committed: Lsn) -> Result<(), PipelineError> {
-        if self.chunks.is_empty() {
+    /// Records the progress of backfill chunks whose rows are stored.
+    async fn record_stored_chunks(&self, chunks: Vec<ChunkStored>) -> Result<(), PipelineError> {
+        if chunks.is_empty() {
             return Ok(());
         }
-        let (stored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.chunks)
-            .into_iter()
-            .partition(|chunk| chunk.commit_lsn <= committed);
-        self.chunks = pending;
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            stored
+            chunks
                 .into_iter()
                 .try_for_each(|chunk| chunk.record(&store))
         })
@@ -417,7 +497,10 @@ impl Pipeline {
     async fn apply_sink_changes(
         &mut self,
         cursors: &mut HashMap<String, Lsn>,
+        shutdown: &CancellationToken,
     ) -> Result<(), PipelineError> {
+        // A joining sink starts after the last stored transaction.
+        self.finish_append(shutdown).await?;
         for request in std::mem::take(&mut self.pending_sink_changes) {
             match request.change {
                 SinkSetChange::Put { sink, starts_here } => {
@@ -466,27 +549,13 @@ impl Pipeline {
     }
 }
 
-/// Each sink's messages' commit timestamps, for the ingestion latency.
-fn commit_times(
-    taken: &Taken,
-    sink_batches: &[crate::store::SinkBatch],
-) -> Vec<(String, Vec<chrono::DateTime<chrono::Utc>>)> {
-    let committed: HashMap<Lsn, chrono::DateTime<chrono::Utc>> = taken
-        .changes
+/// The commit timestamp of each transaction in `changes`.
+fn commit_times_of(
+    changes: &[crate::change::Change],
+) -> HashMap<Lsn, chrono::DateTime<chrono::Utc>> {
+    changes
         .iter()
         .map(|change| (change.commit_lsn, change.commit_timestamp))
-        .collect();
-    sink_batches
-        .iter()
-        .filter(|batch| !batch.messages.is_empty())
-        .map(|batch| {
-            let times = batch
-                .messages
-                .iter()
-                .filter_map(|message| committed.get(&message.commit_lsn).copied())
-                .collect();
-            (batch.sink.clone(), times)
-        })
         .collect()
 }
 
@@ -527,19 +596,108 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn a_big_transaction_is_stored_in_chunks_and_confirmed_only_at_its_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::from_yaml(
+    fn orders_config(dir: &std::path::Path) -> Config {
+        Config::from_yaml(
             "databases:
   - {name: db, hostname: h, database: d, slot: {name: s}, publication: {name: p}}
 sinks:
   - {name: orders, database: db, destination: {type: sequin_stream}}
 ",
-            dir.path(),
+            dir,
             &|_| None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    fn watermark(token: &str, mark: &str, lsn: u64) -> SourceEvent {
+        SourceEvent::Watermark(crate::change::Watermark {
+            content: serde_json::json!({"token": token, "mark": mark}).to_string(),
+            commit_lsn: Lsn(lsn),
+            commit_idx: 0,
+            xid: 9,
+            commit_timestamp: chrono::Utc::now(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_backfill_chunk_counts_as_stored_with_its_rows_before_its_watermark_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path());
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        store
+            .create_backfill(
+                "b",
+                "orders",
+                ("public", "orders"),
+                &Default::default(),
+                None,
+            )
+            .unwrap();
+        let backfills = Backfills::new();
+        let relation = match change(0, 0) {
+            SourceEvent::Change(change) => change.relation,
+            _ => unreachable!(),
+        };
+        let tag = Arc::new(crate::change::BackfillTag {
+            id: "b".into(),
+            sink: "orders".into(),
+        });
+        let stored = backfills.expect("t1", tag, relation);
+        let shutdown = CancellationToken::new();
+        let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
+        let pipeline = Pipeline::new(
+            vec![SinkPipeline::new(
+                config.sinks[0].clone(),
+                FunctionChain::default(),
+            )],
+            store.clone(),
+            durable_tx,
+            PullApiState::new(store.clone(), shutdown.clone()),
+            BatchLimits {
+                max_changes: 10,
+                max_bytes: usize::MAX,
+            },
+        )
+        .with_backfills(backfills.clone());
+        let (events, rx) = mpsc::channel(4);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        events.send(watermark("t1", "low", 50)).await.unwrap();
+        let rows = (1..=12)
+            .map(|id| {
+                let mut row = crate::change::Row::new();
+                row.insert("id".into(), serde_json::json!(id));
+                (vec![id.to_string()], row)
+            })
+            .collect();
+        backfills.fill(
+            "t1",
+            (rows, Vec::new()),
+            (None, Some(vec!["12".into()])),
+            false,
+        );
+        // The high watermark's transaction does not commit yet: a sink's
+        // full backlog could hold the batch with its Commit back.
+        events.send(watermark("t1", "high", 100)).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), stored)
+            .await
+            .expect("the chunk counts as stored once its 12 rows are")
+            .unwrap();
+        assert_eq!(store.message_counts("orders").unwrap().stored, 12);
+        let progress = store.backfill("b").unwrap().unwrap();
+        assert_eq!(progress.cursor, Some(vec!["12".to_string()]));
+        assert_eq!(
+            store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
+            Lsn::ZERO,
+            "the cursor waits for the commit"
+        );
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_big_transaction_is_stored_in_chunks_and_confirmed_only_at_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path());
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);

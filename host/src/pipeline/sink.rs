@@ -15,7 +15,7 @@ use crate::change::{Action, Change};
 use crate::config::SinkConfig;
 use crate::lsn::Lsn;
 use crate::message::{ConsumerRef, Message};
-use crate::plugins::Payload;
+use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
 use crate::store::{
     HeldChange, HeldSettlement, Hold, NewDeadLetter, NewMessage, SinkBatch, Store, StoreError,
@@ -67,7 +67,13 @@ pub struct SinkPipeline {
 /// quarantines it; runs without traps are never slowed.
 pub const TRAP_COOLDOWN_FACTOR: u32 = 2;
 
+/// A sink's changes as messages, ready for its functions (see
+/// [`SinkPipeline::prepare`]). [`SinkPipeline::process`] borrows them, so
+/// the pipeline can run them again after a failure without keeping a copy.
+pub struct Prepared(Vec<Pending>);
+
 /// A change on its way through a sink: its message and group.
+#[derive(Clone)]
 struct Pending {
     message: Message,
     group_id: String,
@@ -116,6 +122,11 @@ impl SinkPipeline {
         std::mem::take(&mut self.cooldown)
     }
 
+    /// Whether the sink owes a pause (see [`Self::take_cooldown`]).
+    pub fn owes_cooldown(&self) -> bool {
+        !self.cooldown.is_zero()
+    }
+
     /// The sink's quarantine breaker (shared with the API).
     pub fn breaker(&self) -> &Breaker {
         &self.breaker
@@ -160,50 +171,67 @@ impl SinkPipeline {
         row.is_some_and(|row| crate::config::column_filter::all_match(filters, row))
     }
 
-    /// Turns the changes this sink takes into what to store for it: the
-    /// messages its functions produce (none for changes the filter drops),
-    /// dead letters for changes a function failed on for good, and held
-    /// changes (a transient failure, a group with an earlier held change,
-    /// or a quarantined sink).
+    /// The messages of the changes this sink takes, from `changes`; the
+    /// rows move into the messages.
+    pub fn prepare(&self, changes: Vec<Change>) -> Prepared {
+        let mut pending = Vec::with_capacity(changes.len());
+        pending.extend(
+            changes
+                .into_iter()
+                .filter(|change| self.accepts(change))
+                .map(|change| {
+                    let message =
+                        Message::from_change(change, self.config.database_name(), &self.consumer);
+                    Pending {
+                        group_id: group_id(&message),
+                        message,
+                        attempts: 0,
+                    }
+                }),
+        );
+        Prepared(pending)
+    }
+
+    /// Turns `prepared` into what to store for this sink: the messages its
+    /// functions produce (none for changes the filter drops), dead letters
+    /// for changes a function failed on for good, and held changes (a
+    /// transient failure, a group with an earlier held change, or a
+    /// quarantined sink).
     pub async fn process(
         &mut self,
-        changes: &[&Change],
+        prepared: &Prepared,
         store: &Store,
     ) -> Result<SinkBatch, SinkPipelineError> {
-        let mut pending = Vec::with_capacity(changes.len());
-        pending.extend(changes.iter().filter(|c| self.accepts(c)).map(|change| {
-            let message = Message::from_change(change, self.config.database_name(), &self.consumer);
-            Pending {
-                group_id: group_id(&message),
-                message,
-                attempts: 0,
-            }
-        }));
+        let pending = &prepared.0;
         let mut batch = SinkBatch::of(self.name(), Vec::new());
         if pending.is_empty() {
             return Ok(batch);
         }
         if self.breaker.is_open() {
-            batch.holds = pending.into_iter().map(|p| hold(p, None)).collect();
+            batch.holds = pending.iter().map(|p| hold(p, None)).collect();
             return Ok(batch);
         }
         // Changes of groups with a held change wait behind it.
-        let groups: Vec<String> = pending.iter().map(|p| p.group_id.clone()).collect();
         let (reader, sink) = (store.clone(), self.name().to_string());
-        let held_groups = tokio::task::spawn_blocking(move || {
-            if reader.has_held(&sink)? {
+        let held_groups = if tokio::task::spawn_blocking(move || reader.has_held(&sink))
+            .await
+            .map_err(ChainRunError::Task)??
+        {
+            let groups: Vec<String> = pending.iter().map(|p| p.group_id.clone()).collect();
+            let (reader, sink) = (store.clone(), self.name().to_string());
+            tokio::task::spawn_blocking(move || {
                 reader.held_groups(&sink, groups.iter().map(String::as_str))
-            } else {
-                Ok(HashSet::new())
-            }
-        })
-        .await
-        .map_err(ChainRunError::Task)??;
-        let (run, wait): (Vec<Pending>, Vec<Pending>) = pending
-            .into_iter()
+            })
+            .await
+            .map_err(ChainRunError::Task)??
+        } else {
+            HashSet::new()
+        };
+        let (run, wait): (Vec<&Pending>, Vec<&Pending>) = pending
+            .iter()
             .partition(|p| !held_groups.contains(&p.group_id));
         batch.holds = wait.into_iter().map(|p| hold(p, None)).collect();
-        let settled = self.run_chain(run).await?;
+        let settled = self.run_chain(&run).await?;
         batch.messages = settled.messages;
         batch.dead_letters = settled.dead_letters;
         batch.holds.extend(settled.retries);
@@ -264,7 +292,7 @@ impl SinkPipeline {
             .iter()
             .map(|p| (p.message.metadata.commit_lsn, p.message.metadata.commit_idx))
             .collect();
-        let settled = self.run_chain(pending).await?;
+        let settled = self.run_chain(&pending.iter().collect::<Vec<_>>()).await?;
         // Every change run is settled, except those held again (a retry,
         // or behind one): their rows stay, updated or untouched.
         let still_held: HashSet<(Lsn, u32)> = settled
@@ -291,18 +319,26 @@ impl SinkPipeline {
     /// Runs the chain on `pending` (commit order) and sorts the outcomes:
     /// messages to store, dead letters, and holds. After a transient
     /// failure, the later changes of its group are held behind it.
-    async fn run_chain(&mut self, pending: Vec<Pending>) -> Result<Settled, SinkPipelineError> {
+    async fn run_chain(&mut self, pending: &[&Pending]) -> Result<Settled, SinkPipelineError> {
         let mut settled = Settled::default();
         if pending.is_empty() {
             return Ok(settled);
         }
-        let (messages, places): (Vec<Message>, Vec<(String, u32)>) = pending
-            .into_iter()
-            .map(|p| (p.message, (p.group_id, p.attempts)))
-            .unzip();
-        // A failure keeps the message as it was before any function ran.
-        // Without functions nothing can fail, so a big batch is not copied.
-        let originals = (!self.chain.is_empty()).then(|| messages.clone());
+        if self.chain.is_empty() {
+            // Nothing can fail without functions: the messages are stored
+            // as they are, rendered straight from the borrowed changes.
+            settled.messages.reserve(pending.len());
+            for p in pending {
+                let message = &p.message;
+                let position = (message.metadata.commit_lsn, message.metadata.commit_idx);
+                match self.to_new_message(position, &p.group_id, message, None, None) {
+                    Ok(stored) => settled.messages.push(stored),
+                    Err(error) => settled.dead_letters.push(dead_letter(p, p.attempts, error)),
+                }
+            }
+            return Ok(settled);
+        }
+        let messages = pending.iter().map(|p| p.message.clone()).collect();
         let started = std::time::Instant::now();
         let outcomes = self.chain.run(messages).await?;
         if outcomes
@@ -311,19 +347,11 @@ impl SinkPipeline {
         {
             self.cooldown += started.elapsed() * TRAP_COOLDOWN_FACTOR;
         }
-        let mut blocked: HashSet<String> = HashSet::new();
-        for (index, ((group_id, attempts), outcome)) in places.into_iter().zip(outcomes).enumerate()
-        {
-            let original = || Pending {
-                message: originals
-                    .as_ref()
-                    .map(|o| o[index].clone())
-                    .expect("only functions fail, and a chain with functions keeps the originals"),
-                group_id: group_id.clone(),
-                attempts,
-            };
-            if blocked.contains(&group_id) {
-                settled.behind.push(hold(original(), None));
+        let mut blocked: HashSet<&str> = HashSet::new();
+        for (original, outcome) in pending.iter().copied().zip(outcomes) {
+            let group_id = original.group_id.as_str();
+            if blocked.contains(group_id) {
+                settled.behind.push(hold(original, None));
                 continue;
             }
             match outcome {
@@ -332,9 +360,18 @@ impl SinkPipeline {
                         done.message.metadata.commit_lsn,
                         done.message.metadata.commit_idx,
                     );
-                    match self.to_new_message(position, &group_id, *done) {
+                    let ChainMessage {
+                        message,
+                        payload,
+                        route,
+                    } = *done;
+                    match self.to_new_message(position, group_id, &message, payload, route) {
                         Ok(message) => settled.messages.push(message),
-                        Err(error) => settled.dead_letters.push(dead_letter(original(), error)),
+                        Err(error) => settled.dead_letters.push(dead_letter(
+                            original,
+                            original.attempts,
+                            error,
+                        )),
                     }
                 }
                 ChainOutcome::Dropped { .. } => {}
@@ -346,7 +383,7 @@ impl SinkPipeline {
                     trapped,
                 } => {
                     let error = format!("{kind} function {function}: {error}");
-                    let attempt = attempts + 1;
+                    let attempt = original.attempts + 1;
                     metrics::counter!(
                         crate::metrics::FUNCTION_FAILURES,
                         "sink" => self.config.name.clone(),
@@ -361,15 +398,15 @@ impl SinkPipeline {
                     if transient && self.retry.may_retry(attempt) {
                         let delay = self.retry.delay(attempt);
                         debug!(sink = self.name(), %error, attempt, retry_in_ms = delay.as_millis() as u64, "function failed transiently; the change is held for a retry");
-                        blocked.insert(group_id.clone());
-                        let mut pending = original();
-                        pending.attempts = attempt;
-                        settled.retries.push(hold(pending, Some((error, delay))));
+                        blocked.insert(group_id);
+                        let mut retry = original.clone();
+                        retry.attempts = attempt;
+                        settled.retries.push(hold(&retry, Some((error, delay))));
                     } else {
-                        let mut pending = original();
-                        pending.attempts = attempt;
-                        warn!(sink = self.name(), idempotency_key = %pending.message.metadata.idempotency_key, attempts = attempt, %error, "function failed on a change; it is dead-lettered and its group proceeds");
-                        settled.dead_letters.push(dead_letter(pending, error));
+                        warn!(sink = self.name(), idempotency_key = %original.message.metadata.idempotency_key, attempts = attempt, %error, "function failed on a change; it is dead-lettered and its group proceeds");
+                        settled
+                            .dead_letters
+                            .push(dead_letter(original, attempt, error));
                     }
                 }
             }
@@ -377,15 +414,18 @@ impl SinkPipeline {
         Ok(settled)
     }
 
-    /// The stored message for a change the chain turned into `done`, or why
-    /// the sink cannot carry it.
+    /// The stored message for `message` as the chain left it, with the
+    /// transform's `payload` and the routing function's `route` if any, or
+    /// why the sink cannot carry it.
     fn to_new_message(
         &self,
         (commit_lsn, commit_idx): (Lsn, u32),
         group_id: &str,
-        done: ChainMessage,
+        message: &Message,
+        payload: Option<Payload>,
+        route: Option<Route>,
     ) -> Result<NewMessage, String> {
-        if let Some(Payload::Bytes { content_type, .. }) = &done.payload
+        if let Some(Payload::Bytes { content_type, .. }) = &payload
             && !carries_bytes(self.chain.sink_type)
         {
             let transform = self
@@ -402,21 +442,21 @@ impl SinkPipeline {
         let route = default_route::merge(
             default_route::default_route(
                 self.chain.sink_type,
-                done.message.action,
-                &done.message.metadata,
+                message.action,
+                &message.metadata,
                 group_id,
             ),
-            done.route,
+            route,
         );
-        let payload = match done.payload {
+        let payload = match payload {
             Some(payload) => payload.into(),
-            None => StoredPayload::json_of(&done.message),
+            None => StoredPayload::json_of(message),
         };
         Ok(NewMessage {
             commit_lsn,
             commit_idx,
             group_id: group_id.to_string(),
-            idempotency_key: done.message.metadata.idempotency_key,
+            idempotency_key: message.metadata.idempotency_key.clone(),
             payload,
             route,
         })
@@ -436,7 +476,7 @@ struct Settled {
 
 /// Holds `pending`: after a failure `(error, retry in)`, or until its
 /// group's earlier changes are through.
-fn hold(pending: Pending, failure: Option<(String, Duration)>) -> Hold {
+fn hold(pending: &Pending, failure: Option<(String, Duration)>) -> Hold {
     let (last_error, retry_in) = match failure {
         Some((error, delay)) => (Some(error), delay),
         None => (None, Duration::ZERO),
@@ -445,7 +485,7 @@ fn hold(pending: Pending, failure: Option<(String, Duration)>) -> Hold {
         change: HeldChange {
             commit_lsn: pending.message.metadata.commit_lsn,
             commit_idx: pending.message.metadata.commit_idx,
-            group_id: pending.group_id,
+            group_id: pending.group_id.clone(),
             message: serde_json::to_value(&pending.message).expect("a message always serialises"),
             attempts: pending.attempts,
             last_error,
@@ -454,14 +494,15 @@ fn hold(pending: Pending, failure: Option<(String, Duration)>) -> Hold {
     }
 }
 
-fn dead_letter(pending: Pending, error: String) -> NewDeadLetter {
+/// The dead letter of `pending` after `attempts` failed function calls.
+fn dead_letter(pending: &Pending, attempts: u32, error: String) -> NewDeadLetter {
     NewDeadLetter {
         commit_lsn: pending.message.metadata.commit_lsn,
         commit_idx: pending.message.metadata.commit_idx,
         idempotency_key: pending.message.metadata.idempotency_key.clone(),
         message: serde_json::to_value(&pending.message).expect("a message always serialises"),
-        group_id: pending.group_id,
-        attempts: pending.attempts.max(1),
+        group_id: pending.group_id.clone(),
+        attempts: attempts.max(1),
         error,
     }
 }

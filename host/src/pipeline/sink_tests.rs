@@ -11,6 +11,12 @@ use crate::config::Config;
 use crate::plugins::Limits;
 use crate::plugins::tests::{config, engine, guest};
 
+/// What `sink` makes of `changes`.
+async fn process(sink: &mut SinkPipeline, changes: Vec<Change>, store: &Store) -> SinkBatch {
+    let prepared = sink.prepare(changes);
+    sink.process(&prepared, store).await.unwrap()
+}
+
 fn relation() -> Arc<Relation> {
     Arc::new(Relation {
         oid: 1,
@@ -108,10 +114,7 @@ async fn a_transient_failure_holds_its_group_and_releases_it_in_order_when_due()
     let first = change(10, 0, 1, "retry");
     let other = change(10, 1, 2, "echo");
     let later = change(20, 0, 1, "echo");
-    let batch = failing
-        .process(&[&first, &other, &later], &store)
-        .await
-        .unwrap();
+    let batch = process(&mut failing, vec![first, other, later], &store).await;
     assert_eq!(batch.messages.len(), 1, "the other group goes on");
     assert_eq!(batch.holds.len(), 2, "{:?}", batch.holds);
     let retry = batch.holds[0].clone();
@@ -136,7 +139,7 @@ async fn a_transient_failure_holds_its_group_and_releases_it_in_order_when_due()
 
     // A new change of the held group waits too.
     let newest = change(30, 0, 1, "echo");
-    let batch = failing.process(&[&newest], &store).await.unwrap();
+    let batch = process(&mut failing, vec![newest], &store).await;
     assert!(batch.messages.is_empty());
     assert_eq!(batch.holds.len(), 1);
     store.append(&[batch], Lsn(30)).unwrap();
@@ -172,10 +175,7 @@ async fn past_max_retry_count_a_transient_failure_is_dead_lettered() {
     );
     let first = change(10, 0, 1, "retry");
     let permanent = change(10, 1, 2, "fail");
-    let batch = failing
-        .process(&[&first, &permanent], &store)
-        .await
-        .unwrap();
+    let batch = process(&mut failing, vec![first, permanent], &store).await;
     assert!(batch.holds.is_empty() && batch.messages.is_empty());
     assert_eq!(batch.dead_letters.len(), 2);
     assert!(batch.dead_letters[0].error.contains("try later"));
@@ -207,11 +207,11 @@ async fn only_runs_with_a_trap_owe_a_cooldown() {
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
     let mut sink = sink(dir.path(), "    destination: {type: sequin_stream}\n", true);
     let clean = change(10, 0, 1, "echo");
-    sink.process(&[&clean], &store).await.unwrap();
+    process(&mut sink, vec![clean], &store).await;
     assert_eq!(sink.take_cooldown(), Duration::ZERO);
     let poison = change(20, 0, 2, "panic");
     let started = std::time::Instant::now();
-    let batch = sink.process(&[&poison], &store).await.unwrap();
+    let batch = process(&mut sink, vec![poison], &store).await;
     let took = started.elapsed();
     assert_eq!(batch.dead_letters.len(), 1);
     let owed = sink.take_cooldown();
