@@ -151,7 +151,7 @@ impl WeftProcess {
             .append(true)
             .open(&self.log)
             .expect("open the weft log");
-        let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        let child = Command::new(weft_binary())
             .arg("run")
             .arg("--config")
             .arg(&self.config)
@@ -377,6 +377,14 @@ pub fn http() -> reqwest::blocking::Client {
         .expect("HTTP client")
 }
 
+/// The weft binary under test: `WEFT_BIN` when set (a benchmark runs an
+/// older build as its baseline), else the one cargo built with the tests.
+pub fn weft_binary() -> std::path::PathBuf {
+    std::env::var_os("WEFT_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_weft").into())
+}
+
 /// Runs weft on `config` until it exits (it must refuse to start: after
 /// 60 s it is killed and the test fails); returns its exit code and its
 /// stderr followed by its stdout.
@@ -384,7 +392,7 @@ pub fn run_weft_with(config: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weft.yml");
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+    let mut child = Command::new(weft_binary())
         .args([
             "run",
             "--listen",
