@@ -10,7 +10,10 @@
 //! All methods block (SQLite I/O and fsync); async callers run them with
 //! `tokio::task::spawn_blocking`. One connection behind a mutex serialises
 //! access, which is what SQLite does to writers anyway and spares us
-//! `SQLITE_BUSY` handling between our own connections.
+//! `SQLITE_BUSY` handling between our own connections. A second, read-only
+//! connection answers the few reads that must not wait for a transaction
+//! of the first (the pipeline's held-change checks; WAL readers never
+//! block on the writer).
 
 mod backfills;
 mod codec;
