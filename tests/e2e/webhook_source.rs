@@ -88,17 +88,18 @@ fn signature(secret: &str, body: &str) -> String {
 }
 
 fn stored_requests(weft: &WeftProcess, source: &str) -> usize {
-    weft.store_query(&format!(
-        "SELECT count(*) || '' FROM webhook_requests WHERE source = '{source}'"
-    ))[0]
-        .parse()
-        .unwrap()
+    count_rows(weft, "webhook_requests", "source", source)
 }
 
 /// How many messages weft holds for `sink`.
 fn stored_messages(weft: &WeftProcess, sink: &str) -> usize {
+    count_rows(weft, "pull_messages", "sink", sink)
+}
+
+/// How many rows of the store's `table` have `column` = `value`.
+fn count_rows(weft: &WeftProcess, table: &str, column: &str, value: &str) -> usize {
     weft.store_query(&format!(
-        "SELECT count(*) || '' FROM pull_messages WHERE sink = '{sink}'"
+        "SELECT count(*) || '' FROM {table} WHERE {column} = '{value}'"
     ))[0]
         .parse()
         .unwrap()

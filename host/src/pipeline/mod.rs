@@ -609,6 +609,28 @@ sinks:
         .unwrap()
     }
 
+    /// A pipeline of the one sink of `config`, in batches of 10 changes.
+    fn orders_pipeline(
+        config: &Config,
+        store: &Store,
+        durable: watch::Sender<Lsn>,
+        shutdown: &CancellationToken,
+    ) -> Pipeline {
+        Pipeline::new(
+            vec![SinkPipeline::new(
+                config.sinks[0].clone(),
+                FunctionChain::default(),
+            )],
+            store.clone(),
+            durable,
+            PullApiState::new(store.clone(), shutdown.clone()),
+            BatchLimits {
+                max_changes: 10,
+                max_bytes: usize::MAX,
+            },
+        )
+    }
+
     fn watermark(token: &str, mark: &str, lsn: u64) -> SourceEvent {
         SourceEvent::Watermark(crate::change::Watermark {
             content: serde_json::json!({"token": token, "mark": mark}).to_string(),
@@ -645,20 +667,8 @@ sinks:
         let stored = backfills.expect("t1", tag, relation);
         let shutdown = CancellationToken::new();
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
-        let pipeline = Pipeline::new(
-            vec![SinkPipeline::new(
-                config.sinks[0].clone(),
-                FunctionChain::default(),
-            )],
-            store.clone(),
-            durable_tx,
-            PullApiState::new(store.clone(), shutdown.clone()),
-            BatchLimits {
-                max_changes: 10,
-                max_bytes: usize::MAX,
-            },
-        )
-        .with_backfills(backfills.clone());
+        let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown)
+            .with_backfills(backfills.clone());
         let (events, rx) = mpsc::channel(4);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         events.send(watermark("t1", "low", 50)).await.unwrap();
@@ -701,19 +711,7 @@ sinks:
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
-        let pipeline = Pipeline::new(
-            vec![SinkPipeline::new(
-                config.sinks[0].clone(),
-                FunctionChain::default(),
-            )],
-            store.clone(),
-            durable_tx,
-            PullApiState::new(store.clone(), shutdown.clone()),
-            BatchLimits {
-                max_changes: 10,
-                max_bytes: usize::MAX,
-            },
-        );
+        let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown);
         let (events, rx) = mpsc::channel(4);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         // 35 changes of one transaction pass through a 4-slot channel and
