@@ -304,12 +304,14 @@ impl Pipeline {
         let mut handout = Handout::new(taken.changes, self.sinks.len(), |index, change| {
             change.commit_lsn > sink_cursors[index] && self.sinks[index].accepts(change)
         });
-        for (index, sink) in self.sinks.iter_mut().enumerate() {
-            let cursor = sink_cursors[index];
-            let prepared = sink.prepare(handout.serve(index));
-            let sink_span = info_span!("sink", sink = sink.name(), plugins = %sink.plugins());
+        for (index, cursor) in sink_cursors.iter().copied().enumerate() {
+            let prepared = self.sinks[index].prepare(handout.serve(index));
+            let sink_span = {
+                let sink = &self.sinks[index];
+                info_span!("sink", sink = sink.name(), plugins = %sink.plugins())
+            };
             let mut sink_batch = loop {
-                match sink
+                match self.sinks[index]
                     .process(&prepared, &self.store)
                     .instrument(sink_span.clone())
                     .await
@@ -318,7 +320,9 @@ impl Pipeline {
                     Err(error) => {
                         // Nothing is lost: the batch is not stored and the
                         // slot is not confirmed until the sink can take it.
-                        warn!(sink = sink.name(), %error, "cannot run the sink's functions; retrying in 1s");
+                        // What is stored already is confirmed meanwhile.
+                        warn!(sink = self.sinks[index].name(), %error, "cannot run the sink's functions; retrying in 1s");
+                        self.finish_append(shutdown).await?;
                         tokio::select! {
                             _ = shutdown.cancelled() => return Ok(false),
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -326,13 +330,20 @@ impl Pipeline {
                     }
                 }
             };
+            let sink = &mut self.sinks[index];
             truncate::add_messages(
                 &mut sink_batch.messages,
                 sink.config(),
                 &taken.truncates,
                 cursor,
             );
-            if let Some(backlog) = sink.backlog_mut() {
+            if sink.backlog_mut().is_some() {
+                // Admission may wait for consumers for as long as they take:
+                // the batch before must be stored and its backfill chunks
+                // recorded first, or a backfill would wait on itself.
+                self.finish_append(shutdown).await?;
+                let sink = &mut self.sinks[index];
+                let backlog = sink.backlog_mut().expect("checked above");
                 let messages = std::mem::take(&mut sink_batch.messages);
                 sink_batch.messages = match backlog.admit(&self.store, messages, shutdown).await? {
                     Admitted::Store(messages) => messages,
@@ -596,13 +607,17 @@ mod tests {
         })
     }
 
-    fn orders_config(dir: &std::path::Path) -> Config {
+    /// One database and the pull sink `orders`, with `settings` (YAML
+    /// flow-map entries, each ending in a comma) on the sink.
+    fn orders_config(dir: &std::path::Path, settings: &str) -> Config {
         Config::from_yaml(
-            "databases:
-  - {name: db, hostname: h, database: d, slot: {name: s}, publication: {name: p}}
+            &format!(
+                "databases:
+  - {{name: db, hostname: h, database: d, slot: {{name: s}}, publication: {{name: p}}}}
 sinks:
-  - {name: orders, database: db, destination: {type: sequin_stream}}
-",
+  - {{name: orders, database: db, {settings} destination: {{type: sequin_stream}}}}
+"
+            ),
             dir,
             &|_| None,
         )
@@ -644,7 +659,7 @@ sinks:
     #[tokio::test]
     async fn a_backfill_chunk_counts_as_stored_with_its_rows_before_its_watermark_commits() {
         let dir = tempfile::tempdir().unwrap();
-        let config = orders_config(dir.path());
+        let config = orders_config(dir.path(), "max_backlog_messages: 5,");
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         store
             .create_backfill(
@@ -669,9 +684,8 @@ sinks:
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
         let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown)
             .with_backfills(backfills.clone());
-        let (events, rx) = mpsc::channel(4);
+        let (events, rx) = mpsc::channel(64);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
-        events.send(watermark("t1", "low", 50)).await.unwrap();
         let rows = (1..=12)
             .map(|id| {
                 let mut row = crate::change::Row::new();
@@ -685,16 +699,28 @@ sinks:
             (None, Some(vec!["12".into()])),
             false,
         );
-        // The high watermark's transaction does not commit yet: a sink's
-        // full backlog could hold the batch with its Commit back.
+        events.send(watermark("t1", "low", 50)).await.unwrap();
         events.send(watermark("t1", "high", 100)).await.unwrap();
+        // The next batch (the watermark's Commit and a later transaction)
+        // meets a full backlog and waits for consumers, which never come:
+        // the chunk must count as stored all the same.
+        events
+            .send(SourceEvent::Commit {
+                commit_lsn: Lsn(100),
+                end_lsn: Lsn(101),
+            })
+            .await
+            .unwrap();
+        for idx in 0..10 {
+            events.send(change(200, idx)).await.unwrap();
+        }
         tokio::time::timeout(std::time::Duration::from_secs(10), stored)
             .await
             .expect("the chunk counts as stored once its 12 rows are")
             .unwrap();
-        assert_eq!(store.message_counts("orders").unwrap().stored, 12);
         let progress = store.backfill("b").unwrap().unwrap();
         assert_eq!(progress.cursor, Some(vec!["12".to_string()]));
+        assert_eq!(store.message_counts("orders").unwrap().stored, 12);
         assert_eq!(
             store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
             Lsn::ZERO,
@@ -707,7 +733,7 @@ sinks:
     #[tokio::test]
     async fn a_big_transaction_is_stored_in_chunks_and_confirmed_only_at_its_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let config = orders_config(dir.path());
+        let config = orders_config(dir.path(), "");
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
