@@ -646,6 +646,14 @@ sinks:
         )
     }
 
+    /// The Commit of the transaction at `lsn`.
+    fn commit(lsn: u64) -> SourceEvent {
+        SourceEvent::Commit {
+            commit_lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 1),
+        }
+    }
+
     fn watermark(token: &str, mark: &str, lsn: u64) -> SourceEvent {
         SourceEvent::Watermark(crate::change::Watermark {
             content: serde_json::json!({"token": token, "mark": mark}).to_string(),
@@ -704,13 +712,7 @@ sinks:
         // The next batch (the watermark's Commit and a later transaction)
         // meets a full backlog and waits for consumers, which never come:
         // the chunk must count as stored all the same.
-        events
-            .send(SourceEvent::Commit {
-                commit_lsn: Lsn(100),
-                end_lsn: Lsn(101),
-            })
-            .await
-            .unwrap();
+        events.send(commit(100)).await.unwrap();
         for idx in 0..10 {
             events.send(change(200, idx)).await.unwrap();
         }
@@ -771,13 +773,7 @@ sinks:
         for idx in 0..40 {
             events.send(change(100, idx)).await.unwrap();
         }
-        events
-            .send(SourceEvent::Commit {
-                commit_lsn: Lsn(100),
-                end_lsn: Lsn(101),
-            })
-            .await
-            .unwrap();
+        events.send(commit(100)).await.unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(10), durable.changed())
             .await
             .expect("confirmed after the commit")
