@@ -151,10 +151,11 @@ fn hostile_guests_fail_alone_and_a_neighbouring_tenant_keeps_its_throughput() {
     pg.wait_for_active_slot("tenant_slot");
 
     // Warm up, then measure the neighbour alone. Each side is the best of
-    // two runs, so that one hiccup of a shared machine (another VM, the
-    // page cache) does not pass for the attack's effect.
+    // three runs, so that a hiccup of a shared machine (another VM, the
+    // page cache) does not pass for the attack's effect (best of two once
+    // read 0.68 on the CI machine where reruns read 0.92-0.97).
     neighbour_rate(&pg, &weft, 1);
-    let quiet = (1..=2)
+    let quiet = (1..=3)
         .map(|run| neighbour_rate(&pg, &weft, 1 + run * NEIGHBOUR_ROWS))
         .fold(0.0, f64::max);
 
@@ -163,7 +164,7 @@ fn hostile_guests_fail_alone_and_a_neighbouring_tenant_keeps_its_throughput() {
         let attacking = scope.spawn(|| attack(&pg, &stop));
         // Let the attack get going before measuring.
         std::thread::sleep(Duration::from_secs(2));
-        let under_attack = (3..=4)
+        let under_attack = (4..=6)
             .map(|run| neighbour_rate(&pg, &weft, 1 + run * NEIGHBOUR_ROWS))
             .fold(0.0, f64::max);
         stop.store(true, Ordering::Relaxed);
