@@ -131,3 +131,138 @@ fn each_database_streams_through_its_own_slot_to_its_own_sinks() {
         "crm=true,shop=false"
     );
 }
+
+/// The `feed` check of database `name` at `/api/health`, if it has one.
+fn feed_check(weft: &WeftProcess, name: &str) -> Option<Value> {
+    let health = weft.health();
+    health["entities"]
+        .as_array()?
+        .iter()
+        .find(|e| e["kind"] == "database" && e["name"] == name)?["checks"]
+        .as_array()?
+        .iter()
+        .find(|c| c["id"] == "feed")
+        .cloned()
+}
+
+#[test]
+fn a_failed_database_feed_restarts_alone_while_the_others_keep_flowing() {
+    let pg = PgCluster::start();
+    for db in ["shop", "crm"] {
+        pg.create_database(db);
+        pg.psql_in(db, "CREATE TABLE items (id int PRIMARY KEY, label text)");
+    }
+    // shop's feed connects as its own role, whose REPLICATION the test
+    // revokes; crm's as the superuser.
+    pg.psql("CREATE ROLE shop_feeder LOGIN REPLICATION");
+    pg.psql_in(
+        "shop",
+        "GRANT SELECT ON items TO shop_feeder; CREATE PUBLICATION shop_pub FOR TABLE items",
+    );
+    let config = format!(
+        r#"
+databases:
+  - name: shop
+    hostname: 127.0.0.1
+    port: {port}
+    database: shop
+    username: shop_feeder
+    slot: {{ name: shop_slot, create_if_not_exists: true }}
+    publication: {{ name: shop_pub }}
+  - name: crm
+    hostname: 127.0.0.1
+    port: {port}
+    database: crm
+    slot: {{ name: crm_slot, create_if_not_exists: true }}
+    publication: {{ name: crm_pub, create_if_not_exists: true }}
+sinks:
+  - name: shop_items
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    destination: {{ type: sequin_stream }}
+  - name: crm_items
+    database: crm
+    source: {{ include_tables: [public.items] }}
+    destination: {{ type: sequin_stream }}
+"#,
+        port = pg.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("shop_slot");
+    pg.wait_for_active_slot("crm_slot");
+    pg.psql_in("shop", "INSERT INTO items VALUES (1, 'shop one')");
+    pg.psql_in("crm", "INSERT INTO items VALUES (1, 'crm one')");
+    let take = |sink: &str, count: usize| {
+        let messages = weft.receive_at_least(sink, count, Duration::from_secs(30));
+        let ids: Vec<&str> = messages
+            .iter()
+            .map(|m| m["ack_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(weft.settle(sink, "ack", &ids).0, 200);
+        summary(&messages)
+    };
+    assert_eq!(
+        take("shop_items", 1),
+        [("shop".into(), 1, "shop one".into())]
+    );
+    assert_eq!(take("crm_items", 1), [("crm".into(), 1, "crm one".into())]);
+
+    // shop's source reconnects and finds it may no longer replicate: a
+    // set-up error, which used to end the whole process.
+    pg.psql("ALTER ROLE shop_feeder NOREPLICATION");
+    pg.psql(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'shop_slot'",
+    );
+    let failed = weft.wait_until("shop's feed check", Duration::from_secs(30), || {
+        feed_check(&weft, "shop")
+            .filter(|c| c["status"] == "error")
+            .ok_or("no error yet")
+    });
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.contains("REPLICATION") && message.contains("restarts in"),
+        "{message}"
+    );
+    assert!(
+        feed_check(&weft, "crm").is_none(),
+        "crm's feed did not fail"
+    );
+
+    // crm keeps flowing; shop's changes wait in its slot.
+    pg.psql_in("shop", "INSERT INTO items VALUES (2, 'shop two')");
+    pg.psql_in(
+        "shop",
+        "UPDATE items SET label = 'shop 1 again' WHERE id = 1",
+    );
+    pg.psql_in("crm", "INSERT INTO items VALUES (2, 'crm two')");
+    assert_eq!(take("crm_items", 1), [("crm".into(), 2, "crm two".into())]);
+    assert!(weft.receive("shop_items", 10, 500).is_empty());
+
+    // Granted again, the feed's next restart resumes from its slot: every
+    // change made while it was down arrives, once, in order.
+    pg.psql("ALTER ROLE shop_feeder REPLICATION");
+    let resumed = weft.receive_at_least("shop_items", 2, Duration::from_secs(90));
+    let changes: Vec<(i64, String)> = resumed
+        .iter()
+        .map(|m| {
+            let data = &m["data"];
+            (
+                data["record"]["id"].as_i64().unwrap(),
+                data["record"]["label"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [(2, "shop two".into()), (1, "shop 1 again".into())],
+        "log:\n{}",
+        weft.log_text()
+    );
+    let restarted = feed_check(&weft, "shop").expect("the check says the feed restarted");
+    assert_eq!(restarted["status"], "warning", "{restarted}");
+    assert!(
+        weft.metric("weft_database_feed_restarts_total", &[("database", "shop")])
+            .is_some_and(|n| n >= 1.0)
+    );
+}

@@ -29,18 +29,21 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, error, info, info_span};
 
 use super::database_feed::{BuiltFeed, check_reachable};
+use super::feed_supervision::{self, Restarts};
 use super::{ServerError, source_config};
 use crate::api::PullApiState;
 use crate::backfill::{BackfillTarget, Backfills};
-use crate::config::{Config, DestinationConfig, HttpEndpointConfig, SinkConfig};
+use crate::config::{Config, DatabaseConfig, DestinationConfig, HttpEndpointConfig, SinkConfig};
+use crate::health::{EntityKind, Status};
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
 use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle};
@@ -112,9 +115,15 @@ struct FeedUnit {
     /// Stops the source and the pipeline; `None` for a webhook source's
     /// feed, which runs until shutdown.
     stop: Option<CancellationToken>,
-    /// The source and pipeline tasks.
+    /// What to await once stopped: a database feed's supervisor, which
+    /// ends after its source and pipeline.
     tasks: Vec<JoinHandle<()>>,
+    /// Which run of the feed this is (a failed feed restarts as a new run).
+    run: u64,
 }
+
+/// The next feed run's number.
+static NEXT_FEED_RUN: AtomicU64 = AtomicU64::new(0);
 
 /// What a config changes in place: its sink changes, and the databases
 /// whose feed stops (deleted or changed) or starts (a first sink, or
@@ -222,8 +231,8 @@ impl std::fmt::Debug for LiveSinks {
 impl LiveSinks {
     /// The sinks of a run; delivery workers and database feeds stop at
     /// `shutdown`, database pipelines emit the backfill chunks of
-    /// `backfills`, and a worker's or feed's failure arrives on the
-    /// returned receiver.
+    /// `backfills`, and a delivery worker's failure arrives on the
+    /// returned receiver (a database feed's restarts the feed instead).
     pub fn new(
         store: Store,
         pull_api: PullApiState,
@@ -256,14 +265,21 @@ impl LiveSinks {
                 slot: None,
                 stop: None,
                 tasks: Vec::new(),
+                run: NEXT_FEED_RUN.fetch_add(1, Ordering::Relaxed),
             },
         );
     }
 
     /// Runs `built`: its database's source and the pipeline of its sinks,
-    /// until shutdown or [`LiveSinks::stop_database`]. A failure of either
-    /// arrives on the receiver [`LiveSinks::new`] returned.
+    /// until shutdown or [`LiveSinks::stop_database`]. When either fails,
+    /// this feed alone restarts after a backoff ([`super::feed_supervision`]).
     pub fn spawn_database(&self, built: BuiltFeed) {
+        self.run_database(built, Restarts::default());
+    }
+
+    /// Runs `built` as [`Self::spawn_database`] does, `restarts` into a
+    /// row of failures.
+    fn run_database(&self, built: BuiltFeed, restarts: Restarts) {
         let BuiltFeed {
             database,
             sinks,
@@ -282,9 +298,12 @@ impl LiveSinks {
         let pipeline = pipeline
             .with_backfills(self.backfills.clone())
             .with_sink_changes(changes);
+        // `stop` ends the feed for good; `halt` ends this run of it, so
+        // that a failed run can stop its other half and restart.
         let stop = self.shutdown.child_token();
-        let (name, until) = (database.name.clone(), stop.clone());
-        let source_task = self.spawn_reporting(
+        let halt = stop.child_token();
+        let (name, until) = (database.name.clone(), halt.clone());
+        let source_task = tokio::spawn(
             async move {
                 crate::source::run(source, events_tx, durable_rx, until)
                     .await
@@ -292,11 +311,13 @@ impl LiveSinks {
                         database: name,
                         source,
                     })
-            },
-            info_span!("source", database = %database.name, slot = %database.slot.name),
+            }
+            .instrument(
+                info_span!("source", database = %database.name, slot = %database.slot.name),
+            ),
         );
-        let (name, until) = (database.name.clone(), stop.clone());
-        let pipeline_task = self.spawn_reporting(
+        let (name, until) = (database.name.clone(), halt.clone());
+        let pipeline_task = tokio::spawn(
             async move {
                 pipeline
                     .run(events_rx, until)
@@ -305,18 +326,136 @@ impl LiveSinks {
                         database: name,
                         source,
                     })
-            },
-            info_span!("pipeline", database = %database.name, slot = %database.slot.name),
+            }
+            .instrument(
+                info_span!("pipeline", database = %database.name, slot = %database.slot.name),
+            ),
         );
+        let run = NEXT_FEED_RUN.fetch_add(1, Ordering::Relaxed);
+        let span = info_span!("feed", database = %database.name);
+        let supervisor = tokio::spawn({
+            let (live, database, stop) = (self.clone(), database.clone(), stop.clone());
+            async move {
+                let ended = feed_supervision::first_failure(source_task, pipeline_task, &halt);
+                tokio::pin!(ended);
+                let mut restarts = restarts;
+                if restarts.failures > 0 {
+                    tokio::select! {
+                        failure = &mut ended => {
+                            live.after_feed_ended(database, run, failure, restarts, stop).await;
+                            return;
+                        }
+                        _ = tokio::time::sleep(feed_supervision::HEALTHY_AFTER) => {
+                            crate::health::global().clear(
+                                EntityKind::Database,
+                                &database.name,
+                                feed_supervision::FEED_CHECK,
+                            );
+                            restarts = Restarts::default();
+                        }
+                    }
+                }
+                let failure = ended.await;
+                live.after_feed_ended(database, run, failure, restarts, stop)
+                    .await;
+            }
+            .instrument(span)
+        });
         lock(&self.feeds).insert(
             Feed::Database(database.name.clone()),
             FeedUnit {
                 sinks: handle,
                 slot: Some(database.slot.name.clone()),
                 stop: Some(stop),
-                tasks: vec![source_task, pipeline_task],
+                tasks: vec![supervisor],
+                run,
             },
         );
+    }
+
+    /// After the feed `run` of `database` ended with `failure` (`None`: it
+    /// was stopped): reports the failure and, after the backoff of
+    /// `restarts`, starts the feed again as the running config defines it,
+    /// unless `stop` ends it meanwhile or another run replaced it.
+    async fn after_feed_ended(
+        &self,
+        database: DatabaseConfig,
+        run: u64,
+        failure: Option<String>,
+        restarts: Restarts,
+        stop: CancellationToken,
+    ) {
+        let Some(mut failure) = failure else { return };
+        let mut restarts = restarts;
+        while !stop.is_cancelled() {
+            restarts = restarts.after_failure();
+            metrics::counter!(crate::metrics::FEED_RESTARTS, "database" => database.name.clone())
+                .increment(1);
+            error!(database = %database.name, %failure, restart_in = ?restarts.backoff,
+                "database feed failed; it restarts alone, every other feed keeps running");
+            crate::health::global().fail(
+                EntityKind::Database,
+                &database.name,
+                feed_supervision::FEED_CHECK,
+                Status::Error,
+                format!(
+                    "the feed stopped ({} failure(s) in a row): {failure}; it restarts in {}s",
+                    restarts.failures,
+                    restarts.backoff.as_secs()
+                ),
+            );
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(restarts.backoff) => {}
+            }
+            // A config apply may stop or replace this feed: restart only
+            // between applies, and only the run that failed.
+            let _turn = tokio::select! {
+                _ = stop.cancelled() => return,
+                turn = self.functions.apply_turn() => turn,
+            };
+            if stop.is_cancelled() || !self.is_current_run(&database.name, run) {
+                return;
+            }
+            let config = self.functions.running();
+            let Some(current) = config.database(&database.name).cloned() else {
+                return;
+            };
+            let (engine, data_dir) = (self.functions.engine().clone(), self.data_dir.clone());
+            let built = tokio::task::spawn_blocking(move || {
+                BuiltFeed::build(&config, &current, &engine, &data_dir)
+            })
+            .await;
+            match built {
+                Ok(Ok(Some(built))) => {
+                    if let Some(launcher) = self.pull_api.backfills() {
+                        for target in built.backfill_targets() {
+                            launcher.set_target(target);
+                        }
+                    }
+                    crate::health::global().fail(
+                        EntityKind::Database,
+                        &database.name,
+                        feed_supervision::FEED_CHECK,
+                        Status::Warning,
+                        format!("the feed restarted after a failure: {failure}"),
+                    );
+                    info!(database = %database.name, failures = restarts.failures, "database feed restarted");
+                    self.run_database(built, restarts);
+                    return;
+                }
+                Ok(Ok(None)) => return,
+                Ok(Err(error)) => failure = error.to_string(),
+                Err(error) => failure = format!("the function loading task failed: {error}"),
+            }
+        }
+    }
+
+    /// Whether the running feed of `database` is still its run `run`.
+    fn is_current_run(&self, database: &str, run: u64) -> bool {
+        lock(&self.feeds)
+            .get(&Feed::Database(database.to_string()))
+            .is_some_and(|unit| unit.run == run)
     }
 
     /// Stops the source and pipeline of `database`, waiting until both
@@ -333,9 +472,9 @@ impl LiveSinks {
             }
             if deleted {
                 let health = crate::health::global();
-                health.forget(crate::health::EntityKind::Database, database);
+                health.forget(EntityKind::Database, database);
                 if let Some(slot) = &unit.slot {
-                    health.forget(crate::health::EntityKind::Slot, slot);
+                    health.forget(EntityKind::Slot, slot);
                 }
             }
             info!(%database, deleted, "database feed stopped");

@@ -11,6 +11,7 @@ use tracing::{Instrument, error, info, info_span};
 
 mod chains;
 mod database_feed;
+mod feed_supervision;
 pub mod live_sinks;
 
 pub use chains::load_chain;
