@@ -9,37 +9,36 @@ use crate::harness::certs::TestCa;
 use crate::harness::postgres::{PgCluster, PgOptions, ServerTls};
 use crate::harness::weft::WeftProcess;
 
-fn config(pg: &PgCluster, ca: &TestCa) -> String {
-    format!(
-        r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: shop
-    ssl: false
-    slot: {{ name: shop_slot, create_if_not_exists: true }}
-    publication: {{ name: shop_pub, create_if_not_exists: true }}
-  - name: crm
-    hostname: localhost
-    port: {port}
-    database: crm
-    sslmode: verify-full
-    sslrootcert: {root}
-    slot: {{ name: crm_slot, create_if_not_exists: true }}
-    publication: {{ name: crm_pub, create_if_not_exists: true }}
-sinks:
+/// Both configs' sinks: one pull sink per database.
+const SINKS: &str = r#"sinks:
   - name: shop_items
     database: shop
-    source: {{ include_tables: [public.items] }}
-    destination: {{ type: sequin_stream }}
+    source: { include_tables: [public.items] }
+    destination: { type: sequin_stream }
   - name: crm_items
     database: crm
-    source: {{ include_tables: [public.items] }}
-    destination: {{ type: sequin_stream }}
-"#,
-        port = pg.port(),
-        root = ca.cert().display(),
+    source: { include_tables: [public.items] }
+    destination: { type: sequin_stream }
+"#;
+
+/// A `databases` entry for the database `name` on `pg`, its slot and
+/// publication named after it, with `extra` (indented lines) added.
+fn database(pg: &PgCluster, name: &str, host: &str, extra: &str) -> String {
+    format!(
+        "  - name: {name}\n    hostname: {host}\n    port: {port}\n    database: {name}\n{extra}    slot: {{ name: {name}_slot, create_if_not_exists: true }}\n    publication: {{ name: {name}_pub, create_if_not_exists: true }}\n",
+        port = pg.port()
+    )
+}
+
+fn config(pg: &PgCluster, ca: &TestCa) -> String {
+    let crm_tls = format!(
+        "    sslmode: verify-full\n    sslrootcert: {}\n",
+        ca.cert().display()
+    );
+    format!(
+        "databases:\n{}{}{SINKS}",
+        database(pg, "shop", "127.0.0.1", "    ssl: false\n"),
+        database(pg, "crm", "localhost", &crm_tls),
     )
 }
 
@@ -160,32 +159,9 @@ fn a_failed_database_feed_restarts_alone_while_the_others_keep_flowing() {
         "GRANT SELECT ON items TO shop_feeder; CREATE PUBLICATION shop_pub FOR TABLE items",
     );
     let config = format!(
-        r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: shop
-    username: shop_feeder
-    slot: {{ name: shop_slot, create_if_not_exists: true }}
-    publication: {{ name: shop_pub }}
-  - name: crm
-    hostname: 127.0.0.1
-    port: {port}
-    database: crm
-    slot: {{ name: crm_slot, create_if_not_exists: true }}
-    publication: {{ name: crm_pub, create_if_not_exists: true }}
-sinks:
-  - name: shop_items
-    database: shop
-    source: {{ include_tables: [public.items] }}
-    destination: {{ type: sequin_stream }}
-  - name: crm_items
-    database: crm
-    source: {{ include_tables: [public.items] }}
-    destination: {{ type: sequin_stream }}
-"#,
-        port = pg.port()
+        "databases:\n{}{}{SINKS}",
+        database(&pg, "shop", "127.0.0.1", "    username: shop_feeder\n"),
+        database(&pg, "crm", "127.0.0.1", ""),
     );
     let dir = tempfile::tempdir().unwrap();
     let weft = WeftProcess::start(dir.path(), &config);
