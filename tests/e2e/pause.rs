@@ -1,7 +1,8 @@
 //! Pausing sinks through the API: a paused pull sink receives nothing and a
 //! paused webhook sink sends nothing while their messages keep being stored
 //! (the slot advances); the pause survives a SIGKILL; on resume every
-//! message arrives once (the pull sink's in commit order).
+//! message arrives once (the pull sink's in commit order). A push sink's
+//! worker that fails restarts alone while the other sinks flow.
 
 use std::time::Duration;
 
@@ -105,4 +106,78 @@ fn a_paused_sink_delivers_nothing_stays_paused_across_a_kill_and_resumes_in_orde
         .unwrap();
     assert_eq!(unknown.status().as_u16(), 404);
     assert_eq!(weft.terminate(), Some(0));
+}
+
+/// The `worker` check of the sink `sink` at `/api/health`, if it has one.
+fn worker_check(weft: &WeftProcess, sink: &str) -> Option<Value> {
+    weft.health()["entities"]
+        .as_array()?
+        .iter()
+        .find(|e| e["kind"] == "sink" && e["name"] == sink)?["checks"]
+        .as_array()?
+        .iter()
+        .find(|c| c["id"] == "worker")
+        .cloned()
+}
+
+#[test]
+fn a_failed_delivery_worker_restarts_alone_while_the_other_sinks_flow() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
+    let receiver = Receiver::start(Mode::Accept);
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
+    pg.wait_for_active_slot("weft_pause");
+    set(&weft, "hook", "pause");
+    for id in 1..=3 {
+        pg.psql(&format!("INSERT INTO items VALUES ({id}, 'v')"));
+    }
+    pg.wait_for_slot_to_confirm_all("weft_pause");
+
+    // weft dies while the hook's messages are leased, and the store then
+    // refuses the write that releases them (as a full or failing disk
+    // would, for this one sink): the worker fails as it starts, which
+    // used to end the whole process.
+    weft.kill();
+    weft.store_execute(
+        "UPDATE pull_messages SET ack_id = 'lease-' || id, not_visible_until = 9999999999999 WHERE sink = 'hook'",
+    );
+    weft.store_execute(
+        "CREATE TRIGGER refuse_release BEFORE UPDATE OF ack_id ON pull_messages
+         WHEN old.sink = 'hook' BEGIN SELECT RAISE(ABORT, 'the disk refused the write'); END",
+    );
+    weft.restart();
+    let failed = weft.wait_until("the hook's worker check", Duration::from_secs(30), || {
+        worker_check(&weft, "hook")
+            .filter(|c| c["status"] == "error")
+            .ok_or("no error yet")
+    });
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.contains("the disk refused the write") && message.contains("restarts in"),
+        "{message}"
+    );
+
+    // The pull sink keeps flowing, and the database feed keeps storing.
+    pg.psql("INSERT INTO items VALUES (4, 'v')");
+    let pulled: Vec<i64> = weft
+        .drain("pull", 4, Duration::from_secs(30))
+        .iter()
+        .map(|m| m["record"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(pulled, [1, 2, 3, 4]);
+    set(&weft, "hook", "resume");
+    assert!(hook_ids(&receiver).is_empty(), "{:?}", hook_ids(&receiver));
+
+    // Once the store takes writes again, the next restart delivers all.
+    weft.store_execute("DROP TRIGGER refuse_release");
+    weft.wait_until("the webhook deliveries", Duration::from_secs(60), || {
+        let ids = hook_ids(&receiver);
+        if ids.len() >= 4 { Ok(ids) } else { Err(ids) }
+    });
+    let mut delivered = hook_ids(&receiver);
+    delivered.sort_unstable();
+    assert_eq!(delivered, [1, 2, 3, 4]);
+    let restarted = worker_check(&weft, "hook").expect("the check says the worker restarted");
+    assert_eq!(restarted["status"], "warning", "{restarted}");
 }

@@ -82,15 +82,27 @@ impl WeftProcess {
             .expect("VmRSS in /proc/<pid>/status")
     }
 
+    /// weft's store, opened with `flags` beside the running weft.
+    fn open_store(&self, flags: rusqlite::OpenFlags) -> rusqlite::Connection {
+        let db = rusqlite::Connection::open_with_flags(self.data_dir.join("weft.db"), flags)
+            .expect("open weft's store");
+        db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        db
+    }
+
+    /// Runs the statement `sql` on weft's store, as an operator's
+    /// `sqlite3` would (a test that damages what weft stored); answers
+    /// how many rows it changed.
+    pub fn store_execute(&self, sql: &str) -> usize {
+        self.open_store(rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .execute(sql, [])
+            .expect("a valid store statement")
+    }
+
     /// Runs `sql` on weft's store (read-only) and returns each row's first
     /// column as text.
     pub fn store_query(&self, sql: &str) -> Vec<String> {
-        let db = rusqlite::Connection::open_with_flags(
-            self.data_dir.join("weft.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .expect("open weft's store");
-        db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        let db = self.open_store(rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
         let mut query = db.prepare(sql).expect("a valid store query");
         query
             .query_map([], |row| row.get::<_, String>(0))
@@ -102,12 +114,7 @@ impl WeftProcess {
     /// Idempotency keys of `sink`'s undelivered messages in weft's store
     /// (its outbox), read with SQLite directly.
     pub fn stored_keys(&self, sink: &str) -> std::collections::HashSet<String> {
-        let db = rusqlite::Connection::open_with_flags(
-            self.data_dir.join("weft.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .expect("open weft's store");
-        db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        let db = self.open_store(rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
         let mut query = db
             .prepare("SELECT idempotency_key FROM pull_messages WHERE sink = ?1")
             .unwrap();

@@ -32,7 +32,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
@@ -96,7 +95,12 @@ pub enum Delivery {
 struct Worker {
     stop: CancellationToken,
     done: JoinHandle<()>,
+    /// Which run of the sink's worker this is (a failed one restarts as a new run).
+    run: u64,
 }
+
+/// The health check, on a push sink, that reports its worker's failures.
+const WORKER_CHECK: &str = "worker";
 
 impl Worker {
     /// Stops it once its deliveries in flight finish.
@@ -122,8 +126,8 @@ struct FeedUnit {
     run: u64,
 }
 
-/// The next feed run's number.
-static NEXT_FEED_RUN: AtomicU64 = AtomicU64::new(0);
+/// The next run's number, of a feed or a delivery worker.
+static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
 
 /// What a config changes in place: its sink changes, and the databases
 /// whose feed stops (deleted or changed) or starts (a first sink, or
@@ -216,7 +220,6 @@ pub struct LiveSinks {
     functions: FunctionRuntime,
     data_dir: PathBuf,
     shutdown: CancellationToken,
-    failures: mpsc::UnboundedSender<ServerError>,
     backfills: Backfills,
     feeds: Arc<Mutex<HashMap<Feed, FeedUnit>>>,
     workers: Arc<Mutex<HashMap<String, Worker>>>,
@@ -230,29 +233,26 @@ impl std::fmt::Debug for LiveSinks {
 
 impl LiveSinks {
     /// The sinks of a run; delivery workers and database feeds stop at
-    /// `shutdown`, database pipelines emit the backfill chunks of
-    /// `backfills`, and a delivery worker's failure arrives on the
-    /// returned receiver (a database feed's restarts the feed instead).
+    /// `shutdown`, and database pipelines emit the backfill chunks of
+    /// `backfills`. A failed feed or worker restarts alone
+    /// ([`super::feed_supervision`]).
     pub fn new(
         store: Store,
         pull_api: PullApiState,
         functions: FunctionRuntime,
         (data_dir, backfills): (PathBuf, Backfills),
         shutdown: CancellationToken,
-    ) -> (LiveSinks, mpsc::UnboundedReceiver<ServerError>) {
-        let (failures, failed) = mpsc::unbounded_channel();
-        let sinks = LiveSinks {
+    ) -> LiveSinks {
+        LiveSinks {
             store,
             pull_api,
             functions,
             data_dir,
             shutdown,
-            failures,
             backfills,
             feeds: Arc::default(),
             workers: Arc::default(),
-        };
-        (sinks, failed)
+        }
     }
 
     /// Lets sinks join and leave the pipeline of `feed` (a webhook
@@ -265,7 +265,7 @@ impl LiveSinks {
                 slot: None,
                 stop: None,
                 tasks: Vec::new(),
-                run: NEXT_FEED_RUN.fetch_add(1, Ordering::Relaxed),
+                run: NEXT_RUN.fetch_add(1, Ordering::Relaxed),
             },
         );
     }
@@ -331,7 +331,7 @@ impl LiveSinks {
                 info_span!("pipeline", database = %database.name, slot = %database.slot.name),
             ),
         );
-        let run = NEXT_FEED_RUN.fetch_add(1, Ordering::Relaxed);
+        let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("feed", database = %database.name);
         let supervisor = tokio::spawn({
             let (live, database, stop) = (self.clone(), database.clone(), stop.clone());
@@ -404,17 +404,10 @@ impl LiveSinks {
                     restarts.backoff.as_secs()
                 ),
             );
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(restarts.backoff) => {}
-            }
-            // A config apply may stop or replace this feed: restart only
-            // between applies, and only the run that failed.
-            let _turn = tokio::select! {
-                _ = stop.cancelled() => return,
-                turn = self.functions.apply_turn() => turn,
+            let Some(_turn) = self.restart_turn(&stop, restarts).await else {
+                return;
             };
-            if stop.is_cancelled() || !self.is_current_run(&database.name, run) {
+            if !self.is_current_run(&database.name, run) {
                 return;
             }
             let config = self.functions.running();
@@ -542,38 +535,128 @@ impl LiveSinks {
                 self.pull_api.remove_sink(name);
                 self.pull_api.add_push_sink(name, waker);
                 self.pull_api.add_pause_switch(name, pause);
-                let stop = self.shutdown.child_token();
-                let (sink, until) = (name.to_string(), stop.clone());
-                let done = self.spawn_reporting(
-                    async move {
-                        worker.run(until).await.map_err(|error| ServerError::Sink {
-                            sink,
-                            detail: error.to_string(),
-                        })
-                    },
-                    info_span!("delivery", sink = %name),
-                );
-                lock(&self.workers).insert(name.to_string(), Worker { stop, done });
+                self.run_worker(name, worker, Restarts::default());
             }
         }
     }
 
-    /// Runs `task` inside `span`; the error it stops with, if any, arrives
-    /// on the receiver [`LiveSinks::new`] returned.
-    fn spawn_reporting(
-        &self,
-        task: impl Future<Output = Result<(), ServerError>> + Send + 'static,
-        span: tracing::Span,
-    ) -> JoinHandle<()> {
-        let failures = self.failures.clone();
-        tokio::spawn(
+    /// Runs `worker`, the delivery worker of the sink `name`, `restarts`
+    /// into a row of failures. A failure (the store, or a delivery task
+    /// that panicked) restarts this worker alone after a backoff; every
+    /// other sink keeps delivering.
+    fn run_worker(&self, name: &str, worker: DeliveryWorker, restarts: Restarts) {
+        let stop = self.shutdown.child_token();
+        let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
+        let done = tokio::spawn({
+            let (live, sink, until) = (self.clone(), name.to_string(), stop.clone());
             async move {
-                if let Err(failure) = task.await {
-                    let _ = failures.send(failure);
+                let ran = worker.run(until.clone());
+                tokio::pin!(ran);
+                let mut restarts = restarts;
+                if restarts.failures > 0 {
+                    tokio::select! {
+                        ended = &mut ran => {
+                            if let Err(error) = ended {
+                                live.after_worker_failed(sink, run, error.to_string(), restarts, until).await;
+                            }
+                            return;
+                        }
+                        _ = tokio::time::sleep(feed_supervision::HEALTHY_AFTER) => {
+                            crate::health::global().clear(EntityKind::Sink, &sink, WORKER_CHECK);
+                            restarts = Restarts::default();
+                        }
+                    }
+                }
+                if let Err(error) = ran.await {
+                    live.after_worker_failed(sink, run, error.to_string(), restarts, until)
+                        .await;
                 }
             }
-            .instrument(span),
-        )
+            .instrument(info_span!("delivery", sink = %name))
+        });
+        lock(&self.workers).insert(name.to_string(), Worker { stop, done, run });
+    }
+
+    /// After the run `run` of the delivery worker of `sink` failed with
+    /// `failure`: reports it and, after the backoff of `restarts`, starts
+    /// a worker again as the running config defines the sink, unless
+    /// `stop` ends it meanwhile or another worker replaced it.
+    async fn after_worker_failed(
+        &self,
+        sink: String,
+        run: u64,
+        mut failure: String,
+        mut restarts: Restarts,
+        stop: CancellationToken,
+    ) {
+        while !stop.is_cancelled() {
+            restarts = restarts.after_failure();
+            error!(%sink, %failure, restart_in = ?restarts.backoff,
+                "delivery worker failed; it restarts alone, every other sink keeps delivering");
+            crate::health::global().fail(
+                EntityKind::Sink,
+                &sink,
+                WORKER_CHECK,
+                Status::Error,
+                format!(
+                    "the delivery worker stopped ({} failure(s) in a row): {failure}; it restarts in {}s",
+                    restarts.failures,
+                    restarts.backoff.as_secs()
+                ),
+            );
+            let Some(_turn) = self.restart_turn(&stop, restarts).await else {
+                return;
+            };
+            if lock(&self.workers).get(&sink).is_none_or(|w| w.run != run) {
+                return;
+            }
+            let config = self.functions.running();
+            let Some(sink_config) = config.sinks.iter().find(|s| s.name == sink) else {
+                return;
+            };
+            match self.delivery(&config, sink_config) {
+                Ok(Delivery::Push {
+                    worker,
+                    waker,
+                    pause,
+                }) => {
+                    self.pull_api.add_push_sink(&sink, waker);
+                    self.pull_api.add_pause_switch(&sink, pause);
+                    crate::health::global().fail(
+                        EntityKind::Sink,
+                        &sink,
+                        WORKER_CHECK,
+                        Status::Warning,
+                        format!("the delivery worker restarted after a failure: {failure}"),
+                    );
+                    info!(%sink, failures = restarts.failures, "delivery worker restarted");
+                    self.run_worker(&sink, worker, restarts);
+                    return;
+                }
+                // Now a pull sink: the apply that made it one started its stream.
+                Ok(Delivery::Pull { .. }) => return,
+                Err(error) => failure = error.to_string(),
+            }
+        }
+    }
+
+    /// Waits out `restarts`' backoff, then for the turn between config
+    /// applies (an apply may stop or replace what restarts); `None` when
+    /// `stop` ends it first.
+    async fn restart_turn(
+        &self,
+        stop: &CancellationToken,
+        restarts: Restarts,
+    ) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = tokio::time::sleep(restarts.backoff) => {}
+        }
+        let turn = tokio::select! {
+            _ = stop.cancelled() => return None,
+            turn = self.functions.apply_turn() => turn,
+        };
+        (!stop.is_cancelled()).then_some(turn)
     }
 
     /// Stops the delivery worker of `name`, if it has one, once its

@@ -198,7 +198,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     }
     pull_api.set_api_tokens(tokens);
     let backfills = Backfills::new();
-    let (live_sinks, mut task_failures) = LiveSinks::new(
+    let live_sinks = LiveSinks::new(
         store.clone(),
         pull_api.clone(),
         functions.clone(),
@@ -321,18 +321,15 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
 
     let mut result = Ok(());
     loop {
-        let failure = tokio::select! {
-            joined = tasks.join_next() => match joined {
-                None => break,
-                Some(Ok(Ok(()))) => continue,
-                Some(Ok(Err(failure))) => failure,
-                Some(Err(join_error)) => {
-                    error!("task failed: {join_error}");
-                    shutdown.cancel();
-                    continue;
-                }
-            },
-            Some(failure) = task_failures.recv() => failure,
+        let failure = match tasks.join_next().await {
+            None => break,
+            Some(Ok(Ok(()))) => continue,
+            Some(Ok(Err(failure))) => failure,
+            Some(Err(join_error)) => {
+                error!("task failed: {join_error}");
+                shutdown.cancel();
+                continue;
+            }
         };
         error!("{failure}");
         if result.is_ok() {
@@ -341,12 +338,6 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         shutdown.cancel();
     }
     live_sinks.join_all().await;
-    while let Ok(failure) = task_failures.try_recv() {
-        error!("{failure}");
-        if result.is_ok() {
-            result = Err(failure);
-        }
-    }
     result.map(|()| {
         if pull_api.reload_requested() {
             RunOutcome::Reload
