@@ -667,3 +667,63 @@ fn an_admin_token_manages_accounts_without_a_restart_and_an_account_token_cannot
     );
     assert_eq!(weft.terminate(), Some(0));
 }
+
+#[test]
+fn an_accounts_resources_connect_only_to_its_allowed_hosts() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
+    let config = format!(
+        "accounts:\n  - {{ name: a, allow_hosts: [127.0.0.1] }}\n\
+         api_tokens:\n  - {{ name: admin, token: {ADMIN} }}\n  - {{ name: ta, token: {TOKEN_A}, account: a }}\n\
+         databases:\n{}",
+        database(&pg, "shop-a", "a", "weft_accounts_hosts"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &config);
+    let redis_sink = |host: &str| {
+        json!({"name": "cache", "database": "shop-a",
+               "source": {"include_tables": ["public.items"]},
+               "destination": {"type": "redis_string", "host": host, "port": 6379}})
+    };
+
+    // `localhost` reaches the same server, but it is not what the operator
+    // listed: names are compared, not resolved.
+    let (status, body) = send(
+        &weft,
+        Method::POST,
+        "/api/sinks",
+        TOKEN_A,
+        Some(redis_sink("localhost")),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string()
+            .contains("`localhost:6379` is not in account \\\"a\\\"'s allow_hosts"),
+        "{body}"
+    );
+    let (status, body) = send(
+        &weft,
+        Method::POST,
+        "/api/sinks",
+        TOKEN_A,
+        Some(redis_sink("127.0.0.1")),
+    );
+    assert_eq!(status, 201, "{body}");
+
+    let (_, shown) = send(&weft, Method::GET, "/api/accounts/a", TOKEN_A, None);
+    assert_eq!(shown["allow_hosts"], json!(["127.0.0.1"]), "{shown}");
+    // Narrowing the list below what the account already uses is refused.
+    let (status, refused) = send(
+        &weft,
+        Method::PUT,
+        "/api/accounts/a",
+        ADMIN,
+        Some(json!({"name": "a", "allow_hosts": ["db.acme.internal"]})),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.to_string().contains("databases[0]")
+            && refused.to_string().contains("sinks[0].destination.host"),
+        "{refused}"
+    );
+}

@@ -75,6 +75,7 @@ fn render(
             "max_plugin_instances": limits.max_plugin_instances,
         },
         "allow_capabilities": account.allow_capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        "allow_hosts": account.allow_hosts,
         "usage": {
             "sinks": sinks.len(),
             "functions": running.functions.iter().filter(|f| owned(&f.account)).count(),

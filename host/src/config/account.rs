@@ -2,7 +2,8 @@
 //! `account` that owns it (none: the operator's, managed by admin tokens
 //! only); an API token of an account sees and changes only that account's
 //! resources. An account's limits bound what its functions and sinks may
-//! take, and are checked when the config loads.
+//! take, and its `allow_hosts` the hosts they may connect to; both are
+//! checked when the config loads.
 
 use serde::Deserialize;
 
@@ -26,6 +27,11 @@ pub struct AccountConfig {
     /// plugins may import. Default none.
     #[serde(default)]
     pub allow_capabilities: Vec<Capability>,
+    /// The only hosts (`host` or `host:port`) its databases, HTTP
+    /// endpoints, sink destinations and functions' HTTP grants may connect
+    /// to ([`super::egress`]). Unset: any host.
+    #[serde(default)]
+    pub allow_hosts: Option<Vec<String>>,
 }
 
 /// `limits:` of an account; each unset means unbounded.

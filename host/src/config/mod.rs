@@ -21,6 +21,7 @@ pub mod change_retention;
 pub mod column_filter;
 pub mod destination;
 mod document;
+mod egress;
 mod error;
 pub mod export;
 mod http_endpoint;

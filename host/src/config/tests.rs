@@ -1720,6 +1720,117 @@ fn a_function_names_a_file_or_a_registered_plugin_but_not_both() {
 }
 
 #[test]
+fn an_accounts_allow_hosts_bounds_every_connection_of_its_resources() {
+    let config = |allow: &str, database: &str, endpoint: &str, destination: &str, grant: &str| {
+        format!(
+            "accounts:\n  - {{name: a{allow}}}\n\
+             databases:\n  - {{name: db-a, account: a, {database}, slot: {{name: sa}}, publication: {{name: pa}}}}\n\
+             http_endpoints:\n  - {{name: hook, account: a, url: \"{endpoint}\"}}\n\
+             functions:\n  - {{name: look, account: a, type: enrichment, file: up.wasm{grant}}}\n\
+             sinks:\n  - {{name: s, account: a, database: db-a, destination: {destination}}}\n"
+        )
+    };
+    let allow = ", allow_capabilities: [outbound_http], allow_hosts: [db.acme, \"Hooks.Acme:8443\", \"kafka.acme:9092\", api.acme]";
+    let fine = load(&config(
+        allow,
+        "hostname: DB.acme, port: 6543, database: x",
+        "https://hooks.acme:8443/in",
+        "{type: kafka, hosts: \"kafka.acme:9092\", topic: t}",
+        ", grants: {http: {allow_hosts: [\"api.acme:443\"]}}",
+    ))
+    .unwrap();
+    assert_eq!(fine.accounts[0].allow_hosts.as_ref().unwrap().len(), 4);
+    // Without allow_hosts, any host.
+    load(&config(
+        ", allow_capabilities: [outbound_http]",
+        "url: postgres://10.0.0.9/x",
+        "http://169.254.169.254/",
+        "{type: redis_string, host: 10.0.0.7}",
+        ", grants: {http: {allow_hosts: [anywhere.example]}}",
+    ))
+    .unwrap();
+
+    let refused = errors(&config(
+        allow,
+        "url: postgres://10.0.0.9/x",
+        "https://hooks.acme/in",
+        "{type: kafka, hosts: \"kafka.acme:9092,kafka.other:9092\", topic: t}",
+        ", grants: {http: {allow_hosts: [anywhere.example, api.acme]}}",
+    ));
+    let has = |prefix: &str| refused.iter().any(|e| e.starts_with(prefix));
+    assert!(
+        has("databases[0]: `10.0.0.9:5432` is not in account \"a\"'s allow_hosts"),
+        "{refused:#?}"
+    );
+    assert!(
+        has("http_endpoints[0].url: `hooks.acme:443` is not in account \"a\"'s allow_hosts"),
+        "{refused:#?}"
+    );
+    assert!(
+        has("sinks[0].destination.hosts: `kafka.other:9092` is not in"),
+        "{refused:#?}"
+    );
+    assert!(
+        has("functions[0].grants.http.allow_hosts[0]: `anywhere.example` is not in"),
+        "{refused:#?}"
+    );
+    assert_eq!(refused.len(), 4, "{refused:#?}");
+
+    for (destination, shown) in [
+        (
+            "{type: nats, host: nats.other}",
+            "sinks[0].destination.host: `nats.other:4222`",
+        ),
+        (
+            "{type: redis_stream, host: \"::1\", stream_key: k}",
+            "sinks[0].destination.host: `[::1]:6379`",
+        ),
+        (
+            "{type: rabbitmq, host: mq.other, exchange: x}",
+            "sinks[0].destination.host: `mq.other:5672`",
+        ),
+    ] {
+        let refused = errors(&config(
+            allow,
+            "hostname: db.acme, database: x",
+            "https://hooks.acme:8443/",
+            destination,
+            "",
+        ));
+        assert!(refused.iter().any(|e| e.starts_with(shown)), "{refused:#?}");
+    }
+    let socket = errors(&config(
+        allow,
+        "hostname: /var/run/postgresql, database: x",
+        "https://hooks.acme:8443/",
+        "{type: sequin_stream}",
+        "",
+    ));
+    assert!(
+        socket
+            .iter()
+            .any(|e| e.starts_with("databases[0]: cannot be checked") && e.contains("Unix socket")),
+        "{socket:#?}"
+    );
+    let bad = errors(&config(
+        ", allow_hosts: [\"https://x/\"]",
+        "hostname: db.acme, database: x",
+        "https://hooks.acme/",
+        "{type: sequin_stream}",
+        "",
+    ));
+    assert!(
+        bad.iter()
+            .any(|e| e.starts_with("accounts[0].allow_hosts[0]: `https://x/` is not a host")),
+        "{bad:#?}"
+    );
+    assert!(
+        error("accounts:\n  - {name: a, allow_hosts: []}\n")
+            .starts_with("accounts[0].allow_hosts: is empty")
+    );
+}
+
+#[test]
 fn accounts_keep_their_resources_apart_and_within_their_limits() {
     let base = "accounts:\n  - {name: a, limits: {max_sinks: 1, plugin_memory_mb: 64, plugin_timeout_ms: 1000}}\n  - {name: b}\n\
                 databases:\n  - {name: db-a, account: a, url: postgres://h/x, slot: {name: sa}, publication: {name: pa}}\n\

@@ -233,6 +233,22 @@ fn check_accounts(config: &Config, root: &DocPath, problems: &mut Problems) {
 
     for (a, account) in config.accounts.iter().enumerate() {
         let at = root.key("accounts").index(a);
+        if let Some(hosts) = &account.allow_hosts {
+            if hosts.is_empty() {
+                problems.add(
+                    at.key("allow_hosts"),
+                    "is empty: list the hosts the account's resources may connect to, e.g. `[db.acme.internal, \"kafka.acme.internal:9092\"]`, or remove `allow_hosts` to allow any host",
+                );
+            }
+            for (j, entry) in hosts.iter().enumerate() {
+                if let Err(reason) = crate::plugins::AllowedHost::parse(entry) {
+                    problems.add(at.key("allow_hosts").index(j), reason);
+                }
+            }
+        }
+        for (path, reason) in super::egress::refused_connections(config, account, root) {
+            problems.add(path, reason);
+        }
         let owned = |owner: &Option<String>| owner.as_deref() == Some(account.name.as_str());
         let sinks: Vec<&SinkConfig> = config.sinks.iter().filter(|s| owned(&s.account)).collect();
         let limits = &account.limits;

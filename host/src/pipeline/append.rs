@@ -61,6 +61,14 @@ pub(super) async fn finished(
     }
 }
 
+/// The commit timestamp of each transaction in `changes`.
+pub(super) fn commit_times_of(changes: &[crate::change::Change]) -> HashMap<Lsn, DateTime<Utc>> {
+    changes
+        .iter()
+        .map(|change| (change.commit_lsn, change.commit_timestamp))
+        .collect()
+}
+
 /// Each sink's messages' commit timestamps, for the ingestion latency.
 pub(super) fn commit_times(
     committed: &HashMap<Lsn, DateTime<Utc>>,

@@ -293,7 +293,7 @@ impl Pipeline {
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
         let mut any_message = false;
         let mut any_held = false;
-        let ingested_at = commit_times_of(&taken.changes);
+        let ingested_at = append::commit_times_of(&taken.changes);
         let sink_cursors: Vec<Lsn> = self
             .sinks
             .iter()
@@ -558,16 +558,6 @@ impl Pipeline {
             }
         });
     }
-}
-
-/// The commit timestamp of each transaction in `changes`.
-fn commit_times_of(
-    changes: &[crate::change::Change],
-) -> HashMap<Lsn, chrono::DateTime<chrono::Utc>> {
-    changes
-        .iter()
-        .map(|change| (change.commit_lsn, change.commit_timestamp))
-        .collect()
 }
 
 #[cfg(test)]

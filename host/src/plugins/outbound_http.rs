@@ -104,6 +104,12 @@ impl AllowedHost {
     fn allows(&self, host: &str, port: u16) -> bool {
         self.host == host && self.port.is_none_or(|p| p == port)
     }
+
+    /// Whether every connection `other` allows, this entry allows too
+    /// (the same host, and this entry's port, if it names one).
+    pub fn covers(&self, other: &AllowedHost) -> bool {
+        self.host == other.host && self.port.is_none_or(|p| other.port == Some(p))
+    }
 }
 
 impl fmt::Display for AllowedHost {

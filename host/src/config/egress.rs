@@ -1,0 +1,158 @@
+//! `accounts[].allow_hosts`: the only hosts an account's resources may
+//! connect to. A tenant otherwise chooses any address for its database,
+//! its HTTP endpoints, its sinks' brokers and its functions' HTTP grants,
+//! which lets it reach the operator's internal services or another
+//! tenant's broker from weft's network position.
+//!
+//! Hosts are compared as written (after the normalisation URLs apply:
+//! lower case, IDNA), not resolved: list the names the tenant uses, and
+//! keep DNS for those names under the operator's control.
+
+use super::Config;
+use super::account::AccountConfig;
+use super::destination::DestinationConfig;
+use super::path::DocPath;
+use crate::plugins::AllowedHost;
+
+/// Each connection of `account`'s resources in `config` that its
+/// `allow_hosts` does not allow, as (where it is configured, why it is
+/// refused); none when the account sets no `allow_hosts`. Entries of
+/// `allow_hosts` that do not parse are reported by the caller and allow
+/// nothing here.
+pub(crate) fn refused_connections(
+    config: &Config,
+    account: &AccountConfig,
+    root: &DocPath,
+) -> Vec<(DocPath, String)> {
+    let Some(entries) = &account.allow_hosts else {
+        return Vec::new();
+    };
+    let allowed: Vec<AllowedHost> = entries
+        .iter()
+        .filter_map(|entry| AllowedHost::parse(entry).ok())
+        .collect();
+    let owned = |owner: &Option<String>| owner.as_deref() == Some(account.name.as_str());
+    let mut refused = Vec::new();
+    let mut check = |at: DocPath, target: Result<AllowedHost, String>| {
+        match target {
+        Ok(target) if allowed.iter().any(|entry| entry.covers(&target)) => {}
+        Ok(target) => refused.push((
+            at,
+            format!(
+                "`{target}` is not in account {:?}'s allow_hosts; its resources may connect only to the hosts listed there: connect to one of them, or have the operator add this one",
+                account.name
+            ),
+        )),
+        Err(reason) => refused.push((
+            at,
+            format!(
+                "cannot be checked against account {:?}'s allow_hosts: {reason}",
+                account.name
+            ),
+        )),
+    }
+    };
+
+    for (i, database) in config.databases.iter().enumerate() {
+        if !owned(&database.account) {
+            continue;
+        }
+        let connection = database.connection();
+        let target = if connection.host.starts_with('/') {
+            Err(format!(
+                "it connects through the Unix socket in {}, which reaches this machine's own server; connect over TCP to a listed host",
+                connection.host
+            ))
+        } else {
+            address(&connection.host, connection.port)
+        };
+        check(root.key("databases").index(i), target);
+    }
+    for (i, endpoint) in config.http_endpoints.iter().enumerate() {
+        if !owned(&endpoint.account) {
+            continue;
+        }
+        let target = reqwest::Url::parse(&endpoint.url)
+            .map_err(|error| format!("the url does not parse: {error}"))
+            .and_then(|url| {
+                let host = url.host_str().ok_or("the url has no host")?;
+                let port = url
+                    .port_or_known_default()
+                    .ok_or("the url names no port and its scheme has no default")?;
+                address(host, port)
+            });
+        check(root.key("http_endpoints").index(i).key("url"), target);
+    }
+    for (i, sink) in config.sinks.iter().enumerate() {
+        if !owned(&sink.account) {
+            continue;
+        }
+        let at = root.key("sinks").index(i).key("destination");
+        for (field, target) in destination_targets(&sink.destination) {
+            check(at.key(field), target);
+        }
+    }
+    for (i, function) in config.functions.iter().enumerate() {
+        let Some(http) = function
+            .grants
+            .http
+            .as_ref()
+            .filter(|_| owned(&function.account))
+        else {
+            continue;
+        };
+        let at = root
+            .key("functions")
+            .index(i)
+            .key("grants")
+            .key("http")
+            .key("allow_hosts");
+        for (j, entry) in http.allow_hosts.iter().enumerate() {
+            // Entries that do not parse are reported with the grant's checks.
+            if let Ok(grant) = AllowedHost::parse(entry) {
+                check(at.index(j), Ok(grant));
+            }
+        }
+    }
+    refused
+}
+
+/// Where a sink's destination connects, by the field that names it; the
+/// HTTP endpoint of a webhook and the database of a postgres sink are
+/// resources checked on their own.
+fn destination_targets(
+    destination: &DestinationConfig,
+) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    match destination {
+        DestinationConfig::Kafka(kafka) => kafka
+            .host_list()
+            .into_iter()
+            .map(|entry| ("hosts", AllowedHost::parse(entry)))
+            .collect(),
+        DestinationConfig::Nats(nats) => vec![("host", address(&nats.host, nats.port()))],
+        DestinationConfig::RedisString(redis) => vec![(
+            "host",
+            address(&redis.connection.host, redis.connection.port),
+        )],
+        DestinationConfig::RedisStream(redis) => vec![(
+            "host",
+            address(&redis.connection.host, redis.connection.port),
+        )],
+        DestinationConfig::RabbitMq(rabbitmq) => {
+            vec![("host", address(&rabbitmq.host, rabbitmq.port()))]
+        }
+        DestinationConfig::SequinStream(_)
+        | DestinationConfig::Webhook(_)
+        | DestinationConfig::Postgres(_) => Vec::new(),
+    }
+}
+
+/// `host` and `port` as an allow-list entry would name them.
+fn address(host: &str, port: u16) -> Result<AllowedHost, String> {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    AllowedHost::parse(&format!("{host}:{port}"))
+}
