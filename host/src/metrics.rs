@@ -124,6 +124,9 @@ const SECONDS_BUCKETS: &[f64] = &[
     0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+/// Milliseconds an account's function calls waited for its CPU share
+/// (`plugin_cpu_percent`). Label: `account`.
+pub const ACCOUNT_CPU_WAIT: &str = "weft_account_cpu_wait_milliseconds_total";
 /// Restarts of a database's feed (source and pipeline) after it failed.
 /// Label: `database`.
 pub const FEED_RESTARTS: &str = "weft_database_feed_restarts_total";
@@ -347,6 +350,10 @@ fn describe_weft_metrics() {
         "calls into the function's guest (one per batch)"
     );
     metrics::describe_counter!(PLUGIN_MESSAGES, "changes passed to the function's guest");
+    metrics::describe_counter!(
+        ACCOUNT_CPU_WAIT,
+        "milliseconds the account's function calls waited for its CPU share"
+    );
     metrics::describe_counter!(
         FEED_RESTARTS,
         "restarts of the database's feed (source and pipeline) after it failed"

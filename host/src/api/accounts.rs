@@ -73,6 +73,7 @@ fn render(
             "plugin_memory_mb": limits.plugin_memory_mb,
             "plugin_timeout_ms": limits.plugin_timeout_ms,
             "max_plugin_instances": limits.max_plugin_instances,
+            "plugin_cpu_percent": limits.plugin_cpu_percent,
         },
         "allow_capabilities": account.allow_capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "allow_hosts": account.allow_hosts,

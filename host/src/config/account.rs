@@ -62,4 +62,9 @@ pub struct AccountLimits {
         deserialize_with = "bounds::opt_in_range::<_, u32, 0, 100_000>"
     )]
     pub max_plugin_instances: Option<u32>,
+    /// Most of one core its functions' guests may use over time, together,
+    /// in percent (50: half a core; 200: two cores). Calls beyond it wait
+    /// ([`crate::plugins::CpuShare`]).
+    #[serde(default, deserialize_with = "bounds::opt_in_range::<_, u32, 1, 6400>")]
+    pub plugin_cpu_percent: Option<u32>,
 }

@@ -1720,6 +1720,16 @@ fn a_function_names_a_file_or_a_registered_plugin_but_not_both() {
 }
 
 #[test]
+fn an_accounts_cpu_share_is_a_percent_of_one_core() {
+    let config = load("accounts:\n  - {name: a, limits: {plugin_cpu_percent: 50}}\n").unwrap();
+    assert_eq!(config.accounts[0].limits.plugin_cpu_percent, Some(50));
+    assert!(
+        error("accounts:\n  - {name: a, limits: {plugin_cpu_percent: 0}}\n")
+            .starts_with("accounts[0].limits.plugin_cpu_percent:")
+    );
+}
+
+#[test]
 fn an_accounts_allow_hosts_bounds_every_connection_of_its_resources() {
     let config = |allow: &str, database: &str, endpoint: &str, destination: &str, grant: &str| {
         format!(

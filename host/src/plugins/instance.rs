@@ -165,6 +165,9 @@ impl<B: WorldBindings> GuestInstance<B> {
         if let Some(inputs) = &self.deterministic {
             inputs.reset_for(batch);
         }
+        if let Some(share) = &self.limits.cpu_share {
+            share.wait_turn();
+        }
         let live = self
             .live
             .as_mut()
@@ -176,8 +179,12 @@ impl<B: WorldBindings> GuestInstance<B> {
         );
         let started = Instant::now();
         let outcome = call(&live.bindings, &mut live.store);
+        let took = started.elapsed();
+        if let Some(share) = &self.limits.cpu_share {
+            share.spent(took);
+        }
         let memory = live.store.data().limiter.memory_bytes;
-        self.usage.called(batch.len(), started.elapsed(), memory);
+        self.usage.called(batch.len(), took, memory);
         match outcome {
             Ok(value) => {
                 live.calls += 1;

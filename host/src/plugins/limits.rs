@@ -67,6 +67,9 @@ pub struct Limits {
     /// The sink the function serves; labels its `weft_plugin_*` metrics
     /// (`-` when unset, as in benchmarks).
     pub sink: Option<String>,
+    /// The CPU share of the function's account, which its calls wait
+    /// for; `None`: calls never wait.
+    pub cpu_share: Option<super::CpuShare>,
 }
 
 impl Default for Limits {
@@ -82,6 +85,7 @@ impl Default for Limits {
             recycle_memory_bytes: None,
             deterministic: false,
             sink: None,
+            cpu_share: None,
         }
     }
 }

@@ -35,6 +35,7 @@ macro_rules! wit_version {
 
 mod bindings;
 mod cache;
+pub mod cpu_share;
 mod deterministic;
 pub mod engine;
 pub mod enrichment;
@@ -56,6 +57,7 @@ mod http_tests;
 pub(crate) mod tests;
 
 pub(crate) use cache::write_atomically;
+pub use cpu_share::CpuShare;
 pub use engine::{EngineSettings, PluginEngine};
 pub use enrichment::{EnrichmentFunction, Grants};
 pub use error::{FunctionError, PluginError};

@@ -4,7 +4,7 @@
 use crate::config::{Config, FunctionConfig, SinkConfig};
 use crate::pipeline::{FunctionChain, Named};
 use crate::plugins::{
-    AllowedHost, Grants, Limits, OutboundHttp, PluginEngine, PluginError, SourceQuery,
+    AllowedHost, CpuShare, Grants, Limits, OutboundHttp, PluginEngine, PluginError, SourceQuery,
 };
 
 use super::{ServerError, connect_options};
@@ -55,7 +55,7 @@ pub fn load_chain(
                 &f.name,
                 &f.file,
                 &f.config,
-                &plugin_limits(f, &sink.name),
+                &plugin_limits(config, f, &sink.name),
                 grants,
             )
             .map_err(failed(f))?;
@@ -64,21 +64,36 @@ pub fn load_chain(
     if let Some(name) = sink.filter.as_ref().filter(wanted) {
         let f = function(name);
         let loaded = engine
-            .load_filter(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
+            .load_filter(
+                &f.name,
+                &f.file,
+                &f.config,
+                &plugin_limits(config, f, &sink.name),
+            )
             .map_err(failed(f))?;
         chain.filter = Some(Named::new(&f.name, loaded));
     }
     if let Some(name) = sink.transform.as_ref().filter(wanted) {
         let f = function(name);
         let loaded = engine
-            .load_transform(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
+            .load_transform(
+                &f.name,
+                &f.file,
+                &f.config,
+                &plugin_limits(config, f, &sink.name),
+            )
             .map_err(failed(f))?;
         chain.transform = Some(Named::new(&f.name, loaded));
     }
     if let Some(name) = sink.routing.as_ref().filter(wanted) {
         let f = function(name);
         let loaded = engine
-            .load_routing(&f.name, &f.file, &f.config, &plugin_limits(f, &sink.name))
+            .load_routing(
+                &f.name,
+                &f.file,
+                &f.config,
+                &plugin_limits(config, f, &sink.name),
+            )
             .map_err(failed(f))?;
         chain.routing = Some(Named::new(&f.name, loaded));
     }
@@ -125,9 +140,18 @@ fn outbound_http(
         .map_err(PluginError::Settings)
 }
 
-/// The sandbox settings of a function serving `sink`, from its config.
-fn plugin_limits(function: &FunctionConfig, sink: &str) -> Limits {
+/// The sandbox settings of a function serving `sink`, from its config and
+/// its account's CPU share.
+fn plugin_limits(config: &Config, function: &FunctionConfig, sink: &str) -> Limits {
     let limits = &function.limits;
+    let cpu_share = function
+        .account
+        .as_deref()
+        .and_then(|name| config.accounts.iter().find(|a| a.name == name))
+        .and_then(|account| {
+            let percent = account.limits.plugin_cpu_percent?;
+            Some(CpuShare::of_account(&account.name, percent))
+        });
     Limits {
         memory_bytes: limits.memory_mb as usize * 1024 * 1024,
         call_timeout: std::time::Duration::from_millis(limits.timeout_ms),
@@ -135,6 +159,7 @@ fn plugin_limits(function: &FunctionConfig, sink: &str) -> Limits {
         recycle_memory_bytes: limits.recycle_memory_mb.map(|mb| mb as usize * 1024 * 1024),
         deterministic: function.deterministic,
         sink: Some(sink.to_string()),
+        cpu_share,
         ..Limits::default()
     }
 }
