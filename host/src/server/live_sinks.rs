@@ -419,6 +419,9 @@ impl LiveSinks {
                 BuiltFeed::build(&config, &current, &engine, &data_dir)
             })
             .await;
+            if stop.is_cancelled() {
+                return; // shut down while the functions loaded
+            }
             match built {
                 Ok(Ok(Some(built))) => {
                     if let Some(launcher) = self.pull_api.backfills() {
