@@ -222,6 +222,10 @@ pub async fn run(
     loop {
         match run_chunks(&backfill, &connection, &slot, &backfills, &store, &cancel).await {
             Ok(()) => return,
+            // Paused or cancelled while a query ran (a resumed backfill's
+            // new runner may already be reporting): this runner's error is
+            // no longer the backfill's.
+            Err(_) if cancel.is_cancelled() => return,
             Err(error) => {
                 attempts += 1;
                 if attempts >= MAX_ATTEMPTS || !error.is_transient() {
