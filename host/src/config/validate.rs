@@ -234,17 +234,12 @@ fn check_accounts(config: &Config, root: &DocPath, problems: &mut Problems) {
     for (a, account) in config.accounts.iter().enumerate() {
         let at = root.key("accounts").index(a);
         if let Some(hosts) = &account.allow_hosts {
-            if hosts.is_empty() {
-                problems.add(
-                    at.key("allow_hosts"),
-                    "is empty: list the hosts the account's resources may connect to, e.g. `[db.acme.internal, \"kafka.acme.internal:9092\"]`, or remove `allow_hosts` to allow any host",
-                );
-            }
-            for (j, entry) in hosts.iter().enumerate() {
-                if let Err(reason) = crate::plugins::AllowedHost::parse(entry) {
-                    problems.add(at.key("allow_hosts").index(j), reason);
-                }
-            }
+            check_host_list(
+                hosts,
+                &at.key("allow_hosts"),
+                "is empty: list the hosts the account's resources may connect to, e.g. `[db.acme.internal, \"kafka.acme.internal:9092\"]`, or remove `allow_hosts` to allow any host",
+                problems,
+            );
         }
         for (path, reason) in super::egress::refused_connections(config, account, root) {
             problems.add(path, reason);
@@ -303,6 +298,19 @@ fn check_accounts(config: &Config, root: &DocPath, problems: &mut Problems) {
                     format!("account {:?} may not grant outbound HTTP; add outbound_http to the account's allow_capabilities", account.name),
                 );
             }
+        }
+    }
+}
+
+/// Reports an `allow_hosts` list at `path` that is empty (with `if_empty`)
+/// or holds an entry that is not `host` or `host:port`.
+fn check_host_list(hosts: &[String], path: &DocPath, if_empty: &str, problems: &mut Problems) {
+    if hosts.is_empty() {
+        problems.add(path.clone(), if_empty);
+    }
+    for (j, entry) in hosts.iter().enumerate() {
+        if let Err(reason) = crate::plugins::AllowedHost::parse(entry) {
+            problems.add(path.index(j), reason);
         }
     }
 }
@@ -596,19 +604,13 @@ fn resolve_functions(
             function.file = file;
         }
         if let Some(http) = &function.grants.http {
-            let path = list.index(i).key("grants").key("http").key("allow_hosts");
-            if http.allow_hosts.is_empty() {
-                problems.add(
-                    path.clone(),
-                    "is empty: list the hosts the function may call, e.g. `[api.example.com]`, \
-                     or remove `http` to grant no HTTP at all",
-                );
-            }
-            for (j, entry) in http.allow_hosts.iter().enumerate() {
-                if let Err(reason) = crate::plugins::AllowedHost::parse(entry) {
-                    problems.add(path.index(j), reason);
-                }
-            }
+            check_host_list(
+                &http.allow_hosts,
+                &list.index(i).key("grants").key("http").key("allow_hosts"),
+                "is empty: list the hosts the function may call, e.g. `[api.example.com]`, \
+                 or remove `http` to grant no HTTP at all",
+                problems,
+            );
         }
         if function.grants.any() && function.kind != FunctionKind::Enrichment {
             problems.add(
