@@ -34,15 +34,15 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, info_span};
+use tracing::{Instrument, info, info_span};
 
 use super::database_feed::{BuiltFeed, check_reachable};
-use super::feed_supervision::{self, Restarts};
+use super::supervision::{self, Restarts, Supervised};
 use super::{ServerError, source_config};
 use crate::api::PullApiState;
 use crate::backfill::{BackfillTarget, Backfills};
 use crate::config::{Config, DatabaseConfig, DestinationConfig, HttpEndpointConfig, SinkConfig};
-use crate::health::{EntityKind, Status};
+use crate::health::EntityKind;
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
 use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle};
@@ -98,9 +98,6 @@ struct Worker {
     /// Which run of the sink's worker this is (a failed one restarts as a new run).
     run: u64,
 }
-
-/// The health check, on a push sink, that reports its worker's failures.
-const WORKER_CHECK: &str = "worker";
 
 impl Worker {
     /// Stops it once its deliveries in flight finish.
@@ -235,7 +232,7 @@ impl LiveSinks {
     /// The sinks of a run; delivery workers and database feeds stop at
     /// `shutdown`, and database pipelines emit the backfill chunks of
     /// `backfills`. A failed feed or worker restarts alone
-    /// ([`super::feed_supervision`]).
+    /// ([`super::supervision`]).
     pub fn new(
         store: Store,
         pull_api: PullApiState,
@@ -272,7 +269,7 @@ impl LiveSinks {
 
     /// Runs `built`: its database's source and the pipeline of its sinks,
     /// until shutdown or [`LiveSinks::stop_database`]. When either fails,
-    /// this feed alone restarts after a backoff ([`super::feed_supervision`]).
+    /// this feed alone restarts after a backoff ([`super::supervision`]).
     pub fn spawn_database(&self, built: BuiltFeed) {
         self.run_database(built, Restarts::default());
     }
@@ -336,26 +333,10 @@ impl LiveSinks {
         let supervisor = tokio::spawn({
             let (live, database, stop) = (self.clone(), database.clone(), stop.clone());
             async move {
-                let ended = feed_supervision::first_failure(source_task, pipeline_task, &halt);
-                tokio::pin!(ended);
-                let mut restarts = restarts;
-                if restarts.failures > 0 {
-                    tokio::select! {
-                        failure = &mut ended => {
-                            live.after_feed_ended(database, run, failure, restarts, stop).await;
-                            return;
-                        }
-                        _ = tokio::time::sleep(feed_supervision::HEALTHY_AFTER) => {
-                            crate::health::global().clear(
-                                EntityKind::Database,
-                                &database.name,
-                                feed_supervision::FEED_CHECK,
-                            );
-                            restarts = Restarts::default();
-                        }
-                    }
-                }
-                let failure = ended.await;
+                let ended = supervision::first_failure(source_task, pipeline_task, &halt);
+                let (failure, restarts) = Supervised::feed(&database.name)
+                    .outlast(ended, restarts)
+                    .await;
                 live.after_feed_ended(database, run, failure, restarts, stop)
                     .await;
             }
@@ -386,24 +367,13 @@ impl LiveSinks {
         stop: CancellationToken,
     ) {
         let Some(mut failure) = failure else { return };
+        let supervised = Supervised::feed(&database.name);
         let mut restarts = restarts;
         while !stop.is_cancelled() {
             restarts = restarts.after_failure();
             metrics::counter!(crate::metrics::FEED_RESTARTS, "database" => database.name.clone())
                 .increment(1);
-            error!(database = %database.name, %failure, restart_in = ?restarts.backoff,
-                "database feed failed; it restarts alone, every other feed keeps running");
-            crate::health::global().fail(
-                EntityKind::Database,
-                &database.name,
-                feed_supervision::FEED_CHECK,
-                Status::Error,
-                format!(
-                    "the feed stopped ({} failure(s) in a row): {failure}; it restarts in {}s",
-                    restarts.failures,
-                    restarts.backoff.as_secs()
-                ),
-            );
+            supervised.failed(&failure, restarts);
             let Some(_turn) = self.restart_turn(&stop, restarts).await else {
                 return;
             };
@@ -429,14 +399,7 @@ impl LiveSinks {
                             launcher.set_target(target);
                         }
                     }
-                    crate::health::global().fail(
-                        EntityKind::Database,
-                        &database.name,
-                        feed_supervision::FEED_CHECK,
-                        Status::Warning,
-                        format!("the feed restarted after a failure: {failure}"),
-                    );
-                    info!(database = %database.name, failures = restarts.failures, "database feed restarted");
+                    supervised.restarted(&failure, restarts);
                     self.run_database(built, restarts);
                     return;
                 }
@@ -553,24 +516,10 @@ impl LiveSinks {
         let done = tokio::spawn({
             let (live, sink, until) = (self.clone(), name.to_string(), stop.clone());
             async move {
-                let ran = worker.run(until.clone());
-                tokio::pin!(ran);
-                let mut restarts = restarts;
-                if restarts.failures > 0 {
-                    tokio::select! {
-                        ended = &mut ran => {
-                            if let Err(error) = ended {
-                                live.after_worker_failed(sink, run, error.to_string(), restarts, until).await;
-                            }
-                            return;
-                        }
-                        _ = tokio::time::sleep(feed_supervision::HEALTHY_AFTER) => {
-                            crate::health::global().clear(EntityKind::Sink, &sink, WORKER_CHECK);
-                            restarts = Restarts::default();
-                        }
-                    }
-                }
-                if let Err(error) = ran.await {
+                let (ended, restarts) = Supervised::worker(&sink)
+                    .outlast(worker.run(until.clone()), restarts)
+                    .await;
+                if let Err(error) = ended {
                     live.after_worker_failed(sink, run, error.to_string(), restarts, until)
                         .await;
                 }
@@ -592,21 +541,10 @@ impl LiveSinks {
         mut restarts: Restarts,
         stop: CancellationToken,
     ) {
+        let supervised = Supervised::worker(&sink);
         while !stop.is_cancelled() {
             restarts = restarts.after_failure();
-            error!(%sink, %failure, restart_in = ?restarts.backoff,
-                "delivery worker failed; it restarts alone, every other sink keeps delivering");
-            crate::health::global().fail(
-                EntityKind::Sink,
-                &sink,
-                WORKER_CHECK,
-                Status::Error,
-                format!(
-                    "the delivery worker stopped ({} failure(s) in a row): {failure}; it restarts in {}s",
-                    restarts.failures,
-                    restarts.backoff.as_secs()
-                ),
-            );
+            supervised.failed(&failure, restarts);
             let Some(_turn) = self.restart_turn(&stop, restarts).await else {
                 return;
             };
@@ -625,14 +563,7 @@ impl LiveSinks {
                 }) => {
                     self.pull_api.add_push_sink(&sink, waker);
                     self.pull_api.add_pause_switch(&sink, pause);
-                    crate::health::global().fail(
-                        EntityKind::Sink,
-                        &sink,
-                        WORKER_CHECK,
-                        Status::Warning,
-                        format!("the delivery worker restarted after a failure: {failure}"),
-                    );
-                    info!(%sink, failures = restarts.failures, "delivery worker restarted");
+                    supervised.restarted(&failure, restarts);
                     self.run_worker(&sink, worker, restarts);
                     return;
                 }

@@ -11,8 +11,8 @@ use tracing::{Instrument, error, info, info_span};
 
 mod chains;
 mod database_feed;
-mod feed_supervision;
 pub mod live_sinks;
+mod supervision;
 
 pub use chains::load_chain;
 

@@ -1,6 +1,6 @@
-//! What happens when one database's feed fails while weft runs: its source
-//! and pipeline stop, it restarts after a backoff, and every other
-//! database's feed, every delivery and the API keep running.
+//! What happens when one database's feed or one push sink's delivery
+//! worker fails while weft runs: it stops, restarts after a backoff, and
+//! every other feed, every other delivery and the API keep running.
 //!
 //! One tenant's database must not stop another's: a setup problem found
 //! on a reconnect (the REPLICATION privilege revoked, the publication
@@ -9,17 +9,22 @@
 //! database) says what failed and when it restarts, the
 //! [`crate::metrics::FEED_RESTARTS`] counter counts the restarts, and the
 //! restarted feed resumes from its sinks' cursors and the slot, as after a
-//! process restart, so nothing is lost.
+//! process restart, so nothing is lost. A delivery worker reports the same
+//! way in its sink's `worker` check.
 
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
 
 use super::ServerError;
+use crate::health::{EntityKind, Status};
 
 /// The health check, on the feed's database, that reports its failures.
 pub const FEED_CHECK: &str = "feed";
+/// The health check, on a push sink, that reports its worker's failures.
+pub const WORKER_CHECK: &str = "worker";
 
 /// The wait before the first restart of a failed feed.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -60,6 +65,92 @@ impl Restarts {
                 (self.backoff * 2).min(MAX_BACKOFF)
             },
         }
+    }
+}
+
+/// What restarts alone: a database's feed or a push sink's delivery
+/// worker, as its health check and logs name it.
+#[derive(Debug, Clone)]
+pub struct Supervised {
+    kind: EntityKind,
+    name: String,
+    check: &'static str,
+    /// How messages name it: "the feed", "the delivery worker".
+    what: &'static str,
+}
+
+impl Supervised {
+    /// The feed of the database `database`.
+    pub fn feed(database: &str) -> Supervised {
+        Supervised {
+            kind: EntityKind::Database,
+            name: database.to_string(),
+            check: FEED_CHECK,
+            what: "the feed",
+        }
+    }
+
+    /// The delivery worker of the push sink `sink`.
+    pub fn worker(sink: &str) -> Supervised {
+        Supervised {
+            kind: EntityKind::Sink,
+            name: sink.to_string(),
+            check: WORKER_CHECK,
+            what: "the delivery worker",
+        }
+    }
+
+    /// Reports that it stopped with `failure`, `restarts` into a row
+    /// (already counting this one): an error naming when it restarts.
+    pub fn failed(&self, failure: &str, restarts: Restarts) {
+        error!(kind = ?self.kind, name = %self.name, %failure, restart_in = ?restarts.backoff,
+            "{} failed; it restarts alone, everything else keeps running", self.what);
+        crate::health::global().fail(
+            self.kind,
+            &self.name,
+            self.check,
+            Status::Error,
+            format!(
+                "{} stopped ({} failure(s) in a row): {failure}; it restarts in {}s",
+                self.what,
+                restarts.failures,
+                restarts.backoff.as_secs()
+            ),
+        );
+    }
+
+    /// Reports that it restarted after `failure`: a warning until it has
+    /// run [`HEALTHY_AFTER`].
+    pub fn restarted(&self, failure: &str, restarts: Restarts) {
+        crate::health::global().fail(
+            self.kind,
+            &self.name,
+            self.check,
+            Status::Warning,
+            format!("{} restarted after a failure: {failure}", self.what),
+        );
+        info!(kind = ?self.kind, name = %self.name, failures = restarts.failures, "{} restarted", self.what);
+    }
+
+    /// Awaits `run`, `restarts` into a row of failures. A run that lasts
+    /// [`HEALTHY_AFTER`] after failures clears the check and starts the
+    /// count again. Answers what `run` ended with and the restarts to
+    /// carry on from.
+    pub async fn outlast<T>(
+        &self,
+        run: impl Future<Output = T>,
+        restarts: Restarts,
+    ) -> (T, Restarts) {
+        tokio::pin!(run);
+        if restarts.failures > 0 {
+            tokio::select! {
+                ended = &mut run => return (ended, restarts),
+                _ = tokio::time::sleep(HEALTHY_AFTER) => {
+                    crate::health::global().clear(self.kind, &self.name, self.check);
+                }
+            }
+        }
+        (run.await, Restarts::default())
     }
 }
 
