@@ -734,14 +734,8 @@ fn partial_backfill_requests_are_checked_before_anything_is_read() {
 
 /// The `/api/health` entity of the latest backfill of `public.orders`.
 fn orders_backfill_health(weft: &WeftProcess) -> Value {
-    let health = weft.health();
-    health["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "backfill" && e["name"] == "items/public.orders")
-        .cloned()
-        .unwrap_or_else(|| panic!("no backfill entity in {health}"))
+    weft.health_entity("backfill", "items/public.orders")
+        .unwrap_or_else(|| panic!("no backfill entity in {}", weft.health()))
 }
 
 #[test]

@@ -133,15 +133,7 @@ fn each_database_streams_through_its_own_slot_to_its_own_sinks() {
 
 /// The `feed` check of database `name` at `/api/health`, if it has one.
 fn feed_check(weft: &WeftProcess, name: &str) -> Option<Value> {
-    let health = weft.health();
-    health["entities"]
-        .as_array()?
-        .iter()
-        .find(|e| e["kind"] == "database" && e["name"] == name)?["checks"]
-        .as_array()?
-        .iter()
-        .find(|c| c["id"] == "feed")
-        .cloned()
+    weft.health_check("database", name, "feed")
 }
 
 #[test]

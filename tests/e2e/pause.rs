@@ -110,14 +110,7 @@ fn a_paused_sink_delivers_nothing_stays_paused_across_a_kill_and_resumes_in_orde
 
 /// The `worker` check of the sink `sink` at `/api/health`, if it has one.
 fn worker_check(weft: &WeftProcess, sink: &str) -> Option<Value> {
-    weft.health()["entities"]
-        .as_array()?
-        .iter()
-        .find(|e| e["kind"] == "sink" && e["name"] == sink)?["checks"]
-        .as_array()?
-        .iter()
-        .find(|c| c["id"] == "worker")
-        .cloned()
+    weft.health_check("sink", sink, "worker")
 }
 
 #[test]

@@ -176,14 +176,9 @@ fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
         quarantine["quarantine"]["function"], "hostile",
         "{quarantine}"
     );
-    let health = weft.get_json("/api/health");
-    let sink = health["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "sink" && e["name"] == "poisoned")
-        .unwrap_or_else(|| panic!("{health}"))
-        .clone();
+    let sink = weft
+        .health_entity("sink", "poisoned")
+        .unwrap_or_else(|| panic!("{}", weft.health()));
     assert_eq!(sink["status"], "error");
     assert!(
         sink["checks"][0]["message"]

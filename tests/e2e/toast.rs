@@ -35,12 +35,7 @@ fn take(weft: &WeftProcess, count: usize) -> Vec<Value> {
 
 /// The checks of database `shop` at `/api/health`.
 fn database_checks(weft: &WeftProcess) -> Vec<Value> {
-    let health = weft.health();
-    health["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "database" && e["name"] == "shop")
+    weft.health_entity("database", "shop")
         .map(|e| e["checks"].as_array().unwrap().clone())
         .unwrap_or_default()
 }

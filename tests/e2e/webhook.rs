@@ -496,12 +496,7 @@ fn webhook_delivery_rate() {
 
 /// The checks of sink `name` at `/api/health`.
 fn sink_checks(weft: &WeftProcess, name: &str) -> Vec<Value> {
-    let health = weft.health();
-    health["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "sink" && e["name"] == name)
+    weft.health_entity("sink", name)
         .map(|e| e["checks"].as_array().unwrap().clone())
         .unwrap_or_default()
 }

@@ -329,6 +329,24 @@ impl WeftProcess {
             .expect("/api/health returns JSON")
     }
 
+    /// The `/api/health` entity of `kind` named `name`, if weft reports one.
+    pub fn health_entity(&self, kind: &str, name: &str) -> Option<Value> {
+        self.health()["entities"]
+            .as_array()?
+            .iter()
+            .find(|e| e["kind"] == kind && e["name"] == name)
+            .cloned()
+    }
+
+    /// The failing check `id` of that entity, if it has one.
+    pub fn health_check(&self, kind: &str, name: &str, id: &str) -> Option<Value> {
+        self.health_entity(kind, name)?["checks"]
+            .as_array()?
+            .iter()
+            .find(|c| c["id"] == id)
+            .cloned()
+    }
+
     /// `GET path` on weft's API, as JSON (panics unless it is JSON).
     pub fn get_json(&self, path: &str) -> Value {
         http()
