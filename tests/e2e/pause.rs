@@ -49,14 +49,21 @@ fn hook_ids(receiver: &Receiver) -> Vec<i64> {
     })
 }
 
-#[test]
-fn a_paused_sink_delivers_nothing_stays_paused_across_a_kill_and_resumes_in_order() {
+/// A cluster with the `items` table, a receiver and weft streaming to
+/// both sinks (the pull sink and the `hook` webhook).
+fn start() -> (PgCluster, Receiver, tempfile::TempDir, WeftProcess) {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
     let receiver = Receiver::start(Mode::Accept);
     let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
+    let weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
     pg.wait_for_active_slot("weft_pause");
+    (pg, receiver, dir, weft)
+}
+
+#[test]
+fn a_paused_sink_delivers_nothing_stays_paused_across_a_kill_and_resumes_in_order() {
+    let (pg, receiver, _dir, mut weft) = start();
 
     assert_eq!(set(&weft, "pull", "pause")["status"], "paused");
     assert_eq!(set(&weft, "hook", "pause")["status"], "paused");
@@ -115,12 +122,7 @@ fn worker_check(weft: &WeftProcess, sink: &str) -> Option<Value> {
 
 #[test]
 fn a_failed_delivery_worker_restarts_alone_while_the_other_sinks_flow() {
-    let pg = PgCluster::start();
-    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
-    let receiver = Receiver::start(Mode::Accept);
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
-    pg.wait_for_active_slot("weft_pause");
+    let (pg, receiver, _dir, mut weft) = start();
     set(&weft, "hook", "pause");
     for id in 1..=3 {
         pg.psql(&format!("INSERT INTO items VALUES ({id}, 'v')"));
