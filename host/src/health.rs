@@ -1,4 +1,5 @@
-//! Health of weft's entities (databases, slots, sinks, plugins, backfills), shown by
+//! Health of weft's entities (databases, slots, sinks, plugins, backfills,
+//! webhook sources), shown by
 //! `GET /api/health`.
 //!
 //! Components report named *checks* on an entity: a warning or an error
@@ -27,6 +28,8 @@ pub enum EntityKind {
     Plugin,
     /// The latest backfill of a table into a sink (`<sink>/<schema.table>`).
     Backfill,
+    /// A webhook source.
+    WebhookSource,
 }
 
 /// How healthy an entity or a check is; ordered from best to worst.
@@ -170,7 +173,7 @@ impl Registry {
                 EntityKind::Plugin => !owned(name),
                 EntityKind::Sink => plugins_only || name != sink,
                 EntityKind::Backfill => plugins_only || !owned(name),
-                EntityKind::Database | EntityKind::Slot => true,
+                EntityKind::Database | EntityKind::Slot | EntityKind::WebhookSource => true,
             });
     }
 

@@ -130,6 +130,9 @@ pub const ACCOUNT_CPU_WAIT: &str = "weft_account_cpu_wait_milliseconds_total";
 /// Restarts of a database's feed (source and pipeline) after it failed.
 /// Label: `database`.
 pub const FEED_RESTARTS: &str = "weft_database_feed_restarts_total";
+/// Restarts of a webhook source's feed (its log's reader and pipeline)
+/// after it failed. Label: `source`.
+pub const WEBHOOK_FEED_RESTARTS: &str = "weft_webhook_source_feed_restarts_total";
 /// Requests to webhook sources. Labels: `source`, `outcome` (`accepted`,
 /// `duplicate`, `unauthorized`, `too_large`, `malformed`, `error`).
 pub const WEBHOOK_REQUESTS: &str = "weft_webhook_source_requests_total";
@@ -357,6 +360,10 @@ fn describe_weft_metrics() {
     metrics::describe_counter!(
         FEED_RESTARTS,
         "restarts of the database's feed (source and pipeline) after it failed"
+    );
+    metrics::describe_counter!(
+        WEBHOOK_FEED_RESTARTS,
+        "restarts of the webhook source's feed (log reader and pipeline) after it failed"
     );
     metrics::describe_histogram!(
         PLUGIN_CALL_DURATION,

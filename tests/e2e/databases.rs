@@ -182,12 +182,7 @@ fn a_failed_database_feed_restarts_alone_while_the_others_keep_flowing() {
     pg.psql(
         "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'shop_slot'",
     );
-    let failed = weft.wait_until("shop's feed check", Duration::from_secs(30), || {
-        feed_check(&weft, "shop")
-            .filter(|c| c["status"] == "error")
-            .ok_or("no error yet")
-    });
-    let message = failed["message"].as_str().unwrap();
+    let message = weft.wait_for_failed_check("database", "shop", "feed");
     assert!(
         message.contains("REPLICATION") && message.contains("restarts in"),
         "{message}"

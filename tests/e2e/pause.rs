@@ -142,12 +142,7 @@ fn a_failed_delivery_worker_restarts_alone_while_the_other_sinks_flow() {
          WHEN old.sink = 'hook' BEGIN SELECT RAISE(ABORT, 'the disk refused the write'); END",
     );
     weft.restart();
-    let failed = weft.wait_until("the hook's worker check", Duration::from_secs(30), || {
-        worker_check(&weft, "hook")
-            .filter(|c| c["status"] == "error")
-            .ok_or("no error yet")
-    });
-    let message = failed["message"].as_str().unwrap();
+    let message = weft.wait_for_failed_check("sink", "hook", "worker");
     assert!(
         message.contains("the disk refused the write") && message.contains("restarts in"),
         "{message}"

@@ -1,7 +1,8 @@
 //! Webhook sources through the real binary: messages POSTed to weft run
 //! through a WASM transform into a pull sink and a webhook sink; duplicates
 //! by `Idempotency-Key` are delivered once; bad credentials and bodies get
-//! precise 4xx and store nothing; an accepted message survives a SIGKILL.
+//! precise 4xx and store nothing; an accepted message survives a SIGKILL;
+//! a source's feed that fails restarts alone and loses nothing.
 
 use std::time::Duration;
 
@@ -363,4 +364,71 @@ fn a_message_accepted_just_before_a_sigkill_is_delivered_after_the_restart() {
             .all(|m| m["record"]["item"].as_str().unwrap().starts_with('I'))
     );
     assert!(weft.receive("orders", 10, 1500).is_empty(), "nothing twice");
+}
+
+#[test]
+fn a_failed_webhook_source_feed_restarts_alone_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let weft = start(dir.path(), &config("", ""));
+    // The store refuses to prune `orders_in`'s log (as a failing disk
+    // would, for this one source): its feed fails once its first request
+    // is stored for the sink, which used to end the whole process.
+    weft.store_execute(
+        "CREATE TRIGGER refuse_prune BEFORE DELETE ON webhook_requests
+         WHEN old.source = 'orders_in' BEGIN SELECT RAISE(ABORT, 'the disk refused the write'); END",
+    );
+    let accept = |n: i64| {
+        let (status, answer) =
+            post_bearer(&weft, &format!(r#"{{"n": {n}, "item": "i{n}"}}"#), None);
+        assert_eq!(status, 202, "{answer:?}");
+    };
+    (1..=3).for_each(accept);
+    let message = weft.wait_for_failed_check("webhook_source", "orders_in", "feed");
+    assert!(
+        message.contains("the disk refused the write") && message.contains("restarts in"),
+        "{message}"
+    );
+
+    // The API keeps accepting, and the other source keeps flowing.
+    (4..=6).for_each(accept);
+    let body = r#"{"n": 7, "item": "signed"}"#;
+    let signed = post(
+        &weft,
+        "signed_in",
+        &[("x-weft-signature", &signature(HMAC_SECRET, body))],
+        body,
+    );
+    assert_eq!(signed.0, 202, "{signed:?}");
+    let other = weft.drain("signed", 1, Duration::from_secs(30));
+    assert_eq!(other.len(), 1, "the other source's message");
+    assert_eq!(other[0]["record"]["n"], 7);
+
+    // Once the store takes the write, a restart prunes the log and every
+    // message reaches the sink once, in acceptance order, however often
+    // the feed restarted meanwhile.
+    weft.store_execute("DROP TRIGGER refuse_prune");
+    let got = weft.drain("orders", 6, Duration::from_secs(90));
+    let ns: Vec<i64> = got
+        .iter()
+        .map(|m| m["record"]["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ns, (1..=6).collect::<Vec<_>>(), "each once, in order");
+    assert!(weft.receive("orders", 10, 1500).is_empty(), "nothing twice");
+    weft.wait_until(
+        "the log pruned",
+        Duration::from_secs(90),
+        || match stored_requests(&weft, "orders_in") {
+            0 => Ok(()),
+            left => Err(left),
+        },
+    );
+    let restarted = weft
+        .health_check("webhook_source", "orders_in", "feed")
+        .expect("the check says the feed restarted");
+    assert_eq!(restarted["status"], "warning", "{restarted}");
+    let restarts = weft.metric(
+        "weft_webhook_source_feed_restarts_total",
+        &[("source", "orders_in")],
+    );
+    assert!(restarts.is_some_and(|n| n >= 1.0), "{restarts:?}");
 }

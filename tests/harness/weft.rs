@@ -347,6 +347,21 @@ impl WeftProcess {
             .cloned()
     }
 
+    /// Waits up to 30 s until that check is an error, and answers its
+    /// message.
+    pub fn wait_for_failed_check(&self, kind: &str, name: &str, id: &str) -> String {
+        let failed = self.wait_until(
+            &format!("an error in the {id} check of {kind} {name}"),
+            std::time::Duration::from_secs(30),
+            || {
+                self.health_check(kind, name, id)
+                    .filter(|c| c["status"] == "error")
+                    .ok_or("no error yet")
+            },
+        );
+        failed["message"].as_str().unwrap_or_default().to_string()
+    }
+
     /// `GET path` on weft's API, as JSON (panics unless it is JSON).
     pub fn get_json(&self, path: &str) -> Value {
         http()

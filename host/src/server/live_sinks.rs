@@ -37,11 +37,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
 
 use super::database_feed::{BuiltFeed, check_reachable};
-use super::supervision::{self, Restarts, Supervised};
+use super::supervision::{Restarts, Supervised};
 use super::{ServerError, source_config};
 use crate::api::PullApiState;
 use crate::backfill::{BackfillTarget, Backfills};
-use crate::config::{Config, DatabaseConfig, DestinationConfig, HttpEndpointConfig, SinkConfig};
+use crate::config::{Config, DestinationConfig, HttpEndpointConfig, SinkConfig};
 use crate::health::EntityKind;
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
@@ -109,22 +109,21 @@ impl Worker {
 
 /// A running feed: the handle its sinks change through and, for a
 /// database's, what stops it.
-struct FeedUnit {
-    sinks: SinkSetHandle,
+pub(super) struct FeedUnit {
+    pub(super) sinks: SinkSetHandle,
     /// A database feed's replication slot.
-    slot: Option<String>,
-    /// Stops the source and the pipeline; `None` for a webhook source's
-    /// feed, which runs until shutdown.
-    stop: Option<CancellationToken>,
-    /// What to await once stopped: a database feed's supervisor, which
-    /// ends after its source and pipeline.
-    tasks: Vec<JoinHandle<()>>,
+    pub(super) slot: Option<String>,
+    /// Stops the source and the pipeline.
+    pub(super) stop: Option<CancellationToken>,
+    /// What to await once stopped: the feed's supervisor, which ends
+    /// after its source and pipeline.
+    pub(super) tasks: Vec<JoinHandle<()>>,
     /// Which run of the feed this is (a failed feed restarts as a new run).
-    run: u64,
+    pub(super) run: u64,
 }
 
 /// The next run's number, of a feed or a delivery worker.
-static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
+pub(super) static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
 
 /// What a config changes in place: its sink changes, and the databases
 /// whose feed stops (deleted or changed) or starts (a first sink, or
@@ -212,13 +211,13 @@ pub struct SinkChanges {
 /// The running sinks. Cheap to clone; clones share the state.
 #[derive(Clone)]
 pub struct LiveSinks {
-    store: Store,
-    pull_api: PullApiState,
-    functions: FunctionRuntime,
-    data_dir: PathBuf,
-    shutdown: CancellationToken,
-    backfills: Backfills,
-    feeds: Arc<Mutex<HashMap<Feed, FeedUnit>>>,
+    pub(super) store: Store,
+    pub(super) pull_api: PullApiState,
+    pub(super) functions: FunctionRuntime,
+    pub(super) data_dir: PathBuf,
+    pub(super) shutdown: CancellationToken,
+    pub(super) backfills: Backfills,
+    pub(super) feeds: Arc<Mutex<HashMap<Feed, FeedUnit>>>,
     workers: Arc<Mutex<HashMap<String, Worker>>>,
 }
 
@@ -250,171 +249,6 @@ impl LiveSinks {
             feeds: Arc::default(),
             workers: Arc::default(),
         }
-    }
-
-    /// Lets sinks join and leave the pipeline of `feed` (a webhook
-    /// source's, running until shutdown) through `handle`.
-    pub fn add_feed(&self, feed: Feed, handle: SinkSetHandle) {
-        lock(&self.feeds).insert(
-            feed,
-            FeedUnit {
-                sinks: handle,
-                slot: None,
-                stop: None,
-                tasks: Vec::new(),
-                run: NEXT_RUN.fetch_add(1, Ordering::Relaxed),
-            },
-        );
-    }
-
-    /// Runs `built`: its database's source and the pipeline of its sinks,
-    /// until shutdown or [`LiveSinks::stop_database`]. When either fails,
-    /// this feed alone restarts after a backoff ([`super::supervision`]).
-    pub fn spawn_database(&self, built: BuiltFeed) {
-        self.run_database(built, Restarts::default());
-    }
-
-    /// Runs `built` as [`Self::spawn_database`] does, `restarts` into a
-    /// row of failures.
-    fn run_database(&self, built: BuiltFeed, restarts: Restarts) {
-        let BuiltFeed {
-            database,
-            sinks,
-            source,
-        } = built;
-        let pipelines = sinks
-            .into_iter()
-            .map(|(sink, chain)| {
-                self.register_chain(&sink, &chain);
-                SinkPipeline::new(sink, chain)
-            })
-            .collect();
-        let (pipeline, events_tx, events_rx, durable_rx) =
-            super::wire_pipeline(pipelines, &self.store, &self.pull_api);
-        let (handle, changes) = SinkSetHandle::channel();
-        let pipeline = pipeline
-            .with_backfills(self.backfills.clone())
-            .with_sink_changes(changes);
-        // `stop` ends the feed for good; `halt` ends this run of it, so
-        // that a failed run can stop its other half and restart.
-        let stop = self.shutdown.child_token();
-        let halt = stop.child_token();
-        let (name, until) = (database.name.clone(), halt.clone());
-        let source_task = tokio::spawn(
-            async move {
-                crate::source::run(source, events_tx, durable_rx, until)
-                    .await
-                    .map_err(|source| ServerError::Source {
-                        database: name,
-                        source,
-                    })
-            }
-            .instrument(
-                info_span!("source", database = %database.name, slot = %database.slot.name),
-            ),
-        );
-        let (name, until) = (database.name.clone(), halt.clone());
-        let pipeline_task = tokio::spawn(
-            async move {
-                pipeline
-                    .run(events_rx, until)
-                    .await
-                    .map_err(|source| ServerError::Pipeline {
-                        database: name,
-                        source,
-                    })
-            }
-            .instrument(
-                info_span!("pipeline", database = %database.name, slot = %database.slot.name),
-            ),
-        );
-        let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
-        let span = info_span!("feed", database = %database.name);
-        let supervisor = tokio::spawn({
-            let (live, database, stop) = (self.clone(), database.clone(), stop.clone());
-            async move {
-                let ended = supervision::first_failure(source_task, pipeline_task, &halt);
-                let (failure, restarts) = Supervised::feed(&database.name)
-                    .outlast(ended, restarts)
-                    .await;
-                live.after_feed_ended(database, run, failure, restarts, stop)
-                    .await;
-            }
-            .instrument(span)
-        });
-        lock(&self.feeds).insert(
-            Feed::Database(database.name.clone()),
-            FeedUnit {
-                sinks: handle,
-                slot: Some(database.slot.name.clone()),
-                stop: Some(stop),
-                tasks: vec![supervisor],
-                run,
-            },
-        );
-    }
-
-    /// After the feed `run` of `database` ended with `failure` (`None`: it
-    /// was stopped): reports the failure and, after the backoff of
-    /// `restarts`, starts the feed again as the running config defines it,
-    /// unless `stop` ends it meanwhile or another run replaced it.
-    async fn after_feed_ended(
-        &self,
-        database: DatabaseConfig,
-        run: u64,
-        failure: Option<String>,
-        restarts: Restarts,
-        stop: CancellationToken,
-    ) {
-        let Some(mut failure) = failure else { return };
-        let supervised = Supervised::feed(&database.name);
-        let mut restarts = restarts;
-        while !stop.is_cancelled() {
-            restarts = restarts.after_failure();
-            metrics::counter!(crate::metrics::FEED_RESTARTS, "database" => database.name.clone())
-                .increment(1);
-            supervised.failed(&failure, restarts);
-            let Some(_turn) = self.restart_turn(&stop, restarts).await else {
-                return;
-            };
-            if !self.is_current_run(&database.name, run) {
-                return;
-            }
-            let config = self.functions.running();
-            let Some(current) = config.database(&database.name).cloned() else {
-                return;
-            };
-            let (engine, data_dir) = (self.functions.engine().clone(), self.data_dir.clone());
-            let built = tokio::task::spawn_blocking(move || {
-                BuiltFeed::build(&config, &current, &engine, &data_dir)
-            })
-            .await;
-            if stop.is_cancelled() {
-                return; // shut down while the functions loaded
-            }
-            match built {
-                Ok(Ok(Some(built))) => {
-                    if let Some(launcher) = self.pull_api.backfills() {
-                        for target in built.backfill_targets() {
-                            launcher.set_target(target);
-                        }
-                    }
-                    supervised.restarted(&failure, restarts);
-                    self.run_database(built, restarts);
-                    return;
-                }
-                Ok(Ok(None)) => return,
-                Ok(Err(error)) => failure = error.to_string(),
-                Err(error) => failure = format!("the function loading task failed: {error}"),
-            }
-        }
-    }
-
-    /// Whether the running feed of `database` is still its run `run`.
-    fn is_current_run(&self, database: &str, run: u64) -> bool {
-        lock(&self.feeds)
-            .get(&Feed::Database(database.to_string()))
-            .is_some_and(|unit| unit.run == run)
     }
 
     /// Stops the source and pipeline of `database`, waiting until both
@@ -577,7 +411,7 @@ impl LiveSinks {
     /// Waits out `restarts`' backoff, then for the turn between config
     /// applies (an apply may stop or replace what restarts); `None` when
     /// `stop` ends it first.
-    async fn restart_turn(
+    pub(super) async fn restart_turn(
         &self,
         stop: &CancellationToken,
         restarts: Restarts,
@@ -629,7 +463,7 @@ impl LiveSinks {
         Ok(SinkPipeline::new(sink.clone(), chain))
     }
 
-    fn register_chain(&self, sink: &SinkConfig, chain: &FunctionChain) {
+    pub(super) fn register_chain(&self, sink: &SinkConfig, chain: &FunctionChain) {
         let kinds: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
             .iter()
             .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
@@ -993,7 +827,7 @@ fn http_endpoint<'a>(config: &'a Config, sink: &SinkConfig) -> Option<&'a HttpEn
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

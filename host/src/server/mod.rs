@@ -11,6 +11,7 @@ use tracing::{Instrument, error, info, info_span};
 
 mod chains;
 mod database_feed;
+mod feed_runs;
 pub mod live_sinks;
 mod supervision;
 
@@ -22,12 +23,12 @@ use crate::change::SourceEvent;
 use crate::config::{Config, DatabaseConfig, SinkConfig};
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
-use crate::pipeline::{BatchLimits, Pipeline, SinkPipeline, SinkSetHandle};
+use crate::pipeline::{BatchLimits, Pipeline, SinkPipeline};
 use crate::plugins::{EngineSettings, PluginEngine};
 use crate::registry::PluginRegistry;
 use crate::store::Store;
 use database_feed::BuiltFeed;
-use live_sinks::{Feed, LiveSinks};
+use live_sinks::LiveSinks;
 
 /// What `weft run` needs.
 pub struct RunOptions {
@@ -293,14 +294,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
             .iter()
             .map(|sink| live_sinks.pipeline(&config, sink))
             .collect::<Result<Vec<_>, _>>()?;
-        spawn_webhook_source(
-            source,
-            feed,
-            pipelines,
-            (&store, &pull_api, &live_sinks),
-            &shutdown,
-            &mut tasks,
-        );
+        live_sinks.spawn_webhook_source(&source.name, feed, pipelines);
     }
 
     let launcher =
@@ -407,63 +401,6 @@ fn wire_pipeline(
         BatchLimits::default(),
     );
     (pipeline, events_tx, events_rx, durable_rx)
-}
-
-/// Runs the webhook source `source`'s feed and the pipeline of its sinks
-/// (`pipelines`); see [`crate::webhook_source`].
-fn spawn_webhook_source(
-    source: &crate::config::WebhookSourceConfig,
-    feed: crate::webhook_source::WebhookFeed,
-    pipelines: Vec<SinkPipeline>,
-    (store, pull_api, live_sinks): (&Store, &PullApiState, &LiveSinks),
-    shutdown: &CancellationToken,
-    tasks: &mut JoinSet<Result<(), ServerError>>,
-) {
-    let (pipeline, events_tx, events_rx, durable_rx) = wire_pipeline(pipelines, store, pull_api);
-    let (sink_set, sink_changes) = SinkSetHandle::channel();
-    live_sinks.add_feed(Feed::Webhook(source.name.clone()), sink_set);
-    let pipeline = pipeline.with_sink_changes(sink_changes);
-    let failed = |name: &str| {
-        let name = name.to_string();
-        move |detail: String| ServerError::WebhookSource {
-            source_name: name,
-            detail,
-        }
-    };
-    let (feed_failed, pipeline_failed) = (failed(&source.name), failed(&source.name));
-    let feed_shutdown = shutdown.clone();
-    tasks.spawn(
-        async move {
-            feed.run(events_tx, durable_rx, feed_shutdown)
-                .await
-                .map_err(|e| feed_failed(e.to_string()))
-        }
-        .instrument(info_span!("webhook_feed", source = %source.name)),
-    );
-    spawn_pipeline(
-        tasks,
-        pipeline,
-        events_rx,
-        shutdown,
-        info_span!("pipeline", webhook_source = %source.name),
-        move |e| pipeline_failed(e.to_string()),
-    );
-}
-
-/// Runs `pipeline` on `events` in `tasks`, inside `span`, until
-/// `shutdown`; an error it stops with becomes `failed(error)`.
-fn spawn_pipeline(
-    tasks: &mut JoinSet<Result<(), ServerError>>,
-    pipeline: Pipeline,
-    events: mpsc::Receiver<SourceEvent>,
-    shutdown: &CancellationToken,
-    span: tracing::Span,
-    failed: impl FnOnce(crate::pipeline::PipelineError) -> ServerError + Send + 'static,
-) {
-    let shutdown = shutdown.clone();
-    tasks.spawn(
-        async move { pipeline.run(events, shutdown).await.map_err(failed) }.instrument(span),
-    );
 }
 
 /// Records the config weft starts with and each function's component in

@@ -1,5 +1,5 @@
-//! What happens when one database's feed or one push sink's delivery
-//! worker fails while weft runs: it stops, restarts after a backoff, and
+//! What happens when one database's or webhook source's feed, or one push
+//! sink's delivery worker, fails while weft runs: it stops, restarts after a backoff, and
 //! every other feed, every other delivery and the API keep running.
 //!
 //! One tenant's database must not stop another's: a setup problem found
@@ -9,8 +9,10 @@
 //! database) says what failed and when it restarts, the
 //! [`crate::metrics::FEED_RESTARTS`] counter counts the restarts, and the
 //! restarted feed resumes from its sinks' cursors and the slot, as after a
-//! process restart, so nothing is lost. A delivery worker reports the same
-//! way in its sink's `worker` check.
+//! process restart, so nothing is lost. A webhook source's feed reports in
+//! the source's `feed` check (and
+//! [`crate::metrics::WEBHOOK_FEED_RESTARTS`]) and resumes from its log; a
+//! delivery worker reports the same way in its sink's `worker` check.
 
 use std::time::Duration;
 
@@ -21,7 +23,8 @@ use tracing::{error, info};
 use super::ServerError;
 use crate::health::{EntityKind, Status};
 
-/// The health check, on the feed's database, that reports its failures.
+/// The health check, on the feed's database or webhook source, that
+/// reports its failures.
 pub const FEED_CHECK: &str = "feed";
 /// The health check, on a push sink, that reports its worker's failures.
 pub const WORKER_CHECK: &str = "worker";
@@ -68,8 +71,8 @@ impl Restarts {
     }
 }
 
-/// What restarts alone: a database's feed or a push sink's delivery
-/// worker, as its health check and logs name it.
+/// What restarts alone: a database's or webhook source's feed, or a push
+/// sink's delivery worker, as its health check and logs name it.
 #[derive(Debug, Clone)]
 pub struct Supervised {
     kind: EntityKind,
@@ -85,6 +88,17 @@ impl Supervised {
         Supervised {
             kind: EntityKind::Database,
             name: database.to_string(),
+            check: FEED_CHECK,
+            what: "the feed",
+        }
+    }
+
+    /// The feed of the webhook source `source` (its log's reader and
+    /// pipeline).
+    pub fn webhook_source(source: &str) -> Supervised {
+        Supervised {
+            kind: EntityKind::WebhookSource,
+            name: source.to_string(),
             check: FEED_CHECK,
             what: "the feed",
         }

@@ -28,7 +28,9 @@ const KEY_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// Most idempotency keys pruned per statement.
 const KEY_PRUNE_BATCH: u32 = 1000;
 
-/// The feed of one webhook source.
+/// The feed of one webhook source. Clones read the same log (a failed
+/// feed restarts as a clone).
+#[derive(Clone)]
 pub struct WebhookFeed {
     source: String,
     store: Store,
