@@ -4,8 +4,10 @@
 //! A call's timeout bounds one call, not the rate of calls: a tenant whose
 //! guests spin to their timeout on every change keeps a core busy for as
 //! long as it has changes, which a neighbour on a two-core host feels.
-//! With `accounts[].limits.plugin_cpu_percent`, each guest call adds its
-//! time to the account's debt, the debt is paid off at the share's rate,
+//! With `accounts[].limits.plugin_cpu_percent`, each guest call adds the
+//! CPU time its thread used ([`thread_cpu_time`]; time the guest waits on
+//! a host call, an HTTP answer or a source query, is not CPU) to the
+//! account's debt, the debt is paid off at the share's rate,
 //! and the account's next call waits (on its own blocking thread, so only
 //! its own sinks slow down) while the debt is above a small burst.
 
@@ -120,7 +122,7 @@ impl CpuShare {
         }
     }
 
-    /// Records `used` of guest time.
+    /// Records `used` of CPU time of a guest call.
     pub fn spent(&self, used: Duration) {
         let mut debt = self.lock();
         debt.settle(Instant::now());
@@ -134,9 +136,41 @@ impl CpuShare {
     }
 }
 
+/// The CPU time the calling thread has used. Guest calls run on the
+/// calling thread, and so do host calls, which block it while they wait
+/// (see [`crate::plugins::outbound_http`]), so the difference across a call
+/// is the CPU the call used.
+pub fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec, and the thread CPU
+    // clock exists on every Linux weft supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID is readable");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_cpu_time_counts_work_not_waits() {
+        let before = thread_cpu_time();
+        std::thread::sleep(Duration::from_millis(200));
+        let slept = thread_cpu_time() - before;
+        assert!(slept < Duration::from_millis(50), "{slept:?}");
+        let before = thread_cpu_time();
+        let started = Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < Duration::from_millis(100) {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let worked = thread_cpu_time() - before;
+        assert!(worked >= Duration::from_millis(30), "{worked:?}");
+    }
 
     #[test]
     fn calls_beyond_the_share_wait_until_the_debt_is_paid() {

@@ -52,6 +52,7 @@ impl LookupApi {
             .route("/big", axum::routing::get(big))
             .route("/big-stream", axum::routing::get(big_stream))
             .route("/slow", axum::routing::get(slow))
+            .route("/lookup-slowly", axum::routing::get(lookup_slowly))
             .route("/redirect", axum::routing::get(redirect))
             .layer(axum::middleware::from_fn(
                 move |request: axum::extract::Request, next: axum::middleware::Next| {
@@ -119,6 +120,12 @@ async fn big_stream(Query(Extra { extra }): Query<Extra>) -> impl IntoResponse {
         .map(|c| Ok(c.to_vec()))
         .collect();
     axum::body::Body::from_stream(futures::stream::iter(chunks))
+}
+
+/// `/lookup`'s answer after 300 ms.
+async fn lookup_slowly(ids: Query<Ids>) -> axum::Json<Value> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lookup(ids).await
 }
 
 async fn slow() -> &'static str {
@@ -217,6 +224,41 @@ fn an_allowed_host_returns_data_into_the_enrichment() {
         outcomes[0].as_ref().unwrap(),
         &Some(json!({"http": {"name": "n7"}}))
     );
+}
+
+#[test]
+fn waiting_for_an_answer_does_not_count_against_the_accounts_cpu_share() {
+    let api = LookupApi::start();
+    let allowed = format!("127.0.0.1:{}", api.addr.port());
+    // 1% of a core: were the 300 ms each call waits counted, the second
+    // call would wait 20 s for the first one's debt.
+    let limits = Limits {
+        cpu_share: Some(CpuShare::new("patient", 0.01)),
+        ..Limits::default()
+    };
+    let mut function = load(
+        &api.url("/lookup-slowly"),
+        Some(api.http(&[&allowed])),
+        &limits,
+    );
+    let started = Instant::now();
+    for id in 1..=3 {
+        let outcomes = function.enrich(&[row(id)]).unwrap();
+        assert_eq!(
+            outcomes[0].as_ref().unwrap(),
+            &Some(json!({"http": {"name": format!("n{id}")}}))
+        );
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "each call waited: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the share throttled waits: {took:?}"
+    );
+    assert_eq!(api.requests(), 3);
 }
 
 #[test]

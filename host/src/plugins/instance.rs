@@ -177,11 +177,11 @@ impl<B: WorldBindings> GuestInstance<B> {
             self.limits.call_timeout,
             self.engine.inner().settings.epoch_tick,
         );
-        let started = Instant::now();
+        let (started, cpu_before) = (Instant::now(), super::cpu_share::thread_cpu_time());
         let outcome = call(&live.bindings, &mut live.store);
         let took = started.elapsed();
         if let Some(share) = &self.limits.cpu_share {
-            share.spent(took);
+            share.spent(super::cpu_share::thread_cpu_time().saturating_sub(cpu_before));
         }
         let memory = live.store.data().limiter.memory_bytes;
         self.usage.called(batch.len(), took, memory);
