@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use sha2::Digest;
 
 use crate::harness::guests;
 use crate::harness::postgres::PgCluster;
@@ -543,6 +544,12 @@ fn an_account_creates_changes_and_deletes_its_own_sinks_and_functions_through_th
     assert_eq!((status, &minted["account"]), (201, &json!("a")), "{minted}");
     let secret = minted["token"].as_str().unwrap().to_string();
     assert_eq!(call(&weft, Method::GET, "/api/sinks", &secret, None).0, 200);
+    let written = std::fs::read_to_string(dir.path().join("weft.yml")).unwrap();
+    let sha256 = hex::encode(sha2::Sha256::digest(secret.as_bytes()));
+    assert!(
+        !written.contains(&secret) && written.contains(&format!("token_sha256: {sha256}")),
+        "the config file keeps only the minted token's hash: {written}"
+    );
     let (_, tokens) = as_a(Method::GET, "/api/api_tokens", None);
     assert_eq!(names(&tokens), ["ta", "a-ci"], "{tokens}");
     assert!(

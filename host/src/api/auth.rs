@@ -11,7 +11,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
 
 use super::{ApiError, PullApiState};
 use crate::config::api_token::ApiTokenConfig;
@@ -36,7 +35,7 @@ impl ApiTokens {
     fn find(&self, given: &str) -> Option<&ApiTokenConfig> {
         let mut found = None;
         for token in self.0.iter() {
-            if bool::from(given.as_bytes().ct_eq(token.token.as_bytes())) {
+            if token.matches(given) {
                 found = Some(token);
             }
         }
@@ -142,24 +141,26 @@ mod tests {
             ApiTokenConfig {
                 account: None,
                 name: "ci".into(),
-                token: "0123456789abcdef".into(),
+                token: Some("0123456789abcdef".into()),
+                token_sha256: None,
             },
-            ApiTokenConfig {
-                account: None,
-                name: "ops".into(),
-                token: "fedcba9876543210".into(),
-            },
+            ApiTokenConfig::hashed("ops", None, "fedcba9876543210"),
         ])
     }
 
     #[test]
-    fn a_token_is_found_by_its_whole_value_only() {
+    fn a_token_is_found_by_its_whole_value_only_plain_or_hashed() {
         let tokens = tokens();
         assert_eq!(
             tokens.find("fedcba9876543210").map(|t| t.name.as_str()),
             Some("ops")
         );
+        assert_eq!(
+            tokens.find("0123456789abcdef").map(|t| t.name.as_str()),
+            Some("ci")
+        );
         assert!(tokens.find("fedcba987654321").is_none());
+        assert!(tokens.find("0123456789abcde").is_none());
         assert!(tokens.find("").is_none());
         assert!(!ApiTokens::default().enabled());
     }

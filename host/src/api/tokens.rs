@@ -1,6 +1,7 @@
 //! `api_tokens` as a resource: `GET /api/api_tokens` lists their names and
 //! accounts (never a token), `POST /api/api_tokens` with `{"name"}` creates
-//! one with a random secret, answered once, and `DELETE
+//! one with a random secret, answered once (the config keeps only its
+//! SHA-256), and `DELETE
 //! /api/api_tokens/{name}` revokes one. Changes go through config apply
 //! and take effect at once, without a restart. An account token manages
 //! its own account's tokens.
@@ -15,6 +16,7 @@ use super::auth::Caller;
 use super::config_apply::apply_edit;
 use super::config_edit::{edit_section, position};
 use super::{ApiError, PullApiState};
+use crate::config::api_token::ApiTokenConfig;
 
 /// `GET /api/api_tokens`.
 #[utoipa::path(get, path = "/api/api_tokens", tag = "api_tokens", summary = "List the API tokens (names and accounts only)", responses((status = 200, description = "The tokens", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
@@ -48,9 +50,14 @@ pub(super) async fn create(
     let mut secret = [0u8; 24];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("weft_{}", hex::encode(secret));
+    // Only the secret's hash goes into the config file.
+    let stored = ApiTokenConfig::hashed(&name, account.clone(), &token);
     let mut entry = serde_yaml_ng::Mapping::new();
     entry.insert("name".into(), name.as_str().into());
-    entry.insert("token".into(), token.as_str().into());
+    entry.insert(
+        "token_sha256".into(),
+        stored.token_sha256.unwrap_or_default().into(),
+    );
     if let Some(account) = &account {
         entry.insert("account".into(), account.as_str().into());
     }

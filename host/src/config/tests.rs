@@ -1693,6 +1693,45 @@ fn api_tokens_are_named_and_long_enough() {
 }
 
 #[test]
+fn an_api_token_may_be_kept_as_its_sha256_only() {
+    // printf %s 0123456789abcdef0123 | sha256sum
+    let hash = "1bd8fd47297046f993e608e398d5905b00a33e163c6b1172dd38887fed05ed6a";
+    let hashed =
+        crate::config::api_token::ApiTokenConfig::hashed("ci", None, "0123456789abcdef0123");
+    let stored = hashed.token_sha256.clone().unwrap();
+    assert_eq!(stored, hash);
+    let upper = hash.to_ascii_uppercase();
+    let config = load(&format!(
+        "api_tokens:\n  - {{name: ci, token_sha256: {upper}}}\n"
+    ))
+    .unwrap();
+    assert!(config.api_tokens[0].matches("0123456789abcdef0123"));
+    assert!(!config.api_tokens[0].matches("0123456789abcdef0124"));
+    assert!(
+        !config.api_tokens[0].matches(&stored),
+        "the hash is not the token"
+    );
+
+    let both = error(&format!(
+        "api_tokens:\n  - {{name: ci, token: 0123456789abcdef0123, token_sha256: {hash}}}\n"
+    ));
+    assert!(
+        both.starts_with("api_tokens[0].token: give `token` or `token_sha256`, not both"),
+        "{both}"
+    );
+    let neither = error("api_tokens:\n  - {name: ci}\n");
+    assert!(
+        neither.starts_with("api_tokens[0].token: is missing; give the secret as `token`"),
+        "{neither}"
+    );
+    let bad = error("api_tokens:\n  - {name: ci, token_sha256: abc}\n");
+    assert!(
+        bad.starts_with("api_tokens[0].token_sha256: must be 64 hex digits"),
+        "{bad}"
+    );
+}
+
+#[test]
 fn a_function_names_a_file_or_a_registered_plugin_but_not_both() {
     let registered = load(&FUNCTIONS.replace("file: up.wasm", "plugin: up@1.2.0")).unwrap();
     let function = &registered.functions[0];

@@ -98,8 +98,8 @@ pub(crate) fn resolve(document: Document, base_dir: &Path) -> Result<Config, Vec
         &mut problems,
     );
     for (i, token) in api_tokens.iter().enumerate() {
-        if let Some(problem) = token.problem() {
-            problems.add(root.key("api_tokens").index(i).key("token"), problem);
+        if let Some((key, problem)) = token.problem() {
+            problems.add(root.key("api_tokens").index(i).key(key), problem);
         }
     }
 
