@@ -98,11 +98,36 @@ impl FunctionRuntime {
     }
 
     /// Registers the loaded chain of `sink`.
-    pub fn add_chain(&self, sink: &str, chain: FunctionChain) {
+    ///
+    /// While a candidate of its transform runs in shadow (see
+    /// [`Self::start_shadow`]), the candidate runs in shadow on this chain
+    /// too: a sink created, updated or restarted meanwhile is compared
+    /// like the others. Blocks while the candidate loads.
+    pub fn add_chain(&self, sink: &crate::config::SinkConfig, chain: FunctionChain) {
         self.chains
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(sink.to_string(), chain);
+            .insert(sink.name.clone(), chain.clone());
+        let Some(function) = chain.transform.as_ref().map(|t| t.name.clone()) else {
+            return;
+        };
+        let Some(requested) = self.candidate(&function) else {
+            return;
+        };
+        let loaded = self
+            .with_candidate(&function, &requested)
+            .and_then(|(config, label)| {
+                let shadow = self.load_shadow(&config, &function, &label, sink)?;
+                Ok((shadow, label))
+            });
+        match loaded {
+            Ok((shadow, label)) => {
+                tracing::info!(sink = %sink.name, %function, candidate = %label, "transform candidate runs in shadow");
+                chain.shadow.set(Some(shadow));
+            }
+            Err(problem) => tracing::warn!(sink = %sink.name, %function, %problem,
+                "the transform candidate running in shadow could not load for this sink; it runs without it"),
+        }
     }
 
     /// Forgets the chain of `sink` (deleted while weft runs).
@@ -240,6 +265,33 @@ impl FunctionRuntime {
         function: &str,
         requested: Candidate,
     ) -> Result<Vec<String>, String> {
+        let (config, label) = self.with_candidate(function, &requested)?;
+        let mut loaded = Vec::new();
+        for (sink, chain) in self.chains_transforming_with(function) {
+            let sink_config = config
+                .sinks
+                .iter()
+                .find(|s| s.name == sink)
+                .ok_or_else(|| format!("sink {sink} is not in the running config"))?;
+            let shadow = self.load_shadow(&config, function, &label, sink_config)?;
+            loaded.push((sink, chain, shadow));
+        }
+        let sinks = loaded.iter().map(|(sink, _, _)| sink.clone()).collect();
+        for (sink, chain, shadow) in loaded {
+            tracing::info!(%sink, %function, candidate = %label, "transform candidate runs in shadow");
+            chain.shadow.set(Some(shadow));
+        }
+        lock(&self.candidates).insert(function.to_string(), requested);
+        Ok(sinks)
+    }
+
+    /// The running config with `requested` in place of the transform
+    /// `function`, plugin references resolved, and what runs as it.
+    fn with_candidate(
+        &self,
+        function: &str,
+        requested: &Candidate,
+    ) -> Result<(Config, String), String> {
         let running = self.running();
         let live = running
             .function(function)
@@ -269,30 +321,25 @@ impl FunctionRuntime {
                 .collect::<Vec<_>>()
                 .join("; ")
         })?;
-        let mut loaded = Vec::new();
-        for (sink, chain) in self.chains_transforming_with(function) {
-            let sink_config = config
-                .sinks
-                .iter()
-                .find(|s| s.name == sink)
-                .ok_or_else(|| format!("sink {sink} is not in the running config"))?;
-            let fresh = crate::server::load_chain(&config, &self.engine, sink_config, |name| {
-                name == function
-            })
+        Ok((config, label))
+    }
+
+    /// The candidate transform `function` of `config`, labelled `label`,
+    /// loaded to run in shadow on `sink`. Blocks while it loads.
+    fn load_shadow(
+        &self,
+        config: &Config,
+        function: &str,
+        label: &str,
+        sink: &crate::config::SinkConfig,
+    ) -> Result<Shadow, String> {
+        let fresh = crate::server::load_chain(config, &self.engine, sink, |name| name == function)
             .map_err(|error| error.to_string())?;
-            let transform = fresh
-                .transform
-                .and_then(|t| t.into_inner())
-                .ok_or_else(|| format!("sink {sink} has no transform"))?;
-            loaded.push((sink, chain, Shadow::new(&label, transform)));
-        }
-        let sinks = loaded.iter().map(|(sink, _, _)| sink.clone()).collect();
-        for (sink, chain, shadow) in loaded {
-            tracing::info!(%sink, %function, candidate = %label, "transform candidate runs in shadow");
-            chain.shadow.set(Some(shadow));
-        }
-        lock(&self.candidates).insert(function.to_string(), requested);
-        Ok(sinks)
+        let transform = fresh
+            .transform
+            .and_then(|t| t.into_inner())
+            .ok_or_else(|| format!("sink {} has no transform", sink.name))?;
+        Ok(Shadow::new(label, transform))
     }
 
     /// Stops the shadow runs of `function`; answers their last reports.

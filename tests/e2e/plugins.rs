@@ -430,6 +430,26 @@ fn a_canary_reports_exactly_the_messages_it_changes_and_promotion_and_rollback_l
         json!({"id": 10, "tag": "v1-altered"})
     );
 
+    // Updating the sink rebuilds its chain; the candidate keeps running
+    // in shadow on it.
+    let updated = live.replace(
+        "destination: { type: sequin_stream }",
+        "destination: { type: sequin_stream, max_deliver: 7 }",
+    );
+    let (status, body) = apply(&weft, &updated);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["restarted"], false, "{body}");
+    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(101, 110) g");
+    got.extend(weft.drain("items", 10, Duration::from_secs(60)));
+    let (_, report) = call(&weft, reqwest::Method::GET, "/api/functions/tag/shadow");
+    let items = &report["sinks"]["items"];
+    assert_eq!(items["candidate"], "tagger@2.0.0", "{report}");
+    assert_eq!(
+        (&items["compared"], &items["differing"]),
+        (&json!(10), &json!(1)),
+        "the updated sink's chain runs the candidate: {report}"
+    );
+
     // Promote: a hot swap; then roll back, another one.
     let (status, promoted) = call(&weft, reqwest::Method::POST, "/api/functions/tag/promote");
     assert_eq!(status, 200, "{promoted}");
@@ -448,8 +468,8 @@ fn a_canary_reports_exactly_the_messages_it_changes_and_promotion_and_rollback_l
         written.contains("tagger@2.0.0"),
         "the config file names the promoted version:\n{written}"
     );
-    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(101, 150) g");
-    got.extend(weft.drain("items", 50, Duration::from_secs(60)));
+    pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(111, 150) g");
+    got.extend(weft.drain("items", 40, Duration::from_secs(60)));
     let (status, rolled) = call(&weft, reqwest::Method::POST, "/api/functions/tag/rollback");
     assert_eq!(status, 200, "{rolled}");
     assert_eq!(rolled["apply"]["restarted"], false, "{rolled}");
@@ -470,7 +490,7 @@ fn a_canary_reports_exactly_the_messages_it_changes_and_promotion_and_rollback_l
     );
     for message in &got {
         let id = message["id"].as_i64().unwrap();
-        let expected = if (101..=150).contains(&id) && id % 10 == 0 {
+        let expected = if (111..=150).contains(&id) && id % 10 == 0 {
             "v1-altered"
         } else {
             "v1"

@@ -174,8 +174,8 @@ impl Watermarks {
                 };
                 let (Some(window), Some(rows)) = (window, chunk.rows) else {
                     // Without its window (the low watermark was not seen on
-                    // this stream) the chunk cannot be checked: its runner
-                    // times out and reads it again.
+                    // this stream) the chunk cannot be checked: dropping it
+                    // tells its runner, which reads it again.
                     debug!(token = %content.token, "backfill chunk without its window; dropped");
                     return (Vec::new(), None);
                 };

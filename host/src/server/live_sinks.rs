@@ -469,7 +469,7 @@ impl LiveSinks {
             .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
             .collect();
         crate::metrics::register_sink(&sink.name, &kinds);
-        self.functions.add_chain(&sink.name, chain.clone());
+        self.functions.add_chain(sink, chain.clone());
     }
 
     /// The changes from `running` to `proposed`, when they can be applied
