@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::harness::certs::TestCa;
 use crate::harness::postgres::{PgCluster, PgOptions, ServerTls};
@@ -202,6 +202,20 @@ fn a_failed_database_feed_restarts_alone_while_the_others_keep_flowing() {
     assert_eq!(take("crm_items", 1), [("crm".into(), 2, "crm two".into())]);
     assert!(weft.receive("shop_items", 10, 500).is_empty());
 
+    // A sink created on shop meanwhile applies in place: the feed's
+    // restart brings it, instead of a restart of every pipeline.
+    let with_audit = format!(
+        "{config}  - name: shop_audit\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n"
+    );
+    let (status, applied) = weft.apply_config(&with_audit);
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["restarted"], false, "{applied}");
+    assert_eq!(
+        applied["sinks"]["created"],
+        json!(["shop_audit"]),
+        "{applied}"
+    );
+
     // Granted again, the feed's next restart resumes from its slot: every
     // change made while it was down arrives, once, in order.
     pg.psql("ALTER ROLE shop_feeder REPLICATION");
@@ -221,6 +235,13 @@ fn a_failed_database_feed_restarts_alone_while_the_others_keep_flowing() {
         [(2, "shop two".into()), (1, "shop 1 again".into())],
         "log:\n{}",
         weft.log_text()
+    );
+    pg.psql_in("shop", "INSERT INTO items VALUES (3, 'shop three')");
+    let audited = weft.drain("shop_audit", 3, Duration::from_secs(60));
+    assert_eq!(
+        audited.last().map(|m| m["record"]["label"].clone()),
+        Some(json!("shop three")),
+        "the sink created while the feed was down receives its changes: {audited:?}"
     );
     let restarted = feed_check(&weft, "shop").expect("the check says the feed restarted");
     assert_eq!(restarted["status"], "warning", "{restarted}");

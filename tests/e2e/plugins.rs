@@ -47,20 +47,6 @@ fn call(weft: &WeftProcess, method: reqwest::Method, path: &str) -> (u16, Value)
     (status, response.json().unwrap_or(Value::Null))
 }
 
-/// POSTs `{"yaml": yaml}` to `/api/config/apply`, retrying while weft
-/// restarts.
-fn apply(weft: &WeftProcess, yaml: &str) -> (u16, Value) {
-    weft.wait_until("the API", Duration::from_secs(60), || {
-        let response = http()
-            .post(weft.url("/api/config/apply"))
-            .json(&json!({ "yaml": yaml }))
-            .send()
-            .map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        Ok::<_, String>((status, response.json().unwrap_or(Value::Null)))
-    })
-}
-
 fn wasm(name: &str) -> Vec<u8> {
     std::fs::read(guests::wasm(name)).expect("read the guest component")
 }
@@ -190,7 +176,7 @@ fn uploads_are_checked_stored_by_content_and_guarded_while_in_use() {
         Some("    plugin: tagger@7.0.0\n    config: { tag: one }\n"),
         registry,
     );
-    let (status, body) = apply(&weft, &missing);
+    let (status, body) = weft.apply_config(&missing);
     assert_eq!(status, 400, "{body}");
     assert!(
         body["validation_errors"]["functions[0].plugin"][0]
@@ -200,7 +186,7 @@ fn uploads_are_checked_stored_by_content_and_guarded_while_in_use() {
         "{body}"
     );
     let using = missing.replace("tagger@7.0.0", "tagger@1.0.0");
-    let (status, body) = apply(&weft, &using);
+    let (status, body) = weft.apply_config(&using);
     assert_eq!(status, 200, "{body}");
     wait_for_function(&weft, "tag", "tagger@1.0.0");
     pg.psql("INSERT INTO items VALUES (1, 'a')");
@@ -213,7 +199,7 @@ fn uploads_are_checked_stored_by_content_and_guarded_while_in_use() {
     assert!(stored.exists());
 
     // Once no function uses it, it goes, and its file with it.
-    let (status, body) = apply(&weft, &config(&pg, "weft_registry", None, registry));
+    let (status, body) = weft.apply_config(&config(&pg, "weft_registry", None, registry));
     assert_eq!(status, 200, "{body}");
     let (status, body) =
         weft.wait_until("the API after the restart", Duration::from_secs(60), || {
@@ -260,7 +246,7 @@ fn swapping_a_transform_three_times_under_load_loses_and_reorders_nothing() {
         assert_eq!(status, 201, "{body}");
     }
     pg.wait_for_active_slot("weft_swap");
-    let (status, body) = apply(&weft, &version(1));
+    let (status, body) = weft.apply_config(&version(1));
     assert_eq!(
         (status, &body["restarted"], &body["sinks"]["updated"]),
         (200, &json!(false), &json!(["items"])),
@@ -298,7 +284,7 @@ fn swapping_a_transform_three_times_under_load_loses_and_reorders_nothing() {
                 .ok_or("too few rows")
         });
         drain_for(&weft, written.load(Ordering::SeqCst) / 2);
-        let (status, body) = apply(&weft, &version(v));
+        let (status, body) = weft.apply_config(&version(v));
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["restarted"], json!(false), "a hot swap: {body}");
         assert_eq!(body["hot_swapped"]["sinks"], json!(["items"]), "{body}");
@@ -374,7 +360,7 @@ fn a_canary_reports_exactly_the_messages_it_changes_and_promotion_and_rollback_l
         Some("    plugin: tagger@1.0.0\n    config: { tag: v1 }\n"),
         "",
     );
-    let (status, body) = apply(&weft, &live);
+    let (status, body) = weft.apply_config(&live);
     assert_eq!(status, 200, "{body}");
     wait_for_function(&weft, "tag", "tagger@1.0.0");
 
@@ -436,7 +422,7 @@ fn a_canary_reports_exactly_the_messages_it_changes_and_promotion_and_rollback_l
         "destination: { type: sequin_stream }",
         "destination: { type: sequin_stream, max_deliver: 7 }",
     );
-    let (status, body) = apply(&weft, &updated);
+    let (status, body) = weft.apply_config(&updated);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["restarted"], false, "{body}");
     pg.psql("INSERT INTO items SELECT g, 'x' FROM generate_series(101, 110) g");

@@ -347,6 +347,20 @@ impl WeftProcess {
             .cloned()
     }
 
+    /// POSTs `{"yaml": yaml}` to `/api/config/apply`, retrying while weft
+    /// restarts; answers the status and the JSON body.
+    pub fn apply_config(&self, yaml: &str) -> (u16, Value) {
+        self.wait_until("the API", Duration::from_secs(60), || {
+            let response = http()
+                .post(self.url("/api/config/apply"))
+                .json(&serde_json::json!({ "yaml": yaml }))
+                .send()
+                .map_err(|e| e.to_string())?;
+            let status = response.status().as_u16();
+            Ok::<_, String>((status, response.json().unwrap_or(Value::Null)))
+        })
+    }
+
     /// Waits up to 30 s until that check is an error, and answers its
     /// message.
     pub fn wait_for_failed_check(&self, kind: &str, name: &str, id: &str) -> String {

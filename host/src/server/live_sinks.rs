@@ -627,10 +627,8 @@ impl LiveSinks {
         let mut changes = SinkChanges::default();
         for (name, feed) in deleted {
             if !plan.restarts(&feed) {
-                self.feed(&feed)?
-                    .apply(SinkSetChange::Remove(name.clone()))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.change_feed(&feed, SinkSetChange::Remove(name.clone()))
+                    .await?;
             }
             self.forget(&name).await?;
             changes.deleted.push(name);
@@ -644,10 +642,8 @@ impl LiveSinks {
         for ready in ready {
             let name = ready.config.name.clone();
             if let Some(old) = ready.moved_from.as_ref().filter(|old| !plan.restarts(old)) {
-                self.feed(old)?
-                    .apply(SinkSetChange::Remove(name.clone()))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.change_feed(old, SinkSetChange::Remove(name.clone()))
+                    .await?;
             }
             crate::health::global().forget_sink(&name, true);
             // A new sink delivers before its first messages are stored; an
@@ -662,13 +658,11 @@ impl LiveSinks {
             if let Some((chain, backfill)) = ready.joins {
                 self.register_chain(&ready.config, &chain);
                 let pipeline = SinkPipeline::new(ready.config.clone(), chain);
-                self.feed(&ready.feed)?
-                    .apply(SinkSetChange::Put {
-                        sink: Box::new(pipeline),
-                        starts_here: ready.created || ready.moved_from.is_some(),
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let put = SinkSetChange::Put {
+                    sink: Box::new(pipeline),
+                    starts_here: ready.created || ready.moved_from.is_some(),
+                };
+                self.change_feed(&ready.feed, put).await?;
                 if let (Some(target), Some(launcher)) = (backfill, self.pull_api.backfills()) {
                     launcher.set_target(target);
                 }
@@ -733,11 +727,27 @@ impl LiveSinks {
         Ok(())
     }
 
-    fn feed(&self, feed: &Feed) -> Result<SinkSetHandle, String> {
-        lock(&self.feeds)
+    /// Makes `change` to the sinks of `feed`'s pipeline, between two of
+    /// its transactions. A feed whose pipeline failed and waits to restart
+    /// ([`super::supervision`]) takes none: its restart waits for this
+    /// apply to end and builds it from the running config, which has the
+    /// change by then.
+    async fn change_feed(&self, feed: &Feed, change: SinkSetChange) -> Result<(), String> {
+        let handle = lock(&self.feeds)
             .get(feed)
             .map(|unit| unit.sinks.clone())
-            .ok_or_else(|| format!("no running pipeline reads {feed:?}"))
+            .ok_or_else(|| format!("no running pipeline reads {feed:?}"))?;
+        match handle.apply(change).await {
+            Ok(()) => Ok(()),
+            Err(_) if !self.shutdown.is_cancelled() => {
+                info!(
+                    ?feed,
+                    "the feed is waiting to restart; it restarts with the change"
+                );
+                Ok(())
+            }
+            Err(stopped) => Err(stopped.to_string()),
+        }
     }
 }
 
