@@ -4,6 +4,7 @@
 //! Metric names follow Sequin's where the meaning is the same, so existing
 //! dashboards carry over; weft's own are prefixed `weft_`.
 
+use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -152,10 +153,80 @@ pub fn count_dead_lettered(sink: &str, stage: &'static str, n: usize) {
     }
 }
 
+/// The sinks registered in this process, and those deleted since, whose
+/// series [`render`] leaves out: the recorder cannot remove a series, and
+/// a deleted sink's last queue depth would otherwise stand (and alert)
+/// until the process restarts.
+#[derive(Default)]
+struct SinkSeries {
+    registered: BTreeSet<String>,
+    forgotten: BTreeSet<String>,
+}
+
+static SINK_SERIES: Mutex<SinkSeries> = Mutex::new(SinkSeries {
+    registered: BTreeSet::new(),
+    forgotten: BTreeSet::new(),
+});
+
+fn sink_series() -> std::sync::MutexGuard<'static, SinkSeries> {
+    SINK_SERIES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Leaves every series of `sink` (one deleted while weft runs) out of
+/// [`render`] until a sink of that name is registered again.
+pub fn forget_sink(sink: &str) {
+    let mut series = sink_series();
+    series.registered.remove(sink);
+    series.forgotten.insert(sink.to_string());
+}
+
+/// Forgets every registered sink but `current` (a run of the server
+/// starting with a config that dropped some).
+pub fn keep_only_sinks<'a>(current: impl IntoIterator<Item = &'a str>) {
+    let current: BTreeSet<&str> = current.into_iter().collect();
+    let mut series = sink_series();
+    let gone: Vec<String> = series
+        .registered
+        .iter()
+        .filter(|sink| !current.contains(sink.as_str()))
+        .cloned()
+        .collect();
+    for sink in gone {
+        series.registered.remove(&sink);
+        series.forgotten.insert(sink);
+    }
+}
+
+/// Whether the exposition line `line` is a sample of a forgotten sink.
+fn of_forgotten_sink(line: &str, forgotten: &BTreeSet<String>) -> bool {
+    let Some(labels) = line
+        .split_once('{')
+        .and_then(|(_, rest)| rest.rsplit_once('}'))
+        .map(|(labels, _)| labels)
+    else {
+        return false;
+    };
+    // Label values of sinks are resource names, which need no escaping, so
+    // a label boundary is a `,` outside any value.
+    labels.split(',').any(|label| {
+        label
+            .strip_prefix("sink=\"")
+            .and_then(|value| value.strip_suffix('"'))
+            .is_some_and(|sink| forgotten.contains(sink))
+    })
+}
+
 /// Registers `sink`'s counters at zero, with each of its functions
 /// (`(name, kind)`), so that dashboards and `rate()` see every series from
 /// the start rather than only after its first event.
 pub fn register_sink(sink: &str, functions: &[(&str, &'static str)]) {
+    {
+        let mut series = sink_series();
+        series.forgotten.remove(sink);
+        series.registered.insert(sink.to_string());
+    }
     for name in [
         MESSAGES_INGESTED,
         DELIVER_ATTEMPTS,
@@ -399,5 +470,44 @@ pub fn render() -> String {
     {
         collect();
     }
-    handle.render()
+    let rendered = handle.render();
+    let forgotten = &sink_series().forgotten;
+    if forgotten.is_empty() {
+        return rendered;
+    }
+    let mut kept = String::with_capacity(rendered.len());
+    for line in rendered.lines() {
+        if !of_forgotten_sink(line, forgotten) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forgotten_sinks_samples_are_recognised_by_their_sink_label_only() {
+        let forgotten = BTreeSet::from(["doomed".to_string()]);
+        for line in [
+            r#"sequin_messages_ingested_count{sink="doomed"} 4"#,
+            r#"weft_function_failures_total{function="f",sink="doomed",kind="transform"} 0"#,
+            r#"weft_delivery_latency_us_bucket{sink="doomed",le="100"} 2"#,
+        ] {
+            assert!(of_forgotten_sink(line, &forgotten), "{line}");
+        }
+        for line in [
+            r#"sequin_messages_ingested_count{sink="doomed2"} 4"#,
+            r#"sequin_messages_ingested_count{sink="steady"} 4"#,
+            r#"weft_x{function="doomed"} 1"#,
+            r#"weft_x{other_sink="doomed"} 1"#,
+            "# TYPE sequin_messages_ingested_count counter",
+            "weft_unlabelled 1",
+        ] {
+            assert!(!of_forgotten_sink(line, &forgotten), "{line}");
+        }
+    }
 }

@@ -133,10 +133,20 @@ fn sinks_are_created_updated_and_deleted_while_the_others_keep_flowing() {
         assert_eq!(updated["apply"]["restarted"], false, "{updated}");
         assert_eq!(updated["apply"]["sinks"]["updated"], json!(["fresh"]));
 
+        let ingested =
+            |sink: &str| weft.metric("sequin_messages_ingested_count", &[("sink", sink)]);
+        assert!(
+            ingested("doomed").is_some(),
+            "the sink's series is exported"
+        );
         let (status, deleted) = send(&weft, Method::DELETE, "/api/sinks/doomed", None);
         assert_eq!(status, 200, "{deleted}");
         assert_eq!(deleted["apply"]["restarted"], false, "{deleted}");
         assert_eq!(deleted["apply"]["sinks"]["deleted"], json!(["doomed"]));
+        assert!(
+            ingested("doomed").is_none() && ingested("steady").is_some(),
+            "a deleted sink's series leave /metrics"
+        );
         let (status, gone) = send(
             &weft,
             Method::GET,

@@ -715,6 +715,7 @@ impl LiveSinks {
         self.pull_api.forget_sink(name);
         self.functions.remove_chain(name);
         crate::health::global().forget_sink(name, false);
+        crate::metrics::forget_sink(name);
         if let Some(launcher) = self.pull_api.backfills() {
             launcher.forget_sink(name).map_err(|e| e.to_string())?;
         }

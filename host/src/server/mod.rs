@@ -149,6 +149,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         config_path,
     } = options;
     crate::metrics::install();
+    crate::metrics::keep_only_sinks(config.sinks.iter().map(|sink| sink.name.as_str()));
     crate::health::global().reset();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
         path: data_dir.clone(),
