@@ -25,23 +25,23 @@ use crate::webhook_source::WebhookFeed;
 enum Origin {
     /// A database's feed; the running config gives its sinks.
     Database(DatabaseConfig),
-    /// A webhook source's feed (its name and its log's reader); the
-    /// running config gives its sinks.
-    Webhook(String, WebhookFeed),
+    /// A webhook source's feed (its log's reader); the running config
+    /// gives its sinks.
+    Webhook(WebhookFeed),
 }
 
 impl Origin {
     fn feed(&self) -> Feed {
         match self {
             Origin::Database(database) => Feed::Database(database.name.clone()),
-            Origin::Webhook(source, _) => Feed::Webhook(source.clone()),
+            Origin::Webhook(feed) => Feed::Webhook(feed.source().to_string()),
         }
     }
 
     fn supervised(&self) -> Supervised {
         match self {
             Origin::Database(database) => Supervised::feed(&database.name),
-            Origin::Webhook(source, _) => Supervised::webhook_source(source),
+            Origin::Webhook(feed) => Supervised::webhook_source(feed.source()),
         }
     }
 
@@ -51,8 +51,8 @@ impl Origin {
                 metrics::counter!(crate::metrics::FEED_RESTARTS, "database" => database.name.clone())
                     .increment(1)
             }
-            Origin::Webhook(source, _) => metrics::counter!(
-                crate::metrics::WEBHOOK_FEED_RESTARTS, "source" => source.clone()
+            Origin::Webhook(feed) => metrics::counter!(
+                crate::metrics::WEBHOOK_FEED_RESTARTS, "source" => feed.source().to_string()
             )
             .increment(1),
         }
@@ -76,16 +76,11 @@ impl LiveSinks {
         self.run_database(built, Restarts::default());
     }
 
-    /// Runs the webhook source `source`'s `feed` and the pipeline of its
-    /// sinks (`pipelines`) until shutdown; when either fails, they alone
-    /// restart after a backoff. See [`crate::webhook_source`].
-    pub fn spawn_webhook_source(
-        &self,
-        source: &str,
-        feed: WebhookFeed,
-        pipelines: Vec<SinkPipeline>,
-    ) {
-        self.run_webhook_source(source, feed, pipelines, Restarts::default());
+    /// Runs a webhook source's `feed` and the pipeline of its sinks
+    /// (`pipelines`) until shutdown; when either fails, they alone restart
+    /// after a backoff. See [`crate::webhook_source`].
+    pub fn spawn_webhook_source(&self, feed: WebhookFeed, pipelines: Vec<SinkPipeline>) {
+        self.run_webhook_source(feed, pipelines, Restarts::default());
     }
 
     /// Runs `built` as [`Self::spawn_database`] does, `restarts` into a
@@ -154,16 +149,16 @@ impl LiveSinks {
     /// does, `restarts` into a row of failures.
     fn run_webhook_source(
         &self,
-        source: &str,
         feed: WebhookFeed,
         pipelines: Vec<SinkPipeline>,
         restarts: Restarts,
     ) {
+        let source = feed.source().to_string();
         let (pipeline, events_tx, events_rx, durable_rx) =
             super::wire_pipeline(pipelines, &self.store, &self.pull_api);
         let (handle, changes) = SinkSetHandle::channel();
         let pipeline = pipeline.with_sink_changes(changes);
-        let name = source.to_string();
+        let name = source.clone();
         let failed = move |detail: String| ServerError::WebhookSource {
             source_name: name.clone(),
             detail,
@@ -196,8 +191,7 @@ impl LiveSinks {
             stop,
             halt,
         };
-        let origin = Origin::Webhook(source.to_string(), feed);
-        self.supervise(origin, run, handle, None, restarts);
+        self.supervise(Origin::Webhook(feed), run, handle, None, restarts);
     }
 
     /// Records `run` as the running feed of `origin` (its sinks changing
@@ -240,8 +234,8 @@ impl LiveSinks {
             FeedUnit {
                 sinks,
                 slot,
-                stop: Some(stop),
-                tasks: vec![supervisor],
+                stop,
+                supervisor,
                 run: number,
             },
         );
@@ -304,17 +298,17 @@ impl LiveSinks {
                 })
                 .await
             }
-            Origin::Webhook(source, feed) => {
-                if config.webhook_source(source).is_none() {
+            Origin::Webhook(feed) => {
+                if config.webhook_source(feed.source()).is_none() {
                     return Ok(());
                 }
-                let (live, source, feed) = (self.clone(), source.clone(), feed.clone());
+                let (live, feed) = (self.clone(), feed.clone());
                 tokio::task::spawn_blocking(move || {
                     config
-                        .sinks_of_webhook(&source)
+                        .sinks_of_webhook(feed.source())
                         .map(|sink| live.pipeline(&config, sink))
                         .collect::<Result<Vec<_>, _>>()
-                        .map(|pipelines| Some(Loaded::Webhook(source, feed, pipelines)))
+                        .map(|pipelines| Some(Loaded::Webhook(feed, pipelines)))
                 })
                 .await
             }
@@ -338,8 +332,8 @@ impl LiveSinks {
                 }
                 self.run_database(*built, restarts);
             }
-            Loaded::Webhook(source, feed, pipelines) => {
-                self.run_webhook_source(&source, feed, pipelines, restarts);
+            Loaded::Webhook(feed, pipelines) => {
+                self.run_webhook_source(feed, pipelines, restarts);
             }
         }
         Ok(())
@@ -349,6 +343,6 @@ impl LiveSinks {
 /// A feed loaded again for a restart.
 enum Loaded {
     Database(Box<BuiltFeed>),
-    /// A webhook source's name, its log's reader and its sinks' pipelines.
-    Webhook(String, WebhookFeed, Vec<SinkPipeline>),
+    /// A webhook source's log reader and its sinks' pipelines.
+    Webhook(WebhookFeed, Vec<SinkPipeline>),
 }

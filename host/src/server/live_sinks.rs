@@ -107,17 +107,16 @@ impl Worker {
     }
 }
 
-/// A running feed: the handle its sinks change through and, for a
-/// database's, what stops it.
+/// A running feed: the handle its sinks change through and what stops it.
 pub(super) struct FeedUnit {
     pub(super) sinks: SinkSetHandle,
     /// A database feed's replication slot.
     pub(super) slot: Option<String>,
     /// Stops the source and the pipeline.
-    pub(super) stop: Option<CancellationToken>,
+    pub(super) stop: CancellationToken,
     /// What to await once stopped: the feed's supervisor, which ends
     /// after its source and pipeline.
-    pub(super) tasks: Vec<JoinHandle<()>>,
+    pub(super) supervisor: JoinHandle<()>,
     /// Which run of the feed this is (a failed feed restarts as a new run).
     pub(super) run: u64,
 }
@@ -257,12 +256,8 @@ impl LiveSinks {
     pub async fn stop_database(&self, database: &str, deleted: bool) {
         let unit = lock(&self.feeds).remove(&Feed::Database(database.to_string()));
         if let Some(unit) = unit {
-            if let Some(stop) = &unit.stop {
-                stop.cancel();
-            }
-            for task in unit.tasks {
-                let _ = task.await;
-            }
+            unit.stop.cancel();
+            let _ = unit.supervisor.await;
             if deleted {
                 let health = crate::health::global();
                 health.forget(EntityKind::Database, database);
@@ -441,9 +436,7 @@ impl LiveSinks {
     pub async fn join_all(&self) {
         let feeds: Vec<FeedUnit> = lock(&self.feeds).drain().map(|(_, f)| f).collect();
         for feed in feeds {
-            for task in feed.tasks {
-                let _ = task.await;
-            }
+            let _ = feed.supervisor.await;
         }
         let workers: Vec<Worker> = lock(&self.workers).drain().map(|(_, w)| w).collect();
         for worker in workers {

@@ -295,7 +295,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
             .iter()
             .map(|sink| live_sinks.pipeline(&config, sink))
             .collect::<Result<Vec<_>, _>>()?;
-        live_sinks.spawn_webhook_source(&source.name, feed, pipelines);
+        live_sinks.spawn_webhook_source(feed, pipelines);
     }
 
     let launcher =

@@ -51,6 +51,11 @@ impl WebhookFeed {
         }
     }
 
+    /// The name of the source whose log it reads.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Sends the log's requests to `events` in order until `shutdown`,
     /// pruning what `durable` (the pipeline's stored position) covers.
     pub async fn run(
