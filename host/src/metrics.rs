@@ -157,7 +157,6 @@ pub fn count_dead_lettered(sink: &str, stage: &'static str, n: usize) {
 /// series [`render`] leaves out: the recorder cannot remove a series, and
 /// a deleted sink's last queue depth would otherwise stand (and alert)
 /// until the process restarts.
-#[derive(Default)]
 struct SinkSeries {
     registered: BTreeSet<String>,
     forgotten: BTreeSet<String>,

@@ -88,6 +88,16 @@ fn signature(secret: &str, body: &str) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// POSTs `body` to `signed_in`, signed with its secret.
+fn post_signed(weft: &WeftProcess, body: &str) -> (u16, Value) {
+    post(
+        weft,
+        "signed_in",
+        &[("x-weft-signature", &signature(HMAC_SECRET, body))],
+        body,
+    )
+}
+
 fn stored_requests(weft: &WeftProcess, source: &str) -> usize {
     count_rows(weft, "webhook_requests", "source", source)
 }
@@ -259,12 +269,7 @@ fn wrong_credentials_get_401_and_nothing_is_stored() {
     assert_eq!(stored_requests(&weft, "orders_in"), 0);
     assert!(weft.receive("signed", 10, 500).is_empty());
 
-    let good = post(
-        &weft,
-        "signed_in",
-        &[("x-weft-signature", &signature(HMAC_SECRET, body))],
-        body,
-    );
+    let good = post_signed(&weft, body);
     assert_eq!(good.0, 202, "{good:?}");
     let got = weft.drain("signed", 1, Duration::from_secs(30));
     assert_eq!(got.len(), 1);
@@ -392,12 +397,7 @@ fn a_failed_webhook_source_feed_restarts_alone_and_loses_nothing() {
     // The API keeps accepting, and the other source keeps flowing.
     (4..=6).for_each(accept);
     let body = r#"{"n": 7, "item": "signed"}"#;
-    let signed = post(
-        &weft,
-        "signed_in",
-        &[("x-weft-signature", &signature(HMAC_SECRET, body))],
-        body,
-    );
+    let signed = post_signed(&weft, body);
     assert_eq!(signed.0, 202, "{signed:?}");
     let other = weft.drain("signed", 1, Duration::from_secs(30));
     assert_eq!(other.len(), 1, "the other source's message");

@@ -144,7 +144,12 @@ mod tests {
                 token: Some("0123456789abcdef".into()),
                 token_sha256: None,
             },
-            ApiTokenConfig::hashed("ops", None, "fedcba9876543210"),
+            ApiTokenConfig {
+                account: None,
+                name: "ops".into(),
+                token: None,
+                token_sha256: Some(ApiTokenConfig::sha256_hex("fedcba9876543210")),
+            },
         ])
     }
 

@@ -50,13 +50,12 @@ pub(super) async fn create(
     let mut secret = [0u8; 24];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("weft_{}", hex::encode(secret));
-    // Only the secret's hash goes into the config file.
-    let stored = ApiTokenConfig::hashed(&name, account.clone(), &token);
     let mut entry = serde_yaml_ng::Mapping::new();
     entry.insert("name".into(), name.as_str().into());
+    // Only the secret's hash goes into the config file.
     entry.insert(
         "token_sha256".into(),
-        stored.token_sha256.unwrap_or_default().into(),
+        ApiTokenConfig::sha256_hex(&token).into(),
     );
     if let Some(account) = &account {
         entry.insert("account".into(), account.as_str().into());

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -33,20 +33,15 @@ pub struct ApiTokenConfig {
     pub token: Option<String>,
     /// The SHA-256 of the secret, in hex, so that the config file does
     /// not hold the secret itself (how `POST /api/api_tokens` stores the
-    /// tokens it creates).
-    #[serde(default)]
+    /// tokens it creates); kept in lower case.
+    #[serde(default, deserialize_with = "lower_case")]
     pub token_sha256: Option<String>,
 }
 
 impl ApiTokenConfig {
-    /// A token whose config keeps only the SHA-256 of `secret`.
-    pub fn hashed(name: &str, account: Option<String>, secret: &str) -> ApiTokenConfig {
-        ApiTokenConfig {
-            name: name.to_string(),
-            account,
-            token: None,
-            token_sha256: Some(hex::encode(Sha256::digest(secret.as_bytes()))),
-        }
+    /// The SHA-256 of `secret` in lower-case hex, as `token_sha256` holds it.
+    pub fn sha256_hex(secret: &str) -> String {
+        hex::encode(Sha256::digest(secret.as_bytes()))
     }
 
     /// Whether `given` is this token, compared in constant time (for a
@@ -55,12 +50,7 @@ impl ApiTokenConfig {
         match (&self.token, &self.token_sha256) {
             (Some(token), _) => bool::from(given.as_bytes().ct_eq(token.as_bytes())),
             (None, Some(sha256)) => {
-                let digest = hex::encode(Sha256::digest(given.as_bytes()));
-                bool::from(
-                    digest
-                        .as_bytes()
-                        .ct_eq(sha256.to_ascii_lowercase().as_bytes()),
-                )
+                bool::from(Self::sha256_hex(given).as_bytes().ct_eq(sha256.as_bytes()))
             }
             (None, None) => false,
         }
@@ -107,6 +97,12 @@ impl ApiTokenConfig {
         }
         None
     }
+}
+
+/// `token_sha256` in lower case, as [`ApiTokenConfig::sha256_hex`] writes
+/// it, so that a request's hash compares with it as it is.
+fn lower_case<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.map(|hash| hash.to_ascii_lowercase()))
 }
 
 impl fmt::Debug for ApiTokenConfig {
