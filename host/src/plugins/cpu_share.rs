@@ -66,13 +66,14 @@ impl CpuShare {
     /// The share of `account`, set to `percent` of one core: every call
     /// for the same account answers a handle on the same debt, so that
     /// functions loaded later (a hot swap, a new sink) share it too.
+    ///
+    /// Shares no function holds any more (an account deleted, or its limit
+    /// lifted) are forgotten here, so that the registry stays as small as
+    /// the accounts in use.
     pub fn of_account(account: &str, percent: u32) -> CpuShare {
-        static SHARES: OnceLock<Mutex<HashMap<String, CpuShare>>> = OnceLock::new();
         let cores = f64::from(percent) / 100.0;
-        let mut shares = SHARES
-            .get_or_init(Mutex::default)
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shares = registered_shares();
+        shares.retain(|_, share| Arc::strong_count(&share.state) > 1);
         let share = shares
             .entry(account.to_string())
             .or_insert_with(|| CpuShare::new(account, cores));
@@ -95,6 +96,13 @@ impl CpuShare {
     /// The share, in cores.
     pub fn cores(&self) -> f64 {
         self.lock().cores
+    }
+
+    /// The CPU time used beyond the share, as of now.
+    pub fn owed(&self) -> Duration {
+        let mut debt = self.lock();
+        debt.settle(Instant::now());
+        debt.owed
     }
 
     /// Blocks until the account's debt is within the burst; answers how
@@ -134,6 +142,15 @@ impl CpuShare {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Every account's share, by account name.
+fn registered_shares() -> std::sync::MutexGuard<'static, HashMap<String, CpuShare>> {
+    static SHARES: OnceLock<Mutex<HashMap<String, CpuShare>>> = OnceLock::new();
+    SHARES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The CPU time the calling thread has used. Guest calls run on the
@@ -204,5 +221,17 @@ mod tests {
         assert_eq!(first, second);
         assert_eq!(first.cores(), 0.25);
         assert_ne!(first, CpuShare::of_account("cpu-share-other", 25));
+    }
+
+    #[test]
+    fn a_share_no_function_holds_is_forgotten() {
+        let held = CpuShare::of_account("cpu-share-held", 10);
+        drop(CpuShare::of_account("cpu-share-dropped", 10));
+        CpuShare::of_account("cpu-share-next", 10);
+        let shares = registered_shares();
+        assert!(!shares.contains_key("cpu-share-dropped"));
+        assert!(shares.contains_key("cpu-share-held"));
+        drop(shares);
+        drop(held);
     }
 }

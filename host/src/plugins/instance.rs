@@ -14,6 +14,7 @@ use wasmtime::{Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::types;
+use super::cpu_share::thread_cpu_time;
 use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
 use super::limits::InstanceLimiter;
@@ -161,12 +162,14 @@ impl<B: WorldBindings> GuestInstance<B> {
         batch: &[Message],
         call: impl FnOnce(&B, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
+        // Before `ensure_live`: a guest that traps on every call makes each
+        // call instantiate it afresh, and that CPU is the account's too.
+        if let Some(share) = &self.limits.cpu_share {
+            share.wait_turn();
+        }
         self.ensure_live()?;
         if let Some(inputs) = &self.deterministic {
             inputs.reset_for(batch);
-        }
-        if let Some(share) = &self.limits.cpu_share {
-            share.wait_turn();
         }
         let live = self
             .live
@@ -177,12 +180,10 @@ impl<B: WorldBindings> GuestInstance<B> {
             self.limits.call_timeout,
             self.engine.inner().settings.epoch_tick,
         );
-        let (started, cpu_before) = (Instant::now(), super::cpu_share::thread_cpu_time());
+        let (started, cpu_before) = (Instant::now(), thread_cpu_time());
         let outcome = call(&live.bindings, &mut live.store);
         let took = started.elapsed();
-        if let Some(share) = &self.limits.cpu_share {
-            share.spent(super::cpu_share::thread_cpu_time().saturating_sub(cpu_before));
-        }
+        charge_cpu_since(&self.limits, cpu_before);
         let memory = live.store.data().limiter.memory_bytes;
         self.usage.called(batch.len(), took, memory);
         match outcome {
@@ -258,10 +259,19 @@ impl<B: WorldBindings> GuestInstance<B> {
         self.live = None;
     }
 
+    /// Creates and `init`s an instance unless one is live, charging the
+    /// guest's start-up CPU to the account's share.
     fn ensure_live(&mut self) -> Result<(), PluginError> {
         if self.live.is_some() {
             return Ok(());
         }
+        let cpu_before = thread_cpu_time();
+        let created = self.create_live();
+        charge_cpu_since(&self.limits, cpu_before);
+        created
+    }
+
+    fn create_live(&mut self) -> Result<(), PluginError> {
         let state = GuestState {
             wasi: sandbox::wasi_context(&self.stdout, &self.stderr, self.deterministic.as_ref()),
             table: ResourceTable::new(),
@@ -315,6 +325,14 @@ impl<B: WorldBindings> GuestInstance<B> {
             }),
             Err(error) => Err(classify(&self.plugin, &self.limits, store.data(), error)),
         }
+    }
+}
+
+/// Adds the CPU the calling thread used since `before` to the account's
+/// share, if `limits` have one.
+fn charge_cpu_since(limits: &Limits, before: Duration) {
+    if let Some(share) = &limits.cpu_share {
+        share.spent(thread_cpu_time().saturating_sub(before));
     }
 }
 

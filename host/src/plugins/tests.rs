@@ -431,6 +431,40 @@ fn a_panic_is_a_trap_carrying_the_panic_message() {
 }
 
 #[test]
+fn instantiating_a_guest_again_after_a_trap_counts_against_the_accounts_cpu_share() {
+    // 1% of a core pays off almost nothing during the test, so the debt
+    // is the CPU the guest used.
+    let share = CpuShare::new("crash-looping", 0.01);
+    let mut function = engine()
+        .load_transform(
+            "hostile",
+            &guest("weft-hostile-transform"),
+            &config(&[("init_spin", "20")]),
+            &Limits {
+                cpu_share: Some(share.clone()),
+                call_timeout: Duration::from_secs(30),
+                ..Limits::default()
+            },
+        )
+        .expect("load hostile guest");
+    let after_load = share.owed();
+    assert!(
+        after_load >= Duration::from_millis(2),
+        "the first instance's init is charged: {after_load:?}"
+    );
+    run(&mut function, "panic").expect_err("a panic traps");
+    let after_trap = share.owed();
+    // The next call waits for the debt (it is over the burst only if the
+    // machine is slow), instantiates afresh, and pays for that init too.
+    run(&mut function, "count").expect("a fresh instance after the trap");
+    let after_restart = share.owed();
+    assert!(
+        after_restart >= after_trap + after_load / 4,
+        "the second init is charged: {after_load:?} at load, {after_trap:?} after the trap, {after_restart:?} after the restart"
+    );
+}
+
+#[test]
 fn the_sandbox_grants_no_files_env_args_or_network() {
     let mut function = hostile(&Limits::default());
     let seen = json_payload(&run(&mut function, "snoop").unwrap()[0]).clone();

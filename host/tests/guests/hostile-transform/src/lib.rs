@@ -5,7 +5,8 @@
 //! recurses without end, `huge` returns a 17 MiB payload, `panic` panics,
 //! `snoop` reports what the sandbox lets it see, `count` returns how many
 //! changes this instance has handled, anything else echoes the record.
-//! Config `fail_init` makes `init` fail with its value.
+//! Config `fail_init` makes `init` fail with its value; `init_spin`
+//! makes `init` spin for that many million loop turns first.
 
 use std::hint::black_box;
 
@@ -21,6 +22,13 @@ impl Transform for Hostile {
     fn init(config: Config) -> Result<Self, String> {
         if let Some(reason) = config.get("fail_init") {
             return Err(reason.to_string());
+        }
+        if let Some(turns) = config.get("init_spin") {
+            let turns: u64 = turns.parse().map_err(|_| "init_spin is a number")?;
+            let mut n: u64 = 0;
+            for _ in 0..turns * 1_000_000 {
+                n = black_box(n.wrapping_add(1));
+            }
         }
         let greeting = config.get("greeting").unwrap_or("hello").to_string();
         Ok(Hostile {
