@@ -102,7 +102,8 @@ impl FunctionRuntime {
     /// While a candidate of its transform runs in shadow (see
     /// [`Self::start_shadow`]), the candidate runs in shadow on this chain
     /// too: a sink created, updated or restarted meanwhile is compared
-    /// like the others. Blocks while the candidate loads.
+    /// like the others. Blocks while the candidate loads (on a tokio
+    /// worker, whose other tasks move to another worker meanwhile).
     pub fn add_chain(&self, sink: &crate::config::SinkConfig, chain: FunctionChain) {
         self.chains
             .write()
@@ -114,12 +115,13 @@ impl FunctionRuntime {
         let Some(requested) = self.candidate(&function) else {
             return;
         };
-        let loaded = self
-            .with_candidate(&function, &requested)
-            .and_then(|(config, label)| {
-                let shadow = self.load_shadow(&config, &function, &label, sink)?;
-                Ok((shadow, label))
-            });
+        let loaded = allowed_to_block(|| {
+            self.with_candidate(&function, &requested)
+                .and_then(|(config, label)| {
+                    let shadow = self.load_shadow(&config, &function, &label, sink)?;
+                    Ok((shadow, label))
+                })
+        });
         match loaded {
             Ok((shadow, label)) => {
                 tracing::info!(sink = %sink.name, %function, candidate = %label, "transform candidate runs in shadow");
@@ -404,5 +406,18 @@ pub fn describe(function: &FunctionConfig) -> String {
     match &function.plugin {
         Some(plugin) => plugin.to_string(),
         None => function.file.display().to_string(),
+    }
+}
+
+/// Runs `work`, which blocks, so that it does not stall the tasks of the
+/// tokio worker it may be called on: in place on a multi-thread runtime's
+/// worker (its other tasks move to another worker), directly elsewhere.
+fn allowed_to_block<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
     }
 }
