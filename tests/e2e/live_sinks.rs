@@ -27,7 +27,7 @@ fn config(pg: &PgCluster, receiver: &Receiver) -> String {
     format!(
         "{databases}http_endpoints:\n  - name: receiver\n    url: http://{addr}\n    headers: {{ X-Test: plain }}\n    encrypted_headers: {{ Authorization: \"{TOKEN}\" }}\n    signing_secret: {SECRET}\n\
          functions:\n  - name: tagger\n    type: transform\n    file: {wasm}\n    config: {{ tag: v2 }}\n\
-         sinks:\n  - name: steady\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n\
+         sinks:\n  # steady: never touched by the API\n  - name: steady\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n\
          \x20 - name: doomed\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n",
         databases = pg.databases_yaml(SLOT),
         addr = receiver.addr,
@@ -226,6 +226,13 @@ fn sinks_are_created_updated_and_deleted_while_the_others_keep_flowing() {
     assert!(
         health.contains("\"fresh\"") && !health.contains("\"doomed\""),
         "{health}"
+    );
+    let written = std::fs::read_to_string(dir.path().join("weft.yml")).unwrap();
+    assert!(
+        written.contains("  # steady: never touched by the API\n  - name: steady\n")
+            && written.contains("- name: fresh")
+            && !written.contains("- name: doomed"),
+        "the API's edits keep the config file's comments: {written}"
     );
     assert!(
         receiver.with(|s| s.bad_requests.is_empty()),

@@ -12,8 +12,8 @@
 //! * `POST …/rollback` restores the function's entry from before the last
 //!   promotion the same way.
 //!
-//! Promotion and rollback rewrite the config file from its parsed form, so
-//! YAML comments in it are lost.
+//! Promotion and rollback edit the function's entry of the config file
+//! in place ([`super::config_edit`]); the rest of the file stays as written.
 
 use std::collections::BTreeMap;
 

@@ -1,13 +1,17 @@
 //! Edits of the running config's text, entry by entry, for the routes that
 //! change one resource (`POST /api/sinks`, `PUT /api/functions/{name}`,
-//! promote, rollback...). The text is parsed, changed and written back, so
-//! `${VAR}` references stay as written but YAML comments are lost; the
-//! result then goes through `config apply`.
+//! promote, rollback...). The text is parsed and changed; the changed list
+//! is then spliced into the text entry by entry ([`super::config_splice`]),
+//! so comments, `${VAR}` references and the layout of everything else stay
+//! as written. Where the list's layout cannot be spliced the whole document
+//! is written from its parsed form (`${VAR}` references stay, YAML
+//! comments go). The result then goes through `config apply`.
 
 use axum::http::StatusCode;
 use serde_yaml_ng::Value as Yaml;
 
 use super::ApiError;
+use super::config_splice::splice_section;
 
 /// The config text `text` with its `section` list changed by `change`.
 pub(super) fn edit_section(
@@ -15,15 +19,20 @@ pub(super) fn edit_section(
     section: &str,
     change: impl FnOnce(&mut Vec<Yaml>) -> Result<(), ApiError>,
 ) -> Result<String, ApiError> {
-    let mut document: Yaml = if text.trim().is_empty() {
-        Yaml::Mapping(Default::default())
-    } else {
-        serde_yaml_ng::from_str(text).map_err(|error| {
-            ApiError::new(
+    // An empty or comments-only file is an empty config.
+    let mut document: Yaml = match serde_yaml_ng::from_str(text) {
+        Ok(Yaml::Null) => Yaml::Mapping(Default::default()),
+        Ok(document) => document,
+        Err(error) if text.trim().is_empty() => {
+            tracing::debug!(%error, "an empty config file");
+            Yaml::Mapping(Default::default())
+        }
+        Err(error) => {
+            return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the running config does not parse: {error}"),
-            )
-        })?
+            ));
+        }
     };
     let fields = document.as_mapping_mut().ok_or_else(|| {
         ApiError::new(
@@ -43,7 +52,18 @@ pub(super) fn edit_section(
             format!("`{section}` of the running config is not a list"),
         )
     })?;
+    let before = entries.clone();
     change(entries)?;
+    let after = entries.clone();
+    if let Some(spliced) = splice_section(text, section, &before, &after)
+        && serde_yaml_ng::from_str::<Yaml>(&spliced).ok().as_ref() == Some(&document)
+    {
+        return Ok(spliced);
+    }
+    tracing::info!(
+        section,
+        "the config's `{section}` list could not be edited in place; the config file is written from its parsed form, without its comments"
+    );
     serde_yaml_ng::to_string(&document).map_err(|error| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -12,6 +12,7 @@ mod canary;
 mod change_retentions;
 mod config_apply;
 mod config_edit;
+mod config_splice;
 mod crud;
 mod dead_letters;
 mod error;
