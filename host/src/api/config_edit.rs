@@ -54,8 +54,9 @@ pub(super) fn edit_section(
     })?;
     let before = entries.clone();
     change(entries)?;
-    let after = entries.clone();
-    if let Some(spliced) = splice_section(text, section, &before, &after)
+    let after = &document[section];
+    if let Some(after) = after.as_sequence()
+        && let Some(spliced) = splice_section(text, section, &before, after)
         && serde_yaml_ng::from_str::<Yaml>(&spliced).ok().as_ref() == Some(&document)
     {
         return Ok(spliced);

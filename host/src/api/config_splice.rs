@@ -15,7 +15,8 @@ use serde_yaml_ng::Value as Yaml;
 /// equal to one of `old` (the list `text` holds now) keeps its text and
 /// the comments above it; one that replaces an entry of the same `name`
 /// keeps the comments above it and is written afresh; any other is
-/// written afresh at the list's indent. `None` when the list is not laid out as block-style entries.
+/// written afresh at the list's indent. `None` when the list is not laid
+/// out as block-style entries.
 pub(super) fn splice_section(
     text: &str,
     section: &str,
@@ -31,14 +32,8 @@ pub(super) fn splice_section(
         "" => {}
         // An empty flow list (`sinks: []`) becomes a block list.
         "[]" if old.is_empty() => {
-            let mut out: String = lines[..key_line].concat();
-            out.push_str(section);
-            out.push_str(":\n");
-            for entry in entries {
-                out.push_str(&render_entry(entry, 2)?);
-            }
-            out.push_str(&lines[body_start..].concat());
-            return Some(out);
+            let list = block_list(section, entries)?;
+            return Some(lines[..key_line].concat() + &list + &lines[body_start..].concat());
         }
         // A flow list with items: nothing to splice into.
         _ => return None,
@@ -60,33 +55,25 @@ pub(super) fn splice_section(
         return None;
     }
 
-    let mut out = String::with_capacity(text.len() + 256);
-    lines[..body_start]
-        .iter()
-        .for_each(|line| out.push_str(line));
+    let mut out = lines[..body_start].concat();
     out.push_str(&layout.before);
     for entry in entries {
-        let same = parsed.iter().position(|kept| kept == entry);
-        let named = || {
-            let name = entry.get("name")?;
-            parsed
-                .iter()
-                .position(|kept| kept.get("name") == Some(name))
-        };
-        match (same, same.or_else(named)) {
-            (Some(at), _) => {
-                out.push_str(&layout.entries[at].leading);
-                out.push_str(&layout.entries[at].body);
-            }
-            (None, Some(replaced)) => {
-                out.push_str(&layout.entries[replaced].leading);
-                out.push_str(&render_entry(entry, layout.indent)?);
-            }
-            (None, None) => out.push_str(&render_entry(entry, layout.indent)?),
+        if let Some(kept) = parsed.iter().position(|kept| kept == entry) {
+            out.push_str(&layout.entries[kept].leading);
+            out.push_str(&layout.entries[kept].body);
+            continue;
         }
+        let name = entry.get("name");
+        if let Some(replaced) = parsed
+            .iter()
+            .position(|kept| name.is_some() && kept.get("name") == name)
+        {
+            out.push_str(&layout.entries[replaced].leading);
+        }
+        out.push_str(&render_entry(entry, layout.indent)?);
     }
     out.push_str(&layout.after);
-    lines[body_end..].iter().for_each(|line| out.push_str(line));
+    out.push_str(&lines[body_end..].concat());
     Some(out)
 }
 
@@ -175,8 +162,13 @@ fn append_section(text: &str, section: &str, entries: &[Yaml]) -> Option<String>
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(section);
-    out.push_str(":\n");
+    out.push_str(&block_list(section, entries)?);
+    Some(out)
+}
+
+/// `section:` and its entries as a block list, two columns in.
+fn block_list(section: &str, entries: &[Yaml]) -> Option<String> {
+    let mut out = format!("{section}:\n");
     for entry in entries {
         out.push_str(&render_entry(entry, 2)?);
     }
