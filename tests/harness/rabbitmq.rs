@@ -240,7 +240,7 @@ impl Amqp {
             .await
         })
         .expect("declare exchange");
-        self.declared.lock().unwrap().0.push(name.to_string());
+        remember(&mut self.declared.lock().unwrap().0, name);
     }
 
     /// Declares durable queue `queue` bound to `exchange` with `pattern`.
@@ -277,7 +277,7 @@ impl Amqp {
             .await
         })
         .expect("declare and bind queue");
-        self.declared.lock().unwrap().1.push(queue.to_string());
+        remember(&mut self.declared.lock().unwrap().1, queue);
     }
 
     /// How many messages `queue` holds, without taking any.
@@ -376,6 +376,14 @@ impl Drop for Amqp {
             }
             Ok(())
         });
+    }
+}
+
+/// Adds `name` to the names to delete on drop, once (deleting a name twice
+/// would fail and skip the rest).
+fn remember(names: &mut Vec<String>, name: &str) {
+    if !names.iter().any(|n| n == name) {
+        names.push(name.to_string());
     }
 }
 
