@@ -19,7 +19,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::cache::{ComponentCache, Origin};
 use super::enrichment::{EnrichmentFunction, Grants};
 use super::filter::FilterFunction;
-use super::instance::GuestState;
+use super::instance::{GuestState, InstanceOptions};
 use super::routing::RoutingFunction;
 use super::transform::TransformFunction;
 use super::{Limits, PluginError};
@@ -160,7 +160,14 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<TransformFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "transform", &[])?;
-        TransformFunction::new(self.clone(), name, loaded, config, limits)
+        TransformFunction::new(
+            self.clone(),
+            name,
+            loaded,
+            config,
+            limits,
+            InstanceOptions::default(),
+        )
     }
 
     /// Loads the filter component at `wasm_path` as `name`; see
@@ -173,7 +180,14 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<FilterFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "filter", &[])?;
-        FilterFunction::new(self.clone(), name, loaded, config, limits)
+        FilterFunction::new(
+            self.clone(),
+            name,
+            loaded,
+            config,
+            limits,
+            InstanceOptions::default(),
+        )
     }
 
     /// Loads the routing component at `wasm_path` as `name`; see
@@ -186,7 +200,14 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<RoutingFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "routing", &[])?;
-        RoutingFunction::new(self.clone(), name, loaded, config, limits)
+        RoutingFunction::new(
+            self.clone(),
+            name,
+            loaded,
+            config,
+            limits,
+            InstanceOptions::default(),
+        )
     }
 
     /// Loads the enrichment component at `wasm_path` as `name`, granting it
@@ -203,7 +224,11 @@ impl PluginEngine {
     ) -> Result<EnrichmentFunction, PluginError> {
         let loaded =
             self.load_component(name, wasm_path, limits, "enrichment", &grants.imports())?;
-        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, grants)
+        let options = InstanceOptions {
+            source_query: grants.source_query,
+            outbound_http: grants.http,
+        };
+        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 
     pub(crate) fn inner(&self) -> &EngineInner {

@@ -3,19 +3,13 @@
 //! granted capabilities (see [`super::source_query`] and
 //! [`super::outbound_http`]).
 
-use std::collections::BTreeMap;
-
-use wasmtime::Store;
-use wasmtime::component::{Component, Linker};
-
 use super::bindings::enrichment as world;
-use super::engine::{LoadedComponent, PluginEngine};
-use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::instance::guest_function;
 use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
 use super::outbound_http::{self, OutboundHttp};
 use super::source_query::{self, SourceQuery};
 use super::transform::function_error;
-use super::{FunctionError, Limits, PluginError};
+use super::{FunctionError, PluginError};
 use crate::message::Message;
 
 /// The host capabilities granted to one enrichment function; none by
@@ -42,54 +36,15 @@ impl Grants {
     }
 }
 
-/// A loaded enrichment component with its live instance.
-pub struct EnrichmentFunction {
-    instance: GuestInstance<world::Enrichment>,
-}
-
-impl std::fmt::Debug for EnrichmentFunction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnrichmentFunction")
-            .field("name", &self.name())
-            .finish_non_exhaustive()
-    }
-}
+guest_function!(
+    /// A loaded enrichment component with its live instance.
+    EnrichmentFunction,
+    world::Enrichment,
+    EnrichmentPre,
+    "enrichment"
+);
 
 impl EnrichmentFunction {
-    pub(crate) fn new(
-        engine: PluginEngine,
-        name: &str,
-        loaded: LoadedComponent,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-        grants: Grants,
-    ) -> Result<Self, PluginError> {
-        Ok(EnrichmentFunction {
-            instance: GuestInstance::new(
-                engine,
-                name,
-                loaded,
-                config,
-                limits,
-                InstanceOptions {
-                    source_query: grants.source_query,
-                    outbound_http: grants.http,
-                },
-            )?,
-        })
-    }
-
-    /// The plugin's name.
-    pub fn name(&self) -> &str {
-        self.instance.plugin()
-    }
-
-    /// How many instances were recycled so far (after `recycle_after_calls`
-    /// calls or past `recycle_memory_bytes`), not counting failed ones.
-    pub fn recycled_instances(&self) -> u64 {
-        self.instance.recycled()
-    }
-
     /// Enriches a batch: per message, the JSON for `metadata.enrichment`
     /// (`None`: no enrichment) or an error, in order. Blocks, also on the
     /// granted capabilities (source query, HTTP); call it from `spawn_blocking` or a plain
@@ -121,27 +76,5 @@ impl EnrichmentFunction {
                 Err(error) => Ok(Err(function_error(error))),
             })
             .collect()
-    }
-}
-
-impl WorldBindings for world::Enrichment {
-    const KIND: &'static str = "enrichment";
-
-    type Pre = world::EnrichmentPre<GuestState>;
-
-    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
-        world::EnrichmentPre::new(linker.instantiate_pre(component)?)
-    }
-
-    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
-        pre.instantiate(store)
-    }
-
-    fn init(
-        &self,
-        store: &mut Store<GuestState>,
-        config: &[(&str, &str)],
-    ) -> wasmtime::Result<Result<(), String>> {
-        self.call_init(store, config)
     }
 }

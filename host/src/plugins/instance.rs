@@ -62,6 +62,88 @@ impl WasiView for GuestState {
     }
 }
 
+/// Defines `$name`, a loaded component of world `$world` (kind `$kind`,
+/// pre-instantiated as `world::$pre`, from the calling module's `world`
+/// bindings) with its live instance: its constructor,
+/// name, recycle count and `Debug`, and the world's [`WorldBindings`]. Each
+/// kind's module adds its own call (`transform`, `filter`, ...) beside it.
+macro_rules! guest_function {
+    ($(#[$doc:meta])* $name:ident, $world:ty, $pre:ident, $kind:literal) => {
+        $(#[$doc])*
+        pub struct $name {
+            instance: $crate::plugins::instance::GuestInstance<$world>,
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("name", &self.name())
+                    .finish_non_exhaustive()
+            }
+        }
+
+        impl $name {
+            /// Pre-links `loaded`, then creates and `init`s a first
+            /// instance with `config`, so that a bad config fails here.
+            pub(crate) fn new(
+                engine: $crate::plugins::PluginEngine,
+                name: &str,
+                loaded: $crate::plugins::engine::LoadedComponent,
+                config: &std::collections::BTreeMap<String, String>,
+                limits: &$crate::plugins::Limits,
+                options: $crate::plugins::instance::InstanceOptions,
+            ) -> Result<Self, $crate::plugins::PluginError> {
+                Ok($name {
+                    instance: $crate::plugins::instance::GuestInstance::new(
+                        engine, name, loaded, config, limits, options,
+                    )?,
+                })
+            }
+
+            /// The plugin's name.
+            pub fn name(&self) -> &str {
+                self.instance.plugin()
+            }
+
+            /// How many instances were recycled so far (after
+            /// `recycle_after_calls` calls or past `recycle_memory_bytes`),
+            /// not counting failed ones.
+            pub fn recycled_instances(&self) -> u64 {
+                self.instance.recycled()
+            }
+        }
+
+        impl $crate::plugins::instance::WorldBindings for $world {
+            const KIND: &'static str = $kind;
+
+            type Pre = world::$pre<$crate::plugins::instance::GuestState>;
+
+            fn pre(
+                linker: &wasmtime::component::Linker<$crate::plugins::instance::GuestState>,
+                component: &wasmtime::component::Component,
+            ) -> wasmtime::Result<Self::Pre> {
+                world::$pre::new(linker.instantiate_pre(component)?)
+            }
+
+            fn instantiate(
+                pre: &Self::Pre,
+                store: &mut wasmtime::Store<$crate::plugins::instance::GuestState>,
+            ) -> wasmtime::Result<Self> {
+                pre.instantiate(store)
+            }
+
+            fn init(
+                &self,
+                store: &mut wasmtime::Store<$crate::plugins::instance::GuestState>,
+                config: &[(&str, &str)],
+            ) -> wasmtime::Result<Result<(), String>> {
+                self.call_init(store, config)
+            }
+        }
+    };
+}
+pub(crate) use guest_function;
+
 /// The generated bindings of one world.
 pub(crate) trait WorldBindings: Sized + Send + 'static {
     /// The function kind (world name), for metrics.

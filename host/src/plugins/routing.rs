@@ -4,17 +4,12 @@
 //! accepts, and the rules on their values, live in
 //! [`crate::pipeline::routing_keys`].
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
-use wasmtime::Store;
-use wasmtime::component::{Component, Linker};
 
 use super::bindings::routing as world;
-use super::engine::{LoadedComponent, PluginEngine};
-use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::instance::guest_function;
 use super::transform::function_error;
-use super::{FunctionError, Limits, PluginError};
+use super::{FunctionError, PluginError};
 use crate::message::Message;
 
 /// What a Redis string sink does with its key.
@@ -126,50 +121,15 @@ impl From<world::Route> for Route {
     }
 }
 
-/// A loaded routing component with its live instance.
-pub struct RoutingFunction {
-    instance: GuestInstance<world::Routing>,
-}
-
-impl std::fmt::Debug for RoutingFunction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RoutingFunction")
-            .field("name", &self.name())
-            .finish_non_exhaustive()
-    }
-}
+guest_function!(
+    /// A loaded routing component with its live instance.
+    RoutingFunction,
+    world::Routing,
+    RoutingPre,
+    "routing"
+);
 
 impl RoutingFunction {
-    pub(crate) fn new(
-        engine: PluginEngine,
-        name: &str,
-        loaded: LoadedComponent,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-    ) -> Result<Self, PluginError> {
-        Ok(RoutingFunction {
-            instance: GuestInstance::new(
-                engine,
-                name,
-                loaded,
-                config,
-                limits,
-                InstanceOptions::default(),
-            )?,
-        })
-    }
-
-    /// The plugin's name.
-    pub fn name(&self) -> &str {
-        self.instance.plugin()
-    }
-
-    /// How many instances were recycled so far (after `recycle_after_calls`
-    /// calls or past `recycle_memory_bytes`), not counting failed ones.
-    pub fn recycled_instances(&self) -> u64 {
-        self.instance.recycled()
-    }
-
     /// Routes a batch: one [`Route`] (or error) per message, in order. The
     /// routes are not validated against a sink here; see
     /// [`crate::pipeline::routing_keys`]. Blocks; call it from
@@ -187,27 +147,5 @@ impl RoutingFunction {
             .into_iter()
             .map(|outcome| outcome.map(Route::from).map_err(function_error))
             .collect())
-    }
-}
-
-impl WorldBindings for world::Routing {
-    const KIND: &'static str = "routing";
-
-    type Pre = world::RoutingPre<GuestState>;
-
-    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
-        world::RoutingPre::new(linker.instantiate_pre(component)?)
-    }
-
-    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
-        pre.instantiate(store)
-    }
-
-    fn init(
-        &self,
-        store: &mut Store<GuestState>,
-        config: &[(&str, &str)],
-    ) -> wasmtime::Result<Result<(), String>> {
-        self.call_init(store, config)
     }
 }

@@ -1,15 +1,9 @@
 //! The transform kind: one payload per change.
 
-use std::collections::BTreeMap;
-
-use wasmtime::Store;
-use wasmtime::component::{Component, Linker};
-
 use super::bindings::{transform as world, types};
-use super::engine::{LoadedComponent, PluginEngine};
-use super::instance::{GuestInstance, GuestState, InstanceOptions, WorldBindings};
+use super::instance::guest_function;
 use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
-use super::{FunctionError, Limits, PluginError};
+use super::{FunctionError, PluginError};
 use crate::message::Message;
 
 /// What a transform produced for one change.
@@ -44,50 +38,15 @@ impl Payload {
     }
 }
 
-/// A loaded transform component with its live instance.
-pub struct TransformFunction {
-    instance: GuestInstance<world::Transform>,
-}
-
-impl std::fmt::Debug for TransformFunction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TransformFunction")
-            .field("name", &self.name())
-            .finish_non_exhaustive()
-    }
-}
+guest_function!(
+    /// A loaded transform component with its live instance.
+    TransformFunction,
+    world::Transform,
+    TransformPre,
+    "transform"
+);
 
 impl TransformFunction {
-    pub(crate) fn new(
-        engine: PluginEngine,
-        name: &str,
-        loaded: LoadedComponent,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-    ) -> Result<Self, PluginError> {
-        Ok(TransformFunction {
-            instance: GuestInstance::new(
-                engine,
-                name,
-                loaded,
-                config,
-                limits,
-                InstanceOptions::default(),
-            )?,
-        })
-    }
-
-    /// The plugin's name.
-    pub fn name(&self) -> &str {
-        self.instance.plugin()
-    }
-
-    /// How many instances were recycled so far (after `recycle_after_calls`
-    /// calls or past `recycle_memory_bytes`), not counting failed ones.
-    pub fn recycled_instances(&self) -> u64 {
-        self.instance.recycled()
-    }
-
     /// Transforms a batch: one outcome per message, in order. Blocks for up
     /// to the call timeout; call it from `spawn_blocking` or a plain thread,
     /// never on an async worker thread: WASI output from the guest enters the
@@ -132,27 +91,5 @@ pub(crate) fn function_error(error: types::FunctionError) -> FunctionError {
     match error {
         types::FunctionError::Permanent(reason) => FunctionError::Permanent(reason),
         types::FunctionError::Transient(reason) => FunctionError::Transient(reason),
-    }
-}
-
-impl WorldBindings for world::Transform {
-    const KIND: &'static str = "transform";
-
-    type Pre = world::TransformPre<GuestState>;
-
-    fn pre(linker: &Linker<GuestState>, component: &Component) -> wasmtime::Result<Self::Pre> {
-        world::TransformPre::new(linker.instantiate_pre(component)?)
-    }
-
-    fn instantiate(pre: &Self::Pre, store: &mut Store<GuestState>) -> wasmtime::Result<Self> {
-        pre.instantiate(store)
-    }
-
-    fn init(
-        &self,
-        store: &mut Store<GuestState>,
-        config: &[(&str, &str)],
-    ) -> wasmtime::Result<Result<(), String>> {
-        self.call_init(store, config)
     }
 }
