@@ -101,3 +101,32 @@ pub(super) fn edit_entry(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add_sink(text: &str) -> String {
+        edit_section(text, "sinks", |entries| {
+            entries.push(serde_yaml_ng::from_str("{name: s, table: t}").unwrap());
+            Ok(())
+        })
+        .expect("edits")
+    }
+
+    #[test]
+    fn an_empty_or_comments_only_file_is_edited_as_an_empty_config() {
+        for text in ["", "\n", "# nothing yet\n"] {
+            let edited = add_sink(text);
+            let document: Yaml = serde_yaml_ng::from_str(&edited).unwrap();
+            assert_eq!(document["sinks"][0]["name"].as_str(), Some("s"), "{edited}");
+        }
+        assert!(add_sink("# nothing yet\n").contains("# nothing yet"));
+    }
+
+    #[test]
+    fn a_file_that_does_not_parse_is_an_error_not_an_overwrite() {
+        let error = edit_section("sinks: [\n", "sinks", |_| Ok(())).unwrap_err();
+        assert!(format!("{error:?}").contains("does not parse"), "{error:?}");
+    }
+}

@@ -68,12 +68,12 @@ impl BackfillScope {
     }
 }
 
-/// The query reading one backfill's chunks, built and checked against the
-/// table once per run.
 /// A chunk's rows (key, row) and the transactions in progress for their
 /// snapshot.
 pub(crate) type ChunkRows = (Vec<(Vec<String>, Row)>, Vec<u32>);
 
+/// The query reading one backfill's chunks, built and checked against the
+/// table once per run.
 pub(crate) struct ChunkQuery {
     /// `SELECT … FROM … WHERE <scope>`: the part before the cursor condition.
     select: String,

@@ -501,7 +501,6 @@ impl DeliveryWorker {
     }
 }
 
-/// The payload bytes a delivery of `batch` holds.
 /// The sink's `delivery` health check: an error naming the destination's
 /// last failure while deliveries fail, cleared (and the sink's last
 /// success noted) by a batch that delivered everything.
@@ -522,6 +521,7 @@ fn report_health(sink: &str, last_error: Option<String>) {
     }
 }
 
+/// The payload bytes a delivery of `batch` holds.
 fn batch_bytes(batch: &[StoredMessage]) -> usize {
     batch.iter().map(|m| m.size_bytes).sum()
 }
