@@ -160,14 +160,7 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<TransformFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "transform", &[])?;
-        TransformFunction::new(
-            self.clone(),
-            name,
-            loaded,
-            config,
-            limits,
-            InstanceOptions::default(),
-        )
+        TransformFunction::new(self.clone(), name, loaded, config, limits)
     }
 
     /// Loads the filter component at `wasm_path` as `name`; see
@@ -180,14 +173,7 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<FilterFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "filter", &[])?;
-        FilterFunction::new(
-            self.clone(),
-            name,
-            loaded,
-            config,
-            limits,
-            InstanceOptions::default(),
-        )
+        FilterFunction::new(self.clone(), name, loaded, config, limits)
     }
 
     /// Loads the routing component at `wasm_path` as `name`; see
@@ -200,14 +186,7 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<RoutingFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "routing", &[])?;
-        RoutingFunction::new(
-            self.clone(),
-            name,
-            loaded,
-            config,
-            limits,
-            InstanceOptions::default(),
-        )
+        RoutingFunction::new(self.clone(), name, loaded, config, limits)
     }
 
     /// Loads the enrichment component at `wasm_path` as `name`, granting it
@@ -228,7 +207,7 @@ impl PluginEngine {
             source_query: grants.source_query,
             outbound_http: grants.http,
         };
-        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, options)
+        EnrichmentFunction::with_options(self.clone(), name, loaded, config, limits, options)
     }
 
     pub(crate) fn inner(&self) -> &EngineInner {
