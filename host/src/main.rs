@@ -154,13 +154,13 @@ enum SinkCommand {
 
 #[derive(Subcommand)]
 enum BackfillCommand {
-    /// Start a backfill of one table into a sink.
+    /// Start a backfill of tables into a sink: full, or partial from a
+    /// sort column's position and/or with a parameterised `WHERE` filter.
     Start {
         /// The sink.
         sink: String,
-        /// The table, `schema.table`.
-        #[arg(long)]
-        table: String,
+        #[command(flatten)]
+        start: BackfillStartArgs,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -168,6 +168,33 @@ enum BackfillCommand {
     Ls {
         /// The sink.
         sink: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Show one backfill: its scope, state, progress, cursor and last error.
+    Show {
+        /// The sink.
+        sink: String,
+        /// The backfill's id.
+        id: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Pause an active backfill (it keeps its cursor).
+    Pause {
+        /// The sink.
+        sink: String,
+        /// The backfill's id.
+        id: String,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Resume a paused backfill from its cursor.
+    Resume {
+        /// The sink.
+        sink: String,
+        /// The backfill's id.
+        id: String,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -180,6 +207,54 @@ enum BackfillCommand {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+}
+
+/// What `backfill start` reads: which tables, and which of their rows.
+#[derive(clap::Args)]
+struct BackfillStartArgs {
+    #[command(flatten)]
+    tables: BackfillTables,
+    /// Read in this column's order, from `--start-position` (a partial
+    /// backfill).
+    #[arg(long, requires = "start_position")]
+    sort_column: Option<String>,
+    /// The first `--sort-column` value to read.
+    #[arg(long, requires = "sort_column")]
+    start_position: Option<String>,
+    /// Only rows matching this SQL condition, e.g. `status = $1`.
+    #[arg(long = "where", value_name = "SQL")]
+    where_sql: Option<String>,
+    /// A value for `$1`, `$2`, … of `--where`, in order (Postgres casts
+    /// each from text); repeat for several.
+    #[arg(long = "param", value_name = "VALUE", requires = "where_sql")]
+    params: Vec<String>,
+}
+
+/// Which tables `backfill start` reads: the listed ones, or all.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct BackfillTables {
+    /// A table, `schema.table`; repeat for several.
+    #[arg(long)]
+    table: Vec<String>,
+    /// Every table the sink receives.
+    #[arg(long)]
+    all: bool,
+}
+
+impl BackfillStartArgs {
+    fn into_request(self) -> commands::BackfillRequest {
+        commands::BackfillRequest {
+            tables: if self.tables.all {
+                None
+            } else {
+                Some(self.tables.table)
+            },
+            sort_column: self.sort_column,
+            start_position: self.start_position,
+            filter: self.where_sql.map(|sql| (sql, self.params)),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -526,14 +601,32 @@ fn main() -> ExitCode {
         }
         Command::Backfill(BackfillCommand::Start {
             sink,
-            table,
+            start,
             remote,
-        }) => remote_command(&remote, |r, out| async move {
-            commands::backfill_start(&r, &sink, &table, out).await
-        }),
+        }) => {
+            let request = start.into_request();
+            remote_command(&remote, |r, out| async move {
+                commands::backfill_start(&r, &sink, &request, out).await
+            })
+        }
         Command::Backfill(BackfillCommand::Ls { sink, remote }) => {
             remote_command(&remote, |r, out| async move {
                 commands::backfill_ls(&r, &sink, out).await
+            })
+        }
+        Command::Backfill(BackfillCommand::Show { sink, id, remote }) => {
+            remote_command(&remote, |r, _| async move {
+                commands::backfill_show(&r, &sink, &id).await
+            })
+        }
+        Command::Backfill(BackfillCommand::Pause { sink, id, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::backfill_set_state(&r, &sink, &id, "pause", out).await
+            })
+        }
+        Command::Backfill(BackfillCommand::Resume { sink, id, remote }) => {
+            remote_command(&remote, |r, out| async move {
+                commands::backfill_set_state(&r, &sink, &id, "resume", out).await
             })
         }
         Command::Backfill(BackfillCommand::Cancel { sink, id, remote }) => {

@@ -1,8 +1,9 @@
 //! The remote `weft` CLI against a running weft with an API token: a saved
 //! context (file readable by its owner only) supplies URL and token;
-//! `sink ls`, `config plan|apply|export`, `backfill start|ls` and
-//! `dead-letters ls|replay|discard` print tables, or the API's JSON with
-//! `--json`; a wrong token fails with the API's reason.
+//! `sink ls`, `config plan|apply|export`, `backfill
+//! start|ls|show|pause|resume|cancel` and `dead-letters ls|replay|discard`
+//! print tables, or the API's JSON with `--json`; a wrong token fails with
+//! the API's reason.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -226,5 +227,151 @@ fn the_cli_manages_a_running_weft_through_a_saved_context() {
         "plugin tagger@1.0.0: deleted\n"
     );
     assert!(!ok(home, &["plugin", "ls"]).contains("tagger"));
+    assert_eq!(weft.terminate(), Some(0));
+}
+
+/// `weft ARGS --url URL` against `weft`, without a saved context.
+fn at(weft: &WeftProcess, home: &Path, args: &[&str]) -> (bool, String, String) {
+    let url = weft.url("");
+    let mut args = args.to_vec();
+    args.extend(["--url", url.as_str()]);
+    weft_cli(home, &args)
+}
+
+#[test]
+fn the_cli_runs_a_backfills_whole_lifecycle_and_starts_partial_ones() {
+    let pg = PgCluster::start();
+    pg.psql(
+        "CREATE TABLE bulk (id int PRIMARY KEY, v text NOT NULL);
+         INSERT INTO bulk SELECT g, CASE WHEN g % 2 = 0 THEN 'even' ELSE 'odd' END
+         FROM generate_series(1, 5000) g",
+    );
+    // Nothing receives, so the backlog bound holds the full backfill
+    // active long enough to pause it.
+    let config = format!(
+        "{}sinks:\n  - name: bulk\n    database: shop\n    source: {{ include_tables: [public.bulk] }}\n    destination: {{ type: sequin_stream }}\n    max_backlog_messages: 500\n",
+        pg.databases_yaml("weft_cli_backfill")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config);
+    pg.wait_for_active_slot("weft_cli_backfill");
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let ok_at = |args: &[&str]| {
+        let (success, stdout, stderr) = at(&weft, home, args);
+        assert!(success, "weft {args:?} failed: {stderr}");
+        stdout
+    };
+
+    // What to read is checked before any request.
+    for (args, problem) in [
+        (vec!["backfill", "start", "bulk"], "--table <TABLE>|--all"),
+        (
+            vec![
+                "backfill",
+                "start",
+                "bulk",
+                "--all",
+                "--table",
+                "public.bulk",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec!["backfill", "start", "bulk", "--all", "--param", "x"],
+            "--where <SQL>",
+        ),
+        (
+            vec![
+                "backfill",
+                "start",
+                "bulk",
+                "--all",
+                "--start-position",
+                "3",
+            ],
+            "--sort-column <SORT_COLUMN>",
+        ),
+    ] {
+        let (success, _, stderr) = at(&weft, home, &args);
+        assert!(!success && stderr.contains(problem), "{args:?}: {stderr}");
+    }
+
+    let started = ok_at(&["backfill", "start", "bulk", "--all"]);
+    assert!(started.starts_with("ID "), "{started}");
+    assert!(started.contains("public.bulk"), "{started}");
+    let listed: Value =
+        serde_json::from_str(&ok_at(&["backfill", "ls", "bulk", "--json"])).unwrap();
+    let id = listed["data"][0]["id"].as_str().unwrap().to_string();
+    weft.wait_until("backfill progress", Duration::from_secs(60), || {
+        let shown: Value =
+            serde_json::from_str(&ok_at(&["backfill", "show", "bulk", &id])).unwrap();
+        match shown["rows_processed_count"].as_u64() {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(shown),
+        }
+    });
+    assert_eq!(
+        ok_at(&["backfill", "pause", "bulk", &id]),
+        format!("backfill {id} of bulk: paused\n")
+    );
+    let (success, _, stderr) = at(&weft, home, &["backfill", "pause", "bulk", &id]);
+    assert!(!success);
+    assert!(
+        stderr.contains("409") && stderr.contains("is paused; this needs it active"),
+        "{stderr}"
+    );
+    assert_eq!(
+        ok_at(&["backfill", "resume", "bulk", &id]),
+        format!("backfill {id} of bulk: active\n")
+    );
+    assert_eq!(
+        ok_at(&["backfill", "cancel", "bulk", &id]),
+        format!("backfill {id} of bulk: cancelled\n")
+    );
+
+    // A partial backfill: from a sort column's position, with a filter
+    // whose value is bound as a parameter.
+    let partial: Value = serde_json::from_str(&ok_at(&[
+        "backfill",
+        "start",
+        "bulk",
+        "--table",
+        "public.bulk",
+        "--sort-column",
+        "id",
+        "--start-position",
+        "4001",
+        "--where",
+        "v = $1",
+        "--param",
+        "even",
+        "--json",
+    ]))
+    .unwrap();
+    let partial_id = partial["id"].as_str().unwrap();
+    let shown: Value =
+        serde_json::from_str(&ok_at(&["backfill", "show", "bulk", partial_id])).unwrap();
+    assert_eq!(
+        (
+            &shown["kind"],
+            &shown["sort_column"],
+            &shown["start_position"],
+            &shown["filter"]["params"],
+        ),
+        (
+            &Value::from("partial"),
+            &Value::from("id"),
+            &Value::from("4001"),
+            &serde_json::json!(["even"]),
+        ),
+        "{shown}"
+    );
+    assert!(shown["rows_initial_count"].is_u64(), "an estimate: {shown}");
+    let table = ok_at(&["backfill", "ls", "bulk"]);
+    assert!(
+        table.starts_with("ID  ") && table.contains("ROWS/S") && table.contains("cancelled"),
+        "{table}"
+    );
     assert_eq!(weft.terminate(), Some(0));
 }

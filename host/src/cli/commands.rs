@@ -127,17 +127,53 @@ pub async fn config_export(remote: &Remote) -> Result<String, String> {
     Ok(text(&body["yaml"]))
 }
 
-/// `backfill start SINK --table T`.
+/// What `backfill start` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackfillRequest {
+    /// The tables, `schema.table`; `None` for every table of the sink.
+    pub tables: Option<Vec<String>>,
+    /// The column a partial backfill reads in order.
+    pub sort_column: Option<String>,
+    /// The first `sort_column` value to read.
+    pub start_position: Option<String>,
+    /// A `WHERE` condition and the values of its `$1`, `$2`, ….
+    pub filter: Option<(String, Vec<String>)>,
+}
+
+impl BackfillRequest {
+    /// The body of `POST /api/sinks/{sink}/backfills`: `table` for one
+    /// table (the answer is that backfill), else `tables`.
+    pub fn body(&self) -> Value {
+        let mut body = json!({});
+        match self.tables.as_deref() {
+            Some([table]) => body["table"] = json!(table),
+            Some(tables) => body["tables"] = json!(tables),
+            None => body["tables"] = json!("all"),
+        }
+        if let Some(column) = &self.sort_column {
+            body["sort_column"] = json!(column);
+        }
+        if let Some(position) = &self.start_position {
+            body["start_position"] = json!(position);
+        }
+        if let Some((sql, params)) = &self.filter {
+            body["filter"] = json!({ "where": sql, "params": params });
+        }
+        body
+    }
+}
+
+/// `backfill start SINK (--table T ... | --all) [partial options]`.
 pub async fn backfill_start(
     remote: &Remote,
     sink: &str,
-    table: &str,
+    request: &BackfillRequest,
     output: Output,
 ) -> Result<String, String> {
     let body = remote
         .post(
             &format!("/api/sinks/{sink}/backfills"),
-            Some(&json!({ "table": table })),
+            Some(&request.body()),
         )
         .await?;
     if output == Output::Json {
@@ -160,6 +196,38 @@ pub async fn backfill_ls(remote: &Remote, sink: &str, output: Output) -> Result<
     Ok(backfill_table(rows(&body)))
 }
 
+/// `backfill show SINK ID`: the API's JSON (scope, cursor, last error).
+pub async fn backfill_show(remote: &Remote, sink: &str, id: &str) -> Result<String, String> {
+    Ok(pretty(
+        &remote
+            .get(&format!("/api/sinks/{sink}/backfills/{id}"))
+            .await?,
+    ))
+}
+
+/// `backfill pause|resume SINK ID` (`verb` is `pause` or `resume`).
+pub async fn backfill_set_state(
+    remote: &Remote,
+    sink: &str,
+    id: &str,
+    verb: &str,
+    output: Output,
+) -> Result<String, String> {
+    let body = remote
+        .post(&format!("/api/sinks/{sink}/backfills/{id}/{verb}"), None)
+        .await?;
+    Ok(backfill_state(&body, sink, id, output))
+}
+
+/// What a state change of backfill `id` answered: its new state, or the
+/// API's JSON.
+fn backfill_state(body: &Value, sink: &str, id: &str, output: Output) -> String {
+    match output {
+        Output::Json => pretty(body),
+        Output::Table => format!("backfill {id} of {sink}: {}\n", text(&body["state"])),
+    }
+}
+
 fn backfill_table(backfills: &[Value]) -> String {
     let table: Vec<Vec<String>> = backfills
         .iter()
@@ -173,11 +241,12 @@ fn backfill_table(backfills: &[Value]) -> String {
                     text(&b["rows_processed_count"]),
                     text(&b["rows_initial_count"])
                 ),
+                text(&b["rows_per_second"]),
                 text(&b["eta_seconds"]),
             ]
         })
         .collect();
-    render(&["ID", "TABLE", "STATE", "ROWS", "ETA_S"], &table)
+    render(&["ID", "TABLE", "STATE", "ROWS", "ROWS/S", "ETA_S"], &table)
 }
 
 /// `backfill cancel SINK ID`.
@@ -190,13 +259,7 @@ pub async fn backfill_cancel(
     let body = remote
         .delete(&format!("/api/sinks/{sink}/backfills/{id}"))
         .await?;
-    if output == Output::Json {
-        return Ok(pretty(&body));
-    }
-    Ok(format!(
-        "backfill {id} of {sink}: {}\n",
-        text(&body["state"])
-    ))
+    Ok(backfill_state(&body, sink, id, output))
 }
 
 /// `dead-letters ls SINK`.
@@ -345,4 +408,53 @@ pub async fn plugin_rm(remote: &Remote, reference: &str, output: Output) -> Resu
         return Ok(pretty(&body));
     }
     Ok(format!("plugin {name}@{version}: deleted\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(tables: Option<&[&str]>) -> BackfillRequest {
+        BackfillRequest {
+            tables: tables.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            sort_column: None,
+            start_position: None,
+            filter: None,
+        }
+    }
+
+    #[test]
+    fn one_table_many_or_all_become_the_apis_table_or_tables() {
+        assert_eq!(
+            request(Some(&["public.a"])).body(),
+            json!({"table": "public.a"})
+        );
+        assert_eq!(
+            request(Some(&["public.a", "public.b"])).body(),
+            json!({"tables": ["public.a", "public.b"]})
+        );
+        assert_eq!(request(None).body(), json!({"tables": "all"}));
+    }
+
+    #[test]
+    fn a_partial_backfill_sends_its_position_and_a_parameterised_filter() {
+        let partial = BackfillRequest {
+            sort_column: Some("updated_at".into()),
+            start_position: Some("2026-01-01".into()),
+            filter: Some((
+                "status = $1 AND total > $2".into(),
+                vec!["paid".into(), "10".into()],
+            )),
+            ..request(None)
+        };
+        assert_eq!(
+            partial.body(),
+            json!({
+                "tables": "all",
+                "sort_column": "updated_at",
+                "start_position": "2026-01-01",
+                "filter": {"where": "status = $1 AND total > $2", "params": ["paid", "10"]},
+            })
+        );
+    }
 }
