@@ -86,6 +86,29 @@ fn read_stream(nats: &NatsServer) -> Vec<Stored> {
 
 /// Waits until `stream` holds at least `count` messages on subjects
 /// starting with `prefix`.
+/// Waits until the stream holds at least `count` messages, reading only
+/// its count (reading them all, one request each, is slow enough for weft
+/// to finish meanwhile).
+fn wait_for_stream_count(nats: &NatsServer, count: u64, weft: &WeftProcess) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let stored = runtime().block_on(async {
+            let client = nats.client().await;
+            let mut stream = jetstream::new(client).get_stream("CDC").await.unwrap();
+            stream.info().await.unwrap().state.messages
+        });
+        if stored >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stored} of {count} messages in the stream; log:\n{}",
+            weft.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -> Vec<Stored> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -261,7 +284,7 @@ fn nats_sigkill_mid_delivery_leaves_no_duplicate_in_the_stream() {
     write_rows(&pg, ROWS, UPDATES);
     // Kill weft while deliveries are in flight: some messages published
     // (maybe acked by the stream) but not yet recorded as delivered.
-    wait_for(&nats, "sequin.", 100, &weft);
+    wait_for_stream_count(&nats, 100, &weft);
     weft.kill();
     let before = read_stream(&nats).len();
     let total = (ROWS * (UPDATES + 1)) as usize;
