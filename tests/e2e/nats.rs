@@ -49,11 +49,16 @@ fn create_stream(nats: &NatsServer, subjects: &[&str]) {
     });
 }
 
+/// The test's JetStream stream `CDC`.
+async fn cdc_stream(nats: &NatsServer) -> jetstream::stream::Stream {
+    let client = nats.client().await;
+    jetstream::new(client).get_stream("CDC").await.unwrap()
+}
+
 /// Every message in stream `CDC`, in stream order.
 fn read_stream(nats: &NatsServer) -> Vec<Stored> {
     runtime().block_on(async {
-        let client = nats.client().await;
-        let mut stream = jetstream::new(client).get_stream("CDC").await.unwrap();
+        let mut stream = cdc_stream(nats).await;
         let state = stream.info().await.unwrap().state.clone();
         let mut all = Vec::new();
         for seq in state.first_sequence..=state.last_sequence {
@@ -84,17 +89,14 @@ fn read_stream(nats: &NatsServer) -> Vec<Stored> {
     })
 }
 
-/// Waits until `stream` holds at least `count` messages on subjects
-/// starting with `prefix`.
 /// Waits until the stream holds at least `count` messages, reading only
-/// its count (reading them all, one request each, is slow enough for weft
-/// to finish meanwhile).
+/// its count every 20 ms (reading them all, one request each, is slow
+/// enough for weft to finish meanwhile; so is `wait_until`'s 200 ms).
 fn wait_for_stream_count(nats: &NatsServer, count: u64, weft: &WeftProcess) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let stored = runtime().block_on(async {
-            let client = nats.client().await;
-            let mut stream = jetstream::new(client).get_stream("CDC").await.unwrap();
+            let mut stream = cdc_stream(nats).await;
             stream.info().await.unwrap().state.messages
         });
         if stored >= count {
@@ -109,6 +111,8 @@ fn wait_for_stream_count(nats: &NatsServer, count: u64, weft: &WeftProcess) {
     }
 }
 
+/// Waits until `stream` holds at least `count` messages on subjects
+/// starting with `prefix`.
 fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -> Vec<Stored> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {

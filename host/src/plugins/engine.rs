@@ -160,7 +160,8 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<TransformFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "transform", &[])?;
-        TransformFunction::new(self.clone(), name, loaded, config, limits)
+        let options = InstanceOptions::default();
+        TransformFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 
     /// Loads the filter component at `wasm_path` as `name`; see
@@ -173,7 +174,8 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<FilterFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "filter", &[])?;
-        FilterFunction::new(self.clone(), name, loaded, config, limits)
+        let options = InstanceOptions::default();
+        FilterFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 
     /// Loads the routing component at `wasm_path` as `name`; see
@@ -186,7 +188,8 @@ impl PluginEngine {
         limits: &Limits,
     ) -> Result<RoutingFunction, PluginError> {
         let loaded = self.load_component(name, wasm_path, limits, "routing", &[])?;
-        RoutingFunction::new(self.clone(), name, loaded, config, limits)
+        let options = InstanceOptions::default();
+        RoutingFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 
     /// Loads the enrichment component at `wasm_path` as `name`, granting it
@@ -207,7 +210,7 @@ impl PluginEngine {
             source_query: grants.source_query,
             outbound_http: grants.http,
         };
-        EnrichmentFunction::with_options(self.clone(), name, loaded, config, limits, options)
+        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 
     pub(crate) fn inner(&self) -> &EngineInner {

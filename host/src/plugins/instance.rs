@@ -84,21 +84,9 @@ macro_rules! guest_function {
 
         impl $name {
             /// Pre-links `loaded`, then creates and `init`s a first
-            /// instance with `config`, so that a bad config fails here.
-            #[allow(dead_code)] // enrichments are always built `with_options`
+            /// instance with `config` and `options` (what it gets beyond the
+            /// sandbox's defaults), so that a bad config fails here.
             pub(crate) fn new(
-                engine: $crate::plugins::PluginEngine,
-                name: &str,
-                loaded: $crate::plugins::engine::LoadedComponent,
-                config: &std::collections::BTreeMap<String, String>,
-                limits: &$crate::plugins::Limits,
-            ) -> Result<Self, $crate::plugins::PluginError> {
-                Self::with_options(engine, name, loaded, config, limits, Default::default())
-            }
-
-            /// Like `new`, with what the instance gets beyond the sandbox's
-            /// defaults (an enrichment's granted capabilities).
-            pub(crate) fn with_options(
                 engine: $crate::plugins::PluginEngine,
                 name: &str,
                 loaded: $crate::plugins::engine::LoadedComponent,
