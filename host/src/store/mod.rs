@@ -200,6 +200,7 @@ impl Store {
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         // Another process (an operator's `sqlite3`) may hold the lock briefly.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        stable_plans(&conn).map_err(open_err)?;
         schema::migrate(&mut conn, &path.display().to_string())?;
         let reader = Connection::open_with_flags(
             path,
@@ -207,6 +208,7 @@ impl Store {
         )
         .map_err(open_err)?;
         reader.busy_timeout(std::time::Duration::from_secs(5))?;
+        stable_plans(&reader).map_err(open_err)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             reader: Arc::new(Mutex::new(reader)),
@@ -314,6 +316,21 @@ impl Store {
     }
 }
 
+/// Has SQLite plan each statement once, whatever values it is run with
+/// (the query planner stability guarantee). Otherwise SQLite marks a
+/// statement with an equality on a parameter to be planned again when that
+/// parameter is rebound, and rusqlite clears the bindings of every cached
+/// statement it takes back: statements such as the ack's head promotion
+/// were compiled afresh at every call, a fifth of weft's CPU while
+/// consumers drained a backfill.
+fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(())
+}
+
 /// SQLite integers are signed; real LSNs stay far below 2^63.
 fn lsn_to_sql(lsn: Lsn) -> Result<i64, StoreError> {
     i64::try_from(lsn.0).map_err(|_| StoreError::LsnOutOfRange(lsn))
@@ -339,6 +356,10 @@ impl StoreTime {
         StoreTime(now_ms())
     }
 }
+
+/// The position of the last message a sink holds.
+const LAST_STORED: &str = "SELECT commit_lsn, commit_idx FROM pull_messages WHERE sink = ?1
+     ORDER BY commit_lsn DESC, commit_idx DESC LIMIT 1";
 
 /// Inserts `messages` for `sink` (ignoring those already stored), keeping
 /// each group's head the earliest of its messages; returns how many were
@@ -375,10 +396,7 @@ fn insert_messages(
     // one placed before a stored message (a replayed chunk) can have later
     // messages of its group to demote.
     let mut last_stored: Option<(i64, u32)> = tx
-        .prepare_cached(
-            "SELECT commit_lsn, commit_idx FROM pull_messages WHERE sink = ?1
-             ORDER BY commit_lsn DESC, commit_idx DESC LIMIT 1",
-        )?
+        .prepare_cached(LAST_STORED)?
         .query_row(params![sink], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     let mut new = 0;
@@ -407,8 +425,7 @@ fn insert_messages(
     Ok(new)
 }
 
-/// Milliseconds since the Unix epoch.
-/// Now, in ms since the Unix epoch.
+/// Now, in milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -474,12 +474,13 @@ pub(super) fn promote_next_head(
     sink: &str,
     group_id: &str,
 ) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "UPDATE pull_messages SET head = 1
-         WHERE id = (SELECT id FROM pull_messages WHERE sink = ?1 AND group_id = ?2
-                     ORDER BY commit_lsn, commit_idx LIMIT 1)
-           AND head = 0",
-    )?
-    .execute(params![sink, group_id])?;
+    tx.prepare_cached(PROMOTE_NEXT_HEAD)?
+        .execute(params![sink, group_id])?;
     Ok(())
 }
+
+/// [`promote_next_head`]'s statement.
+pub(super) const PROMOTE_NEXT_HEAD: &str = "UPDATE pull_messages SET head = 1
+     WHERE id = (SELECT id FROM pull_messages WHERE sink = ?1 AND group_id = ?2
+                 ORDER BY commit_lsn, commit_idx LIMIT 1)
+       AND head = 0";

@@ -693,3 +693,50 @@ fn held_changes_are_read_while_a_transaction_holds_the_writer() {
         (false, true)
     );
 }
+
+/// How often SQLite re-prepared each of `statements` on the store's
+/// connection (a cached statement keeps its count).
+fn reprepares(store: &Store, statements: &[&str]) -> Vec<i32> {
+    let conn = store.lock();
+    statements
+        .iter()
+        .map(|sql| {
+            conn.prepare_cached(sql)
+                .unwrap()
+                .get_status(rusqlite::StatementStatus::RePrepare)
+        })
+        .collect()
+}
+
+#[test]
+fn storing_and_acking_re_prepare_no_statement() {
+    let (_dir, store) = open_temp();
+    let messages = (0..3)
+        .flat_map(|round| (0..100).map(move |g| msg(10 + round, g, &format!("g{g}"))))
+        .collect();
+    store.append(&batch("s", messages), Lsn(20)).unwrap();
+    for lsn in 21..30 {
+        store
+            .append(&batch("s", vec![msg(lsn, 0, "late")]), Lsn(lsn))
+            .unwrap();
+    }
+    let mut acked = 0;
+    loop {
+        let got = store
+            .receive("s", 100, limits(Duration::from_secs(60), NO_LIMIT))
+            .unwrap();
+        if got.is_empty() {
+            break;
+        }
+        acked += store.ack("s", &ack_ids(&got)).unwrap().processed;
+    }
+    assert_eq!(
+        acked, 309,
+        "each ack made its group's next message the head"
+    );
+    assert_eq!(
+        reprepares(&store, &[pull::PROMOTE_NEXT_HEAD, LAST_STORED]),
+        vec![0, 0],
+        "statements with a parameter in an equality are planned once"
+    );
+}
