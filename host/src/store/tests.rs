@@ -695,15 +695,19 @@ fn held_changes_are_read_while_a_transaction_holds_the_writer() {
 }
 
 /// How often SQLite re-prepared each of `statements` on the store's
-/// connection (a cached statement keeps its count).
+/// connection (a cached statement keeps its count). Each must still be in
+/// the statement cache, having run: a fresh one would count nothing.
 fn reprepares(store: &Store, statements: &[&str]) -> Vec<i32> {
     let conn = store.lock();
     statements
         .iter()
         .map(|sql| {
-            conn.prepare_cached(sql)
-                .unwrap()
-                .get_status(rusqlite::StatementStatus::RePrepare)
+            let statement = conn.prepare_cached(sql).unwrap();
+            assert!(
+                statement.get_status(rusqlite::StatementStatus::Run) > 0,
+                "not in the statement cache any more: {sql}"
+            );
+            statement.get_status(rusqlite::StatementStatus::RePrepare)
         })
         .collect()
 }
