@@ -93,22 +93,19 @@ fn read_stream(nats: &NatsServer) -> Vec<Stored> {
 /// its count every 20 ms (reading them all, one request each, is slow
 /// enough for weft to finish meanwhile; so is `wait_until`'s 200 ms).
 fn wait_for_stream_count(nats: &NatsServer, count: u64, weft: &WeftProcess) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let stored = runtime().block_on(async {
-            let mut stream = cdc_stream(nats).await;
-            stream.info().await.unwrap().state.messages
-        });
-        if stored >= count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{stored} of {count} messages in the stream; log:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("{count} messages in the stream");
+    weft.wait_until_every(
+        &what,
+        Duration::from_secs(90),
+        Duration::from_millis(20),
+        || {
+            let stored = runtime().block_on(async {
+                let mut stream = cdc_stream(nats).await;
+                stream.info().await.unwrap().state.messages
+            });
+            if stored >= count { Ok(()) } else { Err(stored) }
+        },
+    );
 }
 
 /// Waits until `stream` holds at least `count` messages on subjects

@@ -41,6 +41,18 @@ impl WeftProcess {
         &self,
         what: &str,
         timeout: std::time::Duration,
+        probe: impl FnMut() -> Result<T, E>,
+    ) -> T {
+        self.wait_until_every(what, timeout, std::time::Duration::from_millis(200), probe)
+    }
+
+    /// [`Self::wait_until`], polling every `interval`: for a race with weft
+    /// that 200 ms would lose.
+    pub fn wait_until_every<T, E: std::fmt::Debug>(
+        &self,
+        what: &str,
+        timeout: std::time::Duration,
+        interval: std::time::Duration,
         mut probe: impl FnMut() -> Result<T, E>,
     ) -> T {
         let deadline = std::time::Instant::now() + timeout;
@@ -53,7 +65,7 @@ impl WeftProcess {
                     self.log_text()
                 ),
             }
-            std::thread::sleep(std::time::Duration::from_millis(200));
+            std::thread::sleep(interval);
         }
     }
 
