@@ -156,18 +156,28 @@ impl FunctionRuntime {
     }
 
     /// Loads, for every running sink that uses a function `config` defines
-    /// differently and keeps its own entry, those functions from `config`
+    /// differently (or whose HTTP grant's account changes
+    /// `deny_internal_http`) and keeps its own entry, those functions from `config`
     /// (whose plugin references are resolved). Blocks while components compile. Fails,
     /// with nothing changed, on the first function that does not load.
     pub fn prepare(&self, config: Config) -> Result<PreparedSwap, String> {
         let running = self.running();
+        // A function with an HTTP grant also loads anew when its account's
+        // deny_internal_http changes: its HTTP client holds the setting.
+        let egress = |config: &Config, function: &FunctionConfig| {
+            function.grants.http.as_ref().map(|_| {
+                crate::http_egress::HttpEgress::of_account(config, function.account.as_deref())
+            })
+        };
         let changed: Vec<String> = config
             .functions
             .iter()
             .filter(|new| {
                 running
                     .function(&new.name)
-                    .is_some_and(|old: &FunctionConfig| old != *new)
+                    .is_some_and(|old: &FunctionConfig| {
+                        old != *new || egress(&running, old) != egress(&config, new)
+                    })
             })
             .map(|f| f.name.clone())
             .collect();

@@ -19,6 +19,7 @@
 //! * [`store`] is weft's durable state (SQLite).
 //! * [`api`] serves the HTTP APIs.
 //! * [`hot_swap`] swaps a running sink's functions when only they change.
+//! * [`http_egress`] keeps an account's HTTP requests off internal addresses.
 //! * [`health`] holds the health checks of databases, slots, sinks and plugins.
 //! * [`retention`] deletes change retentions' event rows past their age.
 //! * [`cli`] is the remote half of the `weft` CLI (contexts, and commands
@@ -31,6 +32,7 @@ pub mod cli;
 pub mod config;
 pub mod health;
 pub mod hot_swap;
+pub mod http_egress;
 pub mod lsn;
 pub mod message;
 pub mod metrics;

@@ -588,3 +588,62 @@ fn a_failing_receiver_shows_in_health_and_slot_lag_grows_while_the_backlog_is_fu
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn an_account_denying_internal_http_sends_nothing_to_loopback_and_loses_nothing() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let receiver = Receiver::start(Mode::Accept);
+    // The endpoint is a name (`localhost`), as a tenant's would be: the
+    // config cannot tell where it points; the resolver at each connection can.
+    let yaml = |deny: bool| {
+        let plain = config(&pg, &receiver, "").replace(
+            &format!("url: http://{}", receiver.addr),
+            &format!(
+                "url: http://localhost:{}\n    account: acme",
+                receiver.addr.port()
+            ),
+        );
+        format!(
+            "accounts:\n  - {{ name: acme, deny_internal_http: {deny} }}\n{}",
+            plain.replace("  - name: shop\n", "  - name: shop\n    account: acme\n")
+        ) + r#"  - name: hook
+    account: acme
+    database: shop
+    source: { include_tables: [public.items] }
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 200
+"#
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let weft = WeftProcess::start(dir.path(), &yaml(true));
+    pg.wait_for_active_slot("weft_hook");
+    write_rows(&pg, 5, 0);
+
+    let refused = weft.wait_for_failed_check("sink", "hook", "delivery");
+    assert!(
+        refused.contains("`localhost` (resolves only to")
+            && refused.contains("is an internal address")
+            && refused.contains("account \"acme\" sets `deny_internal_http: true`"),
+        "{refused}"
+    );
+    assert_eq!(
+        receiver.with(|s| s.started),
+        0,
+        "no request reached the loopback receiver"
+    );
+
+    // Lifting the setting through `config apply` reconnects the sink
+    // without a restart, and the held messages go out, in order.
+    let (status, body) = weft.apply_config(&yaml(false));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["restarted"], false, "{body}");
+    receiver.wait_until("every row", Duration::from_secs(60), |s| {
+        s.accepted.len() >= 5
+    });
+    assert_in_order(&receiver.rows("/"), 1..=5, 0, &weft.log_text());
+    assert!(receiver.with(|s| s.bad_requests.is_empty()));
+}

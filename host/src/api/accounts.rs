@@ -77,6 +77,7 @@ fn render(
         },
         "allow_capabilities": account.allow_capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "allow_hosts": account.allow_hosts,
+        "deny_internal_http": account.deny_internal_http,
         "usage": {
             "sinks": sinks.len(),
             "functions": running.functions.iter().filter(|f| owned(&f.account)).count(),

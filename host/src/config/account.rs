@@ -32,6 +32,11 @@ pub struct AccountConfig {
     /// to ([`super::egress`]). Unset: any host.
     #[serde(default)]
     pub allow_hosts: Option<Vec<String>>,
+    /// Whether its HTTP requests (webhook sinks, functions' outbound HTTP)
+    /// may only reach public addresses, checked on the resolved addresses
+    /// at each connection ([`crate::http_egress`]). Default false.
+    #[serde(default)]
+    pub deny_internal_http: bool,
 }
 
 /// `limits:` of an account; each unset means unbounded.

@@ -7,11 +7,16 @@
 //! Hosts are compared as written (after the normalisation URLs apply:
 //! lower case, IDNA), not resolved: list the names the tenant uses, and
 //! keep DNS for those names under the operator's control.
+//!
+//! `accounts[].deny_internal_http` is enforced on resolved addresses at
+//! run time ([`crate::http_egress`]); here it only refuses HTTP targets
+//! written as internal addresses, which could never be reached.
 
 use super::Config;
 use super::account::AccountConfig;
 use super::destination::DestinationConfig;
 use super::path::DocPath;
+use crate::http_egress::internal_ip;
 use crate::plugins::AllowedHost;
 
 /// Each connection of `account`'s resources in `config` that its
@@ -111,6 +116,57 @@ pub(crate) fn refused_connections(
             // Entries that do not parse are reported with the grant's checks.
             if let Ok(grant) = AllowedHost::parse(entry) {
                 check(at.index(j), Ok(grant));
+            }
+        }
+    }
+    refused
+}
+
+/// Each HTTP target of `account`'s resources in `config` written as an
+/// internal IP address, when the account sets `deny_internal_http`, as
+/// (where it is configured, why it is refused).
+pub(crate) fn internal_http_targets(
+    config: &Config,
+    account: &AccountConfig,
+    root: &DocPath,
+) -> Vec<(DocPath, String)> {
+    if !account.deny_internal_http {
+        return Vec::new();
+    }
+    let owned = |owner: &Option<String>| owner.as_deref() == Some(account.name.as_str());
+    let refuse = |ip: std::net::IpAddr| {
+        format!(
+            "`{ip}` is an internal address, and account {:?} sets `deny_internal_http: true`, so its HTTP requests go to public addresses only: use a host with a public address, or unset deny_internal_http",
+            account.name
+        )
+    };
+    let mut refused = Vec::new();
+    for (i, endpoint) in config.http_endpoints.iter().enumerate() {
+        let host = reqwest::Url::parse(&endpoint.url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_string));
+        if let Some(ip) = host.as_deref().and_then(internal_ip)
+            && owned(&endpoint.account)
+        {
+            refused.push((root.key("http_endpoints").index(i).key("url"), refuse(ip)));
+        }
+    }
+    for (i, function) in config.functions.iter().enumerate() {
+        let Some(http) = function
+            .grants
+            .http
+            .as_ref()
+            .filter(|_| owned(&function.account))
+        else {
+            continue;
+        };
+        for (j, entry) in http.allow_hosts.iter().enumerate() {
+            if let Some(ip) = AllowedHost::parse(entry)
+                .ok()
+                .and_then(|grant| internal_ip(grant.host()))
+            {
+                let at = root.key("functions").index(i).key("grants").key("http");
+                refused.push((at.key("allow_hosts").index(j), refuse(ip)));
             }
         }
     }

@@ -1767,6 +1767,54 @@ fn an_accounts_cpu_share_is_a_percent_of_one_core() {
 }
 
 #[test]
+fn deny_internal_http_refuses_http_targets_written_as_internal_addresses() {
+    let config = |deny: &str, endpoint: &str, grant: &str| {
+        format!(
+            "accounts:\n  - {{name: a, allow_capabilities: [outbound_http]{deny}}}\n\
+             databases:\n  - {{name: db-a, account: a, url: postgres://10.0.0.9/x, slot: {{name: sa}}, publication: {{name: pa}}}}\n\
+             http_endpoints:\n  - {{name: hook, account: a, url: \"{endpoint}\"}}\n\
+             functions:\n  - {{name: look, account: a, type: enrichment, file: up.wasm, grants: {{http: {{allow_hosts: [{grant}]}}}}}}\n\
+             sinks:\n  - {{name: s, account: a, database: db-a, destination: {{type: webhook, http_endpoint: hook}}}}\n"
+        )
+    };
+    let deny = ", deny_internal_http: true";
+    // Names and public addresses pass (names are checked when resolved);
+    // so does a database at a private address: the setting is about HTTP.
+    let fine = load(&config(
+        deny,
+        "https://hooks.acme/in",
+        "api.acme, \"8.8.8.8:443\"",
+    ))
+    .unwrap();
+    assert!(fine.accounts[0].deny_internal_http);
+    // Without the setting, internal addresses are allowed.
+    let open = load(&config("", "http://169.254.169.254/", "\"[::1]:80\"")).unwrap();
+    assert!(!open.accounts[0].deny_internal_http);
+
+    let refused = errors(&config(
+        deny,
+        "http://169.254.169.254/latest",
+        "api.acme, \"[::1]:80\", 10.1.2.3",
+    ));
+    let has = |prefix: &str| refused.iter().any(|e| e.starts_with(prefix));
+    assert!(
+        has(
+            "http_endpoints[0].url: `169.254.169.254` is an internal address, and account \"a\" sets `deny_internal_http: true`"
+        ),
+        "{refused:#?}"
+    );
+    assert!(
+        has("functions[0].grants.http.allow_hosts[1]: `::1` is an internal address"),
+        "{refused:#?}"
+    );
+    assert!(
+        has("functions[0].grants.http.allow_hosts[2]: `10.1.2.3` is an internal address"),
+        "{refused:#?}"
+    );
+    assert_eq!(refused.len(), 3, "{refused:#?}");
+}
+
+#[test]
 fn an_accounts_allow_hosts_bounds_every_connection_of_its_resources() {
     let config = |allow: &str, database: &str, endpoint: &str, destination: &str, grant: &str| {
         format!(

@@ -241,7 +241,10 @@ fn check_accounts(config: &Config, root: &DocPath, problems: &mut Problems) {
                 problems,
             );
         }
-        for (path, reason) in super::egress::refused_connections(config, account, root) {
+        for (path, reason) in super::egress::refused_connections(config, account, root)
+            .into_iter()
+            .chain(super::egress::internal_http_targets(config, account, root))
+        {
             problems.add(path, reason);
         }
         let owned = |owner: &Option<String>| owner.as_deref() == Some(account.name.as_str());

@@ -16,6 +16,7 @@ use super::outbound_http::MAX_BODY_BYTES;
 use super::tests::{config, engine, guest, message};
 use super::*;
 use crate::change::Action;
+use crate::http_egress::HttpEgress;
 
 /// A lookup API on 127.0.0.1 with its own runtime, counting the requests it
 /// receives.
@@ -78,11 +79,16 @@ impl LookupApi {
 
     /// The capability allowing `entries`.
     fn http(&self, entries: &[&str]) -> OutboundHttp {
+        self.http_with(entries, HttpEgress::Any)
+    }
+
+    /// The capability allowing `entries` at the addresses `egress` allows.
+    fn http_with(&self, entries: &[&str], egress: HttpEgress) -> OutboundHttp {
         let allow = entries
             .iter()
             .map(|e| AllowedHost::parse(e).unwrap())
             .collect();
-        OutboundHttp::new("lookup", allow, self.runtime.handle().clone()).unwrap()
+        OutboundHttp::new("lookup", allow, egress, self.runtime.handle().clone()).unwrap()
     }
 }
 
@@ -284,6 +290,42 @@ fn a_host_off_the_list_is_refused_without_a_connection() {
     );
     assert_no_connection(&target);
     assert_eq!(api.requests(), 0);
+}
+
+#[test]
+fn an_account_denying_internal_http_reaches_no_loopback_host_even_a_listed_one() {
+    let api = LookupApi::start();
+    let port = api.addr.port();
+    let denied = HttpEgress::PublicOnly {
+        account: "acme".into(),
+    };
+    for host in ["127.0.0.1", "localhost"] {
+        let mut function = load(
+            &format!("http://{host}:{port}/lookup"),
+            Some(api.http_with(&["127.0.0.1", "localhost"], denied.clone())),
+            &Limits::default(),
+        );
+        let reason = transient_error(&mut function, 1);
+        assert!(
+            reason.contains("is an internal address")
+                && reason.contains("account \"acme\" sets `deny_internal_http: true`"),
+            "{host}: {reason}"
+        );
+    }
+    assert_eq!(api.requests(), 0, "no request reached the listed host");
+
+    // The same grants without the account's denial reach it.
+    let mut allowed = load(
+        &format!("http://localhost:{port}/lookup"),
+        Some(api.http(&["127.0.0.1", "localhost"])),
+        &Limits::default(),
+    );
+    let outcomes = allowed.enrich(&[row(3)]).unwrap();
+    assert_eq!(
+        outcomes[0].as_ref().unwrap(),
+        &Some(json!({"http": {"name": "n3"}}))
+    );
+    assert_eq!(api.requests(), 1);
 }
 
 #[test]

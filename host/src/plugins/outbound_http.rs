@@ -5,7 +5,9 @@
 //! resolved or connected, so a refused request never leaves the machine.
 //! Redirects are never followed (a followed redirect could leave the list),
 //! and no proxy is taken from the environment (a proxy would see requests
-//! the operator did not route through it). Each request is bounded by what
+//! the operator did not route through it). An account with
+//! `deny_internal_http` also keeps them off internal addresses
+//! ([`crate::http_egress`]). Each request is bounded by what
 //! is left of the calling function's time budget and its response body by
 //! [`MAX_BODY_BYTES`].
 
@@ -17,6 +19,7 @@ use reqwest::Url;
 
 use super::bindings::outbound_http::{self, Request, Response};
 use super::instance::GuestState;
+use crate::http_egress::HttpEgress;
 
 /// Largest response body a request may return: 1 MiB. A larger body is an
 /// error (never a truncated body).
@@ -101,6 +104,11 @@ impl AllowedHost {
         Ok(AllowedHost { host, port })
     }
 
+    /// The host, as a URL writes it.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     fn allows(&self, host: &str, port: u16) -> bool {
         self.host == host && self.port.is_none_or(|p| p == port)
     }
@@ -131,6 +139,7 @@ pub struct OutboundHttp {
 struct Inner {
     function: String,
     allow: Vec<AllowedHost>,
+    egress: HttpEgress,
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
 }
@@ -145,19 +154,22 @@ impl fmt::Debug for OutboundHttp {
 }
 
 impl OutboundHttp {
-    /// The capability for `function`, allowed to reach the hosts in `allow`,
-    /// running requests on `runtime`. Nothing connects until the first
-    /// request.
+    /// The capability for `function`, allowed to reach the hosts in `allow`
+    /// at the addresses `egress` allows, running requests on `runtime`.
+    /// Nothing connects until the first request.
     pub fn new(
         function: &str,
         allow: Vec<AllowedHost>,
+        egress: HttpEgress,
         runtime: tokio::runtime::Handle,
     ) -> Result<Self, String> {
         let client = {
             let _entered = runtime.enter();
-            reqwest::Client::builder()
+            let builder = reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
+                .no_proxy();
+            egress
+                .configure(builder)
                 .build()
                 .map_err(|e| format!("cannot create the HTTP client: {e}"))?
         };
@@ -165,6 +177,7 @@ impl OutboundHttp {
             inner: Arc::new(Inner {
                 function: function.to_string(),
                 allow,
+                egress,
                 client,
                 runtime,
             }),
@@ -193,6 +206,7 @@ impl OutboundHttp {
             .iter()
             .any(|entry| entry.allows(host, port))
         {
+            self.inner.egress.check_url(&parsed)?;
             return Ok(parsed);
         }
         let listed: Vec<String> = self.inner.allow.iter().map(|e| e.to_string()).collect();
@@ -364,6 +378,7 @@ mod tests {
         let http = OutboundHttp::new(
             "lookup",
             vec![parse("api.example.com"), parse("127.0.0.1:8080")],
+            HttpEgress::Any,
             runtime.handle().clone(),
         )
         .unwrap();

@@ -2,6 +2,7 @@
 //! component, sandbox limits and granted capabilities.
 
 use crate::config::{Config, FunctionConfig, SinkConfig};
+use crate::http_egress::HttpEgress;
 use crate::pipeline::{FunctionChain, Named};
 use crate::plugins::{
     AllowedHost, CpuShare, Grants, Limits, OutboundHttp, PluginEngine, PluginError, SourceQuery,
@@ -46,7 +47,7 @@ pub fn load_chain(
                 .grants
                 .http
                 .as_ref()
-                .map(|grant| outbound_http(f, grant))
+                .map(|grant| outbound_http(config, f, grant))
                 .transpose()
                 .map_err(failed(f))?,
         };
@@ -122,8 +123,10 @@ fn source_query(
     ))
 }
 
-/// The outbound-http capability of `function`, limited to its allow-list.
+/// The outbound-http capability of `function`, limited to its allow-list
+/// and, if its account denies internal HTTP, to public addresses.
 fn outbound_http(
+    config: &Config,
     function: &FunctionConfig,
     grant: &crate::config::HttpGrant,
 ) -> Result<OutboundHttp, PluginError> {
@@ -136,8 +139,14 @@ fn outbound_http(
             // Config validation already refused bad entries.
             PluginError::Settings(format!("grants.http.allow_hosts: {reason}"))
         })?;
-    OutboundHttp::new(&function.name, allow, tokio::runtime::Handle::current())
-        .map_err(PluginError::Settings)
+    let egress = HttpEgress::of_account(config, function.account.as_deref());
+    OutboundHttp::new(
+        &function.name,
+        allow,
+        egress,
+        tokio::runtime::Handle::current(),
+    )
+    .map_err(PluginError::Settings)
 }
 
 /// The sandbox settings of a function serving `sink`, from its config and

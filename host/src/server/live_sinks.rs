@@ -44,6 +44,7 @@ use crate::backfill::{BackfillTarget, Backfills};
 use crate::config::{Config, DestinationConfig, HttpEndpointConfig, SinkConfig};
 use crate::health::EntityKind;
 use crate::hot_swap::FunctionRuntime;
+use crate::http_egress::HttpEgress;
 use crate::lsn::Lsn;
 use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle};
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
@@ -794,7 +795,9 @@ fn live_plan(
                 sink: new.name.clone(),
             }),
             Some(old)
-                if old != new || http_endpoint(running, old) != http_endpoint(proposed, new) =>
+                if old != new
+                    || http_endpoint(running, old) != http_endpoint(proposed, new)
+                    || http_egress(running, old) != http_egress(proposed, new) =>
             {
                 let old_feed = Feed::of(old)?;
                 plan.sinks.push(SinkOp::Update {
@@ -817,10 +820,18 @@ fn without_live_parts(config: &Config) -> Config {
         api_tokens: Vec::new(),
         http_endpoints: Vec::new(),
         // Account limits and capabilities bound what the config may hold,
-        // checked as it loads; nothing running reads them.
+        // checked as it loads; what running sinks and functions read of
+        // them (deny_internal_http) makes those change with them.
         accounts: Vec::new(),
         ..config.clone()
     }
+}
+
+/// Where a webhook sink's requests may connect, by its account; `None`
+/// for other sinks, which make no HTTP requests.
+fn http_egress(config: &Config, sink: &SinkConfig) -> Option<HttpEgress> {
+    matches!(sink.destination, DestinationConfig::Webhook(_))
+        .then(|| HttpEgress::of_account(config, sink.account.as_deref()))
 }
 
 /// The http endpoint a webhook sink delivers to.
@@ -934,6 +945,42 @@ mod tests {
                 sink: "h".into(),
                 moved_from: None
             }]
+        );
+    }
+
+    #[test]
+    fn an_accounts_deny_internal_http_updates_its_webhook_sinks_only() {
+        let (hook_sink, endpoint) = hook("h", "http://hooks.example/in");
+        let sinks = [hook_sink, sink("s", "a", "t")].concat();
+        let running = config(&sinks, &endpoint);
+        let mut denied = running.clone();
+        denied.accounts.push(crate::config::account::AccountConfig {
+            name: "acme".into(),
+            limits: Default::default(),
+            allow_capabilities: Vec::new(),
+            allow_hosts: None,
+            deny_internal_http: true,
+        });
+        // The account owns nothing yet: nothing running changes.
+        assert_eq!(
+            live_plan(&running, &denied, |_| true),
+            Some(LivePlan::default())
+        );
+        let mut owned = running.clone();
+        for sink in &mut owned.sinks {
+            sink.account = Some("acme".into());
+        }
+        owned.accounts = denied.accounts.clone();
+        let mut allowed = owned.clone();
+        allowed.accounts[0].deny_internal_http = false;
+        let plan = live_plan(&allowed, &owned, |_| true).unwrap();
+        assert_eq!(
+            plan.sinks,
+            vec![SinkOp::Update {
+                sink: "h".into(),
+                moved_from: None
+            }],
+            "the webhook sink connects anew; the pull sink makes no requests"
         );
     }
 

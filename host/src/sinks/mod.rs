@@ -17,6 +17,7 @@ pub mod webhook;
 use std::sync::Arc;
 
 use crate::config::{Config, DestinationConfig, SinkConfig};
+use crate::http_egress::HttpEgress;
 use delivery::{Destination, RetryPolicy};
 
 /// The destination and retry policy of the push sink `sink`, or why it
@@ -36,7 +37,8 @@ pub fn push_destination(
             let settings = webhook::WebhookSettings::resolve(sink, webhook, endpoint)
                 .map_err(|e| e.to_string())?;
             let retry = settings.limits.retry;
-            let destination = webhook::WebhookDestination::new(&sink.name, settings)
+            let egress = HttpEgress::of_account(config, sink.account.as_deref());
+            let destination = webhook::WebhookDestination::new(&sink.name, settings, egress)
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
             Ok((Arc::new(destination), retry))
         }

@@ -11,6 +11,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use super::WebhookSettings;
+use crate::http_egress::HttpEgress;
 use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
@@ -39,24 +40,28 @@ pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 pub struct WebhookDestination {
     sink: String,
     settings: WebhookSettings,
+    egress: HttpEgress,
     client: reqwest::Client,
 }
 
 impl WebhookDestination {
-    /// The destination of the webhook sink `sink`.
+    /// The destination of the webhook sink `sink`, connecting to the
+    /// addresses `egress` allows.
     pub fn new(
         sink: &str,
         settings: WebhookSettings,
+        egress: HttpEgress,
     ) -> Result<WebhookDestination, reqwest::Error> {
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .timeout(settings.limits.request_timeout)
             .connect_timeout(settings.limits.request_timeout.min(Duration::from_secs(10)))
             .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
-            .default_headers(settings.headers.clone())
-            .build()?;
+            .default_headers(settings.headers.clone());
+        let client = egress.configure(builder).build()?;
         Ok(WebhookDestination {
             sink: sink.to_string(),
             settings,
+            egress,
             client,
         })
     }
@@ -80,6 +85,11 @@ impl WebhookDestination {
                 })?
             }
         };
+        // Config validation refuses an endpoint at an internal address
+        // already; this keeps the sink from ever sending to one.
+        self.egress
+            .check_url(&url)
+            .map_err(DeliveryOutcome::permanent)?;
         let method = match &route.method {
             None => Method::POST,
             Some(method) => {
@@ -274,6 +284,44 @@ mod tests {
             signature(b"secret", 1_700_000_000, br#"{"a":1}"#),
             "sha256=49f24e537407743fa4a0242bb63b94b9a47ee99cbbe071ccd8a22550ae411686"
         );
+    }
+
+    /// The settings of a webhook sink delivering to `url`.
+    fn settings(url: &str) -> WebhookSettings {
+        let yaml = format!(
+            "databases:\n  - {{ name: db, hostname: localhost, database: d, slot: {{ name: s }}, publication: {{ name: p }} }}\n\
+             http_endpoints:\n  - {{ name: ep, url: \"{url}\" }}\n\
+             sinks:\n  - {{ name: h, database: db, destination: {{ type: webhook, http_endpoint: ep }} }}\n"
+        );
+        let config = crate::config::Config::from_yaml(&yaml, std::path::Path::new("."), &|_| None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sink = &config.sinks[0];
+        let crate::config::DestinationConfig::Webhook(webhook) = &sink.destination else {
+            panic!("a webhook sink");
+        };
+        WebhookSettings::resolve(sink, webhook, config.http_endpoint("ep").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_internal_address_in_the_url_fails_for_good_when_the_account_denies_it() {
+        let denied = HttpEgress::PublicOnly {
+            account: "acme".into(),
+        };
+        for url in ["http://127.0.0.1:9/in", "http://[::1]:9/in"] {
+            let destination = WebhookDestination::new("h", settings(url), denied.clone()).unwrap();
+            match destination.target(&Route::default()).err() {
+                Some(DeliveryOutcome::Failed {
+                    error,
+                    retriable: false,
+                }) => assert!(
+                    error.contains("is an internal address") && error.contains("\"acme\""),
+                    "{error}"
+                ),
+                other => panic!("{url}: expected a permanent failure, got {other:?}"),
+            }
+            let open = WebhookDestination::new("h", settings(url), HttpEgress::Any).unwrap();
+            assert!(open.target(&Route::default()).is_ok(), "{url}");
+        }
     }
 
     #[test]
