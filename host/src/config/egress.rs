@@ -97,29 +97,40 @@ pub(crate) fn refused_connections(
             check(at.key(field), target);
         }
     }
-    for (i, function) in config.functions.iter().enumerate() {
-        let Some(http) = function
-            .grants
-            .http
-            .as_ref()
-            .filter(|_| owned(&function.account))
-        else {
-            continue;
-        };
-        let at = root
-            .key("functions")
-            .index(i)
-            .key("grants")
-            .key("http")
-            .key("allow_hosts");
-        for (j, entry) in http.allow_hosts.iter().enumerate() {
-            // Entries that do not parse are reported with the grant's checks.
-            if let Ok(grant) = AllowedHost::parse(entry) {
-                check(at.index(j), Ok(grant));
-            }
+    for (at, entry) in http_grant_entries(config, account, root) {
+        // Entries that do not parse are reported with the grant's checks.
+        if let Ok(grant) = AllowedHost::parse(entry) {
+            check(at, Ok(grant));
         }
     }
     refused
+}
+
+/// Each `grants.http.allow_hosts` entry of `account`'s functions in
+/// `config`, with where it is configured.
+fn http_grant_entries<'a>(
+    config: &'a Config,
+    account: &'a AccountConfig,
+    root: &'a DocPath,
+) -> impl Iterator<Item = (DocPath, &'a str)> + 'a {
+    config
+        .functions
+        .iter()
+        .enumerate()
+        .filter(|(_, function)| function.account.as_deref() == Some(account.name.as_str()))
+        .filter_map(|(i, function)| Some((i, function.grants.http.as_ref()?)))
+        .flat_map(move |(i, http)| {
+            let at = root
+                .key("functions")
+                .index(i)
+                .key("grants")
+                .key("http")
+                .key("allow_hosts");
+            http.allow_hosts
+                .iter()
+                .enumerate()
+                .map(move |(j, entry)| (at.index(j), entry.as_str()))
+        })
 }
 
 /// Each HTTP target of `account`'s resources in `config` written as an
@@ -151,23 +162,12 @@ pub(crate) fn internal_http_targets(
             refused.push((root.key("http_endpoints").index(i).key("url"), refuse(ip)));
         }
     }
-    for (i, function) in config.functions.iter().enumerate() {
-        let Some(http) = function
-            .grants
-            .http
-            .as_ref()
-            .filter(|_| owned(&function.account))
-        else {
-            continue;
-        };
-        for (j, entry) in http.allow_hosts.iter().enumerate() {
-            if let Some(ip) = AllowedHost::parse(entry)
-                .ok()
-                .and_then(|grant| internal_ip(grant.host()))
-            {
-                let at = root.key("functions").index(i).key("grants").key("http");
-                refused.push((at.key("allow_hosts").index(j), refuse(ip)));
-            }
+    for (at, entry) in http_grant_entries(config, account, root) {
+        if let Some(ip) = AllowedHost::parse(entry)
+            .ok()
+            .and_then(|grant| internal_ip(grant.host()))
+        {
+            refused.push((at, refuse(ip)));
         }
     }
     refused
