@@ -785,3 +785,85 @@ fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
     let entity = orders_backfill_health(&weft);
     assert_eq!(entity["status"], "healthy", "{entity}");
 }
+
+/// Every column type of the type test (`tests/e2e/types.rs`) in one wide
+/// table: a backfill's `read` records must equal `to_jsonb()` of the rows
+/// (in UTC, ISO), as change records do, on a server set to another time
+/// zone and date style. weft renders the columns' text itself, with the
+/// renderer of changes.
+#[test]
+fn read_records_render_every_type_as_changes_do() {
+    use crate::harness::column_types::{CASES, SCHEMA};
+    let pg = PgCluster::start();
+    pg.psql(SCHEMA);
+    let columns: Vec<String> = CASES
+        .iter()
+        .enumerate()
+        .map(|(i, case)| format!("c{i:03} {}", case.ty))
+        .collect();
+    pg.psql(&format!(
+        "CREATE TABLE items (id int PRIMARY KEY, {})",
+        columns.join(", ")
+    ));
+    // Row n holds each type's n-th literal, NULL past its last one.
+    let rows = CASES.iter().map(|c| c.values.len()).max().unwrap() + 1;
+    for n in 0..rows {
+        let values: Vec<String> = CASES
+            .iter()
+            .map(|case| match case.values.get(n) {
+                Some(literal) => format!("({literal})::{}", case.ty),
+                None => "NULL".into(),
+            })
+            .collect();
+        pg.psql(&format!(
+            "INSERT INTO items VALUES ({}, {})",
+            n + 1,
+            values.join(", ")
+        ));
+    }
+    let (_dir, weft) = weft_on(&pg, ITEMS, "");
+    let (status, backfill) = start_backfill(&weft, "public.items");
+    assert_eq!(status, 201, "{backfill}");
+    let mut delivered = Vec::new();
+    drain_until_completed(&weft, backfill["id"].as_str().unwrap(), &mut delivered);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let want: BTreeMap<i64, Value> = runtime.block_on(async {
+        let client = pg.client("postgres").await;
+        client
+            .batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'")
+            .await
+            .unwrap();
+        client
+            .query("SELECT id::int8, to_jsonb(r) FROM items r", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get::<_, i64>(0), row.get::<_, Value>(1)))
+            .collect()
+    });
+    let got: BTreeMap<i64, Value> = delivered
+        .iter()
+        .filter(|m| m["action"] == "read")
+        .map(|m| (m["record"]["id"].as_i64().unwrap(), m["record"].clone()))
+        .collect();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    let mut differences = Vec::new();
+    for (id, want) in &want {
+        for (column, value) in want.as_object().unwrap() {
+            let read = &got[id][column];
+            if read != value {
+                differences.push(format!("row {id} {column}: read {read}, to_jsonb {value}"));
+            }
+        }
+        assert_eq!(
+            got[id].as_object().unwrap().len(),
+            want.as_object().unwrap().len(),
+            "row {id} has other columns"
+        );
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}

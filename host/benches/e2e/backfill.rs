@@ -60,7 +60,12 @@ pub fn run(settings: &Settings) {
     );
 
     let target = PullTarget::new(settings.pull_consumers);
-    for transform in [false, true] {
+    let transforms: &[bool] = if settings.stored_only {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    for &transform in transforms {
         let run = Run::new(&target, transform, "bf");
         let dir = tempfile::tempdir().expect("temp dir");
         let weft = run.start(dir.path(), &pg, &target);
@@ -87,12 +92,23 @@ pub fn run(settings: &Settings) {
             std::thread::sleep(Duration::from_millis(20));
         };
         let cpu_stored = cpu_seconds(&weft);
+        let stored_rate = rows as f64 / stored.as_secs_f64();
+        if settings.stored_only {
+            let (rss, mut weft) = (peak_rss_mib(&weft), weft);
+            weft.terminate();
+            println!(
+                "| weft backfill → pull, no function (stored only) | {:.2} | {stored_rate:.0} | {:.3} | {cpu_stored:.1} | - | - | - | - | {rss:.0} | {} |",
+                stored.as_secs_f64(),
+                stored_rate / copy_rate,
+                report::load()
+            );
+            continue;
+        }
         let drain_began = Instant::now();
         let drained = target.drain(&run, &weft, rows) - drain_began;
         let (rss, cpu) = (peak_rss_mib(&weft), cpu_seconds(&weft));
         let mut weft = weft;
         weft.terminate();
-        let stored_rate = rows as f64 / stored.as_secs_f64();
         let drained_rate = rows as f64 / drained.as_secs_f64();
         println!(
             "| weft backfill → pull, {} (then {} consumers drain) | {:.2} | {stored_rate:.0} | {:.3} | {cpu_stored:.1} | {:.2} | {drained_rate:.0} | {:.3} | {cpu:.1} | {rss:.0} | {} |",

@@ -9,6 +9,7 @@
 //! cargo bench -p weft --bench e2e -- latency --rate 2000 --seconds 20
 //! cargo bench -p weft --bench e2e -- throughput --only pull
 //! cargo bench -p weft --bench e2e -- backfill --changes 1000000   # scenario 3 (N rows)
+//! cargo bench -p weft --bench e2e -- backfill --stored-only       # its first phase alone
 //! cargo bench -p weft --bench e2e -- pgsink --changes 200000      # scenario 4 (N rows)
 //! ```
 //!
@@ -62,6 +63,9 @@ pub struct Settings {
     pub pull_consumers: usize,
     /// Measure only the sink whose key (`nats`, `pull`, `hook`...) this is.
     pub only: Option<String>,
+    /// `backfill`: measure only how fast the backfill is stored, without
+    /// a function (no drain, no transform row).
+    pub stored_only: bool,
 }
 
 fn main() {
@@ -115,6 +119,7 @@ fn parse_settings(args: &[String]) -> Settings {
         seconds: 20,
         pull_consumers: 4,
         only: None,
+        stored_only: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -128,6 +133,11 @@ fn parse_settings(args: &[String]) -> Settings {
             "--rate" => settings.rate = value() as usize,
             "--seconds" => settings.seconds = value(),
             "--pull-consumers" => settings.pull_consumers = value() as usize,
+            "--stored-only" => {
+                settings.stored_only = true;
+                i += 1;
+                continue;
+            }
             "--only" => {
                 settings.only = Some(
                     args.get(i + 1)

@@ -20,6 +20,8 @@ use super::{Backfills, Mark, WatermarkContent};
 use crate::change::{BackfillTag, Column, Relation, WATERMARK_PREFIX};
 use crate::health::{self, EntityKind, Status};
 use crate::source::PgConnectOptions;
+use crate::source::type_catalog::TypeCatalog;
+use crate::source::types::TypeKind;
 use crate::store::{Backfill, BackfillState, Store};
 
 /// Rows per chunk at first; it adapts to keep each query near [`TARGET_QUERY_TIME`].
@@ -84,6 +86,13 @@ pub(crate) struct Table {
     pub(crate) key_types: Vec<String>,
     /// `format_type` of each column, in the relation's column order.
     types: Vec<String>,
+    /// How each column's text renders in JSON, in the relation's column
+    /// order: as changes render it ([`crate::source::types`]).
+    pub(crate) kinds: Vec<TypeKind>,
+    /// Whether a column's `::text` cast differs from its output text (a
+    /// cast function, as `char(n)` and `inet` have, or a domain, which
+    /// casts as its base type), in the relation's column order.
+    pub(crate) cast_differs: Vec<bool>,
 }
 
 impl Table {
@@ -149,9 +158,13 @@ pub(crate) async fn describe(
     let key_types = key_rows.iter().map(|r| r.get(1)).collect();
     let column_rows = client
         .query(
-            "SELECT attname::text, atttypid, atttypmod, format_type(atttypid, atttypmod)
-             FROM pg_attribute
-             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
+                    ty.typtype = 'd' OR EXISTS (
+                        SELECT 1 FROM pg_cast c
+                        WHERE c.castsource = a.atttypid AND c.casttarget = 'text'::regtype
+                          AND c.castmethod = 'f')
+             FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             &[&oid],
         )
         .await
@@ -169,6 +182,12 @@ pub(crate) async fn describe(
             }
         })
         .collect();
+    let oids: Vec<u32> = column_rows.iter().map(|r| r.get(1)).collect();
+    let cast_differs = column_rows.iter().map(|r| r.get(4)).collect();
+    let kinds = TypeCatalog::default()
+        .resolve(client, &oids)
+        .await
+        .map_err(db_error)?;
     let relation = Arc::new(Relation {
         oid,
         schema: schema.to_string(),
@@ -181,6 +200,8 @@ pub(crate) async fn describe(
             relation,
             key_types,
             types,
+            kinds,
+            cast_differs,
         },
         estimate.map(|n| n.max(0) as u64),
     ))

@@ -15,6 +15,7 @@ use tokio_postgres::{Client, IsolationLevel};
 use super::row_filter::{self, RowFilter};
 use super::runner::{BackfillError, Table, db_error, quote_ident};
 use crate::change::Row;
+use crate::source::types;
 
 /// Which rows a backfill reads: all of them by default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -143,18 +144,28 @@ impl ChunkQuery {
             conditions.join(" AND ")
         };
         let texts: Vec<String> = order.iter().map(|(c, _)| format!("{c}::text")).collect();
-        // Each column as `to_jsonb` renders it (the rendering changes get),
-        // in the table's column order: a JSON array that zips with the
-        // relation's columns, instead of `to_jsonb(t)`'s object, whose keys
-        // Postgres sorts its own way and which then had to be reordered.
-        let rendered: Vec<String> = relation
+        // Each column's output text (what changes carry), in the table's
+        // column order, which weft renders as it renders changes. Rendering
+        // in Postgres instead (`to_jsonb` per column) took it 4 to 5 times
+        // as long as the text (BENCHMARKS.md, "Sixth round"). `format`
+        // calls the output function where `::text` would not (and makes ''
+        // of NULL).
+        let columns: Vec<String> = relation
             .columns
             .iter()
-            .map(|c| format!("to_jsonb(t.{})", quote_ident(&c.name)))
+            .zip(&table.cast_differs)
+            .map(|(c, &differs)| {
+                let column = format!("t.{}", quote_ident(&c.name));
+                if differs {
+                    format!("CASE WHEN {column} IS NULL THEN NULL ELSE format('%s', {column}) END")
+                } else {
+                    format!("{column}::text")
+                }
+            })
             .collect();
         let select = format!(
-            "SELECT array_to_json(ARRAY[{}]::jsonb[])::text, {} FROM {from} WHERE {conditions}",
-            rendered.join(", "),
+            "SELECT {}, {} FROM {from} WHERE {conditions}",
+            columns.join(", "),
             texts.join(", ")
         );
         let query = ChunkQuery {
@@ -259,18 +270,21 @@ impl ChunkQuery {
         let relation = &table.relation;
         let mut out = Vec::with_capacity(rows.len());
         let mut last = None;
+        let width = relation.columns.len();
+        let name = relation.qualified_name();
         for row in &rows {
-            let text: &str = row.get(0);
-            // One value per column of the relation: the query lists them.
-            let values: Vec<serde_json::Value> = serde_json::from_str(text).map_err(db_error)?;
-            let ordered: Row = relation
-                .columns
-                .iter()
-                .map(|column| column.name.clone())
-                .zip(values)
-                .collect();
+            // The relation's columns, then the order columns: the query
+            // lists them so.
+            let mut ordered = Row::with_capacity(width);
+            for (i, (column, kind)) in relation.columns.iter().zip(&table.kinds).enumerate() {
+                let value = match row.get::<_, Option<&str>>(i) {
+                    None => Value::Null,
+                    Some(text) => types::render_lenient(kind, text, &name, &column.name),
+                };
+                ordered.insert(column.name.clone(), value);
+            }
             last = Some(
-                (1..=self.order.len())
+                (width..width + self.order.len())
                     .map(|i| row.get::<_, String>(i))
                     .collect(),
             );

@@ -93,12 +93,12 @@ impl TrackedRelation {
                     match types::render(kind, &text) {
                         Ok(json) => json,
                         Err(stale) if strict => return Ok(Err(stale)),
-                        Err(stale) => {
-                            tracing::warn!(relation = %self.relation.qualified_name(),
-                                column = %column.name, %stale,
-                                "composite value does not fit its type's definition; delivering its text");
-                            Value::String(text.into_owned())
-                        }
+                        Err(_) => types::render_lenient(
+                            kind,
+                            &text,
+                            &self.relation.qualified_name(),
+                            &column.name,
+                        ),
                     }
                 }
             };

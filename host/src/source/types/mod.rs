@@ -146,6 +146,17 @@ pub struct StaleComposite {
     pub known: usize,
 }
 
+/// Renders one non-null value of `column` of `relation` given in text
+/// format, delivering the text of a composite value that does not fit its
+/// type's definition (and logging it) instead of failing.
+pub fn render_lenient(kind: &TypeKind, text: &str, relation: &str, column: &str) -> Value {
+    render(kind, text).unwrap_or_else(|stale| {
+        tracing::warn!(relation, column, %stale,
+            "composite value does not fit its type's definition; delivering its text");
+        Value::String(text.to_string())
+    })
+}
+
 /// Renders one non-null value given in text format.
 ///
 /// Text that does not parse as its type's syntax (which Postgres never
