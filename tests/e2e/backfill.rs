@@ -793,7 +793,7 @@ fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
 /// renderer of changes.
 #[test]
 fn read_records_render_every_type_as_changes_do() {
-    use crate::harness::column_types::{CASES, SCHEMA};
+    use crate::harness::column_types::{CASES, SCHEMA, reference_client, snapshot};
     let pg = PgCluster::start();
     pg.psql(SCHEMA);
     let columns: Vec<String> = CASES
@@ -828,20 +828,10 @@ fn read_records_render_every_type_as_changes_do() {
     drain_until_completed(&weft, backfill["id"].as_str().unwrap(), &mut delivered);
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let want: BTreeMap<i64, Value> = runtime.block_on(async {
-        let client = pg.client("postgres").await;
-        client
-            .batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'")
-            .await
-            .unwrap();
-        client
-            .query("SELECT id::int8, to_jsonb(r) FROM items r", &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| (row.get::<_, i64>(0), row.get::<_, Value>(1)))
-            .collect()
-    });
+    let want: BTreeMap<i64, Value> = runtime
+        .block_on(async { snapshot(&reference_client(&pg).await, "items").await })
+        .into_iter()
+        .collect();
     let got: BTreeMap<i64, Value> = delivered
         .iter()
         .filter(|m| m["action"] == "read")

@@ -17,7 +17,7 @@ use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
 use weft::source::{SourceConfig, SourceError};
 
-use crate::harness::column_types::{CASES, SCHEMA};
+use crate::harness::column_types::{CASES, SCHEMA, reference_client, snapshot};
 use crate::harness::postgres::PgCluster;
 
 fn table_name(index: usize) -> String {
@@ -77,30 +77,6 @@ impl Running {
             .expect("the source task does not panic")
             .expect("the source ends cleanly");
     }
-}
-
-/// A connection that renders like weft promises: UTC, ISO dates.
-async fn reference_client(pg: &PgCluster) -> tokio_postgres::Client {
-    let client = pg.client("postgres").await;
-    client
-        .batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'")
-        .await
-        .unwrap();
-    client
-}
-
-/// `to_jsonb()` of every row of `table`, by `id`.
-async fn snapshot(client: &tokio_postgres::Client, table: &str) -> HashMap<i64, Value> {
-    client
-        .query(
-            &format!("SELECT id::int8, to_jsonb(r) FROM {table} r ORDER BY id"),
-            &[],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("to_jsonb of {table}: {e}"))
-        .iter()
-        .map(|row| (row.get::<_, i64>(0), row.get::<_, Value>(1)))
-        .collect()
 }
 
 fn row_value(row: Option<&weft::change::Row>) -> Value {

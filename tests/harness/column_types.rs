@@ -365,3 +365,30 @@ pub const CASES: &[Case] = &[
     case("row_type", &["ROW(1, 'y z')"]),
     case("empty_comp", &["ROW()"]),
 ];
+
+/// A connection that renders like weft promises: UTC, ISO dates.
+pub async fn reference_client(pg: &super::postgres::PgCluster) -> tokio_postgres::Client {
+    let client = pg.client("postgres").await;
+    client
+        .batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'")
+        .await
+        .unwrap();
+    client
+}
+
+/// `to_jsonb()` of every row of `table`, by `id`.
+pub async fn snapshot(
+    client: &tokio_postgres::Client,
+    table: &str,
+) -> std::collections::HashMap<i64, serde_json::Value> {
+    client
+        .query(
+            &format!("SELECT id::int8, to_jsonb(r) FROM {table} r ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("to_jsonb of {table}: {e}"))
+        .iter()
+        .map(|row| (row.get::<_, i64>(0), row.get::<_, serde_json::Value>(1)))
+        .collect()
+}
