@@ -156,10 +156,11 @@ impl FunctionRuntime {
     }
 
     /// Loads, for every running sink that uses a function `config` defines
-    /// differently (or whose HTTP grant's account changes
-    /// `deny_internal_http`) and keeps its own entry, those functions from `config`
-    /// (whose plugin references are resolved). Blocks while components compile. Fails,
-    /// with nothing changed, on the first function that does not load.
+    /// differently (or whose account changes `plugin_cpu_percent`, or, for
+    /// one with an HTTP grant, `deny_internal_http`) and keeps its own
+    /// entry, those functions from `config` (whose plugin references are
+    /// resolved). Blocks while components compile. Fails, with nothing
+    /// changed, on the first function that does not load.
     pub fn prepare(&self, config: Config) -> Result<PreparedSwap, String> {
         let running = self.running();
         // A function with an HTTP grant also loads anew when its account's
@@ -169,6 +170,12 @@ impl FunctionRuntime {
                 crate::http_egress::HttpEgress::of_account(config, function.account.as_deref())
             })
         };
+        // And when its account's CPU share changes: the instances hold
+        // the share (or none), and loading them anew sets the account's
+        // shared debt to the new rate.
+        let cpu_percent = |config: &Config, function: &FunctionConfig| {
+            config.plugin_cpu_percent(function.account.as_deref())
+        };
         let changed: Vec<String> = config
             .functions
             .iter()
@@ -176,7 +183,9 @@ impl FunctionRuntime {
                 running
                     .function(&new.name)
                     .is_some_and(|old: &FunctionConfig| {
-                        old != *new || egress(&running, old) != egress(&config, new)
+                        old != *new
+                            || egress(&running, old) != egress(&config, new)
+                            || cpu_percent(&running, old) != cpu_percent(&config, new)
                     })
             })
             .map(|f| f.name.clone())

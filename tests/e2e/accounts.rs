@@ -734,3 +734,63 @@ fn an_accounts_resources_connect_only_to_its_allowed_hosts() {
         "{refused}"
     );
 }
+
+/// A CPU share set on a running weft holds from the apply on: the
+/// account's functions load anew with it (a hot swap, no restart), so a
+/// guest that spins to its timeout makes the account's next call wait.
+#[test]
+fn a_cpu_share_set_through_config_apply_throttles_the_accounts_running_functions() {
+    let pg = PgCluster::start();
+    pg.psql(r#"CREATE TABLE items (id int PRIMARY KEY, "do" text)"#);
+    let config = |account_limits: &str| {
+        format!(
+            "accounts:\n  - {{ name: a{account_limits} }}\n\
+             databases:\n{}\
+             functions:\n  - {{ name: spin, account: a, type: transform, file: {}, limits: {{ timeout_ms: 1000 }} }}\n\
+             sinks:\n  - {{ name: sa, account: a, database: shop-a, transform: spin, quarantine_after_traps: 0, source: {{ include_tables: [public.items] }}, destination: {{ type: sequin_stream }} }}\n",
+            database(&pg, "shop-a", "a", "weft_cpu_share"),
+            guests::wasm("weft_hostile_transform").display(),
+        )
+    };
+    let waited = |weft: &WeftProcess| {
+        weft.metric(
+            "weft_account_cpu_wait_milliseconds_total",
+            &[("account", "a")],
+        )
+        .unwrap_or(0.0)
+    };
+    // A change the guest spins on until its timeout (a second of
+    // CPU), then one it echoes, each in its own transaction.
+    let spin_then_echo = |weft: &WeftProcess, id: i32| {
+        pg.psql(&format!("INSERT INTO items VALUES ({id}, 'loop')"));
+        pg.psql(&format!("INSERT INTO items VALUES ({}, 'echo')", id + 1));
+        let got = weft.drain("sa", 1, Duration::from_secs(60));
+        assert_eq!(got.len(), 1, "the echoed change: {}", weft.log_text());
+        assert_eq!(got[0]["id"], id + 1, "the guest echoes the record: {got:?}");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut weft = WeftProcess::start(dir.path(), &config(""));
+    pg.wait_for_active_slot("weft_cpu_share");
+
+    spin_then_echo(&weft, 1);
+    assert_eq!(waited(&weft), 0.0, "no share, no wait");
+
+    let (status, applied) = weft.apply_config(&config(", limits: { plugin_cpu_percent: 10 }"));
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["restarted"], false, "{applied}");
+    assert_eq!(
+        applied["hot_swapped"]["functions"],
+        json!(["spin"]),
+        "the account's function loads anew with its share: {applied}"
+    );
+
+    // Up to a second of guest CPU (less when the machine is busy: the
+    // timeout counts wall time) at a tenth of a core, beyond the 100 ms
+    // burst: the echo's call waits for the account's share.
+    spin_then_echo(&weft, 3);
+    weft.wait_until("the account's CPU wait", Duration::from_secs(30), || {
+        let wait = waited(&weft);
+        (wait > 0.0).then_some(wait).ok_or(wait)
+    });
+    assert_eq!(weft.terminate(), Some(0));
+}

@@ -113,8 +113,11 @@ async fn apply_live(
     (path, yaml): (std::path::PathBuf, String),
     changes: Vec<PlannedChange>,
 ) -> Result<Value, ApiError> {
-    let refused =
-        |error: String| ApiError::bad_param("yaml", format!("{error}; nothing was applied"));
+    let running = functions.running();
+    let refused = |error: String| {
+        crate::server::restore_cpu_shares(&running);
+        ApiError::bad_param("yaml", format!("{error}; nothing was applied"))
+    };
     let tokens = config.api_tokens.clone();
     let sinks = live_sinks.prepare(&config, plan).await.map_err(refused)?;
     let prepared = tokio::task::spawn_blocking({
@@ -129,7 +132,7 @@ async fn apply_live(
         )
     })?
     .map_err(|error| refused(format!("a changed function does not load: {error}")))?;
-    write_config(&path, &yaml)?;
+    write_config(&path, &yaml).inspect_err(|_| crate::server::restore_cpu_shares(&running))?;
     state.set_config_text(yaml);
     let swapped_sinks = prepared.sinks();
     let swapped = prepared.functions().to_vec();

@@ -124,6 +124,17 @@ impl Config {
         })
     }
 
+    /// The account named `name`.
+    pub fn account(&self, name: &str) -> Option<&account::AccountConfig> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+
+    /// The CPU share (`limits.plugin_cpu_percent`) of the account named
+    /// `account`, if it has one.
+    pub fn plugin_cpu_percent(&self, account: Option<&str>) -> Option<u32> {
+        self.account(account?)?.limits.plugin_cpu_percent
+    }
+
     /// The database named `name`.
     pub fn database(&self, name: &str) -> Option<&DatabaseConfig> {
         self.databases.iter().find(|d| d.name == name)

@@ -149,18 +149,27 @@ fn outbound_http(
     .map_err(PluginError::Settings)
 }
 
+/// Sets every account's CPU share back to its rate in `config`, the
+/// config that runs: loading a proposed config's functions sets their
+/// accounts' shares to its rates (see [`CpuShare::of_account`]), which a
+/// refused apply must undo.
+pub fn restore_cpu_shares(config: &Config) {
+    for account in &config.accounts {
+        if let Some(percent) = account.limits.plugin_cpu_percent {
+            CpuShare::of_account(&account.name, percent);
+        }
+    }
+}
+
 /// The sandbox settings of a function serving `sink`, from its config and
 /// its account's CPU share.
 fn plugin_limits(config: &Config, function: &FunctionConfig, sink: &str) -> Limits {
     let limits = &function.limits;
-    let cpu_share = function
-        .account
-        .as_deref()
-        .and_then(|name| config.accounts.iter().find(|a| a.name == name))
-        .and_then(|account| {
-            let percent = account.limits.plugin_cpu_percent?;
-            Some(CpuShare::of_account(&account.name, percent))
-        });
+    let account = function.account.as_deref();
+    let cpu_share = config
+        .plugin_cpu_percent(account)
+        .zip(account)
+        .map(|(percent, account)| CpuShare::of_account(account, percent));
     Limits {
         memory_bytes: limits.memory_mb as usize * 1024 * 1024,
         call_timeout: std::time::Duration::from_millis(limits.timeout_ms),
@@ -170,5 +179,28 @@ fn plugin_limits(config: &Config, function: &FunctionConfig, sink: &str) -> Limi
         sink: Some(sink.to_string()),
         cpu_share,
         ..Limits::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_apply_puts_the_running_cpu_share_back() {
+        let running = Config::from_yaml(
+            "accounts:\n  - {name: chains-share-test, limits: {plugin_cpu_percent: 50}}\n",
+            std::path::Path::new("."),
+            &|_| None,
+        )
+        .unwrap();
+        // What a running function holds; loading a proposed config's
+        // functions then set the account's share to the proposal's rate.
+        let held = CpuShare::of_account("chains-share-test", 50);
+        CpuShare::of_account("chains-share-test", 5);
+        assert_eq!(held.cores(), 0.05);
+
+        restore_cpu_shares(&running);
+        assert_eq!(held.cores(), 0.5);
     }
 }

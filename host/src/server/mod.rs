@@ -15,7 +15,7 @@ mod feed_runs;
 pub mod live_sinks;
 mod supervision;
 
-pub use chains::load_chain;
+pub use chains::{load_chain, restore_cpu_shares};
 
 use crate::api::PullApiState;
 use crate::backfill::{BackfillLauncher, Backfills};
