@@ -8,7 +8,7 @@ before anyone builds it:
 
   rows      weft's layout today: one `pull_messages` row per message, its
             indexes, and weft's insert statement (the group-head probe
-            included), taken from host/src/store/schema.rs.
+            included), read from host/src/store/schema.rs and mod.rs.
   segments  one row per `--segment` messages holding their payloads as one
             blob, plus one small row per message in a `(sink, group_id,
             commit_lsn, commit_idx)` table without rowid, which per-group
@@ -37,19 +37,8 @@ import tempfile
 import time
 import zlib
 
-SCHEMA = os.path.join(os.path.dirname(__file__), "..", "host", "src", "store", "schema.rs")
+STORE = os.path.join(os.path.dirname(__file__), "..", "host", "src", "store")
 
-INSERT_ROW = """
-INSERT INTO pull_messages
-    (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload, head,
-     inserted_at, payload_bytes, content_type, route)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6,
-        NOT EXISTS (SELECT 1 FROM pull_messages
-                    WHERE sink = ?1 AND group_id = ?4
-                      AND (commit_lsn, commit_idx) < (?2, ?3)),
-        ?7, NULL, NULL, NULL)
-ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING
-"""
 
 SEGMENT_SCHEMA = """
 CREATE TABLE pull_segments (
@@ -73,9 +62,15 @@ CREATE TABLE segment_groups (
 
 def weft_schema():
     """weft's migrations, in order, as SQL text."""
-    text = open(SCHEMA).read()
+    text = open(os.path.join(STORE, "schema.rs")).read()
     body = text.split("MIGRATIONS: &[&str] = &[", 1)[1].split("\n];", 1)[0]
     return re.findall(r'r#"(.*?)"#', body, re.S)
+
+
+def weft_insert():
+    """weft's message insert statement, as `insert_messages` prepares it."""
+    text = open(os.path.join(STORE, "mod.rs")).read()
+    return re.search(r'"(INSERT INTO pull_messages.*?)"', text, re.S).group(1)
 
 
 def connect(path, synchronous):
@@ -108,6 +103,7 @@ def run(layout, args):
     fd, path = tempfile.mkstemp(suffix=".db", dir=args.dir)
     os.close(fd)
     conn = connect(path, args.synchronous)
+    insert = weft_insert()
     if layout == "rows":
         for sql in weft_schema():
             conn.executescript(sql)
@@ -130,8 +126,11 @@ def run(layout, args):
         conn.execute("BEGIN")
         if layout == "rows":
             conn.executemany(
-                INSERT_ROW,
-                (("bench", lsn, i - start, str(i), f"bf-{i}", p, now) for i, p in rendered),
+                insert,
+                (
+                    ("bench", lsn, i - start, str(i), f"bf-{i}", p, now, None, None, None)
+                    for i, p in rendered
+                ),
             )
         else:
             for members, blob in zip(segments, blobs):

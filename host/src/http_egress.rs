@@ -35,10 +35,9 @@ pub enum HttpEgress {
 impl HttpEgress {
     /// The policy of the resources `account` owns in `config`.
     pub fn of_account(config: &Config, account: Option<&str>) -> HttpEgress {
-        config
-            .accounts
-            .iter()
-            .find(|a| Some(a.name.as_str()) == account && a.deny_internal_http)
+        account
+            .and_then(|name| config.account(name))
+            .filter(|a| a.deny_internal_http)
             .map_or(HttpEgress::Any, |a| HttpEgress::PublicOnly {
                 account: a.name.clone(),
             })

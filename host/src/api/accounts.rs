@@ -40,9 +40,8 @@ pub(super) async fn get(
     let functions = state.running_functions()?;
     let running = functions.running();
     let account = running
-        .accounts
-        .iter()
-        .find(|account| account.name == name && caller.owns(Some(&account.name)))
+        .account(&name)
+        .filter(|account| caller.owns(Some(&account.name)))
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,

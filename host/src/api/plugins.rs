@@ -52,9 +52,7 @@ pub(super) async fn upload(
     if !account.is_empty() {
         // An account's uploads may import what the account may be granted.
         policy.allow_capabilities = running
-            .accounts
-            .iter()
-            .find(|a| a.name == account)
+            .account(&account)
             .map(|a| a.allow_capabilities.clone())
             .ok_or_else(|| {
                 ApiError::bad_param(

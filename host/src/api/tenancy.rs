@@ -77,11 +77,7 @@ fn check(running: Option<&Config>, account: &str, path: &str) -> Result<(), ApiE
         ["api", "accounts", name, ..] => owner(
             "account",
             name,
-            config
-                .accounts
-                .iter()
-                .find(|a| a.name == *name)
-                .map(|a| Some(a.name.as_str())),
+            config.account(name).map(|a| Some(a.name.as_str())),
         ),
         ["api", "api_tokens", name, ..] => owner(
             "API token",

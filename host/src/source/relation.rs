@@ -93,8 +93,8 @@ impl TrackedRelation {
                     match types::render(kind, &text) {
                         Ok(json) => json,
                         Err(stale) if strict => return Ok(Err(stale)),
-                        Err(_) => types::render_lenient(
-                            kind,
+                        Err(stale) => types::stale_text(
+                            &stale,
                             &text,
                             &self.relation.qualified_name(),
                             &column.name,

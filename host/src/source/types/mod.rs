@@ -150,11 +150,15 @@ pub struct StaleComposite {
 /// format, delivering the text of a composite value that does not fit its
 /// type's definition (and logging it) instead of failing.
 pub fn render_lenient(kind: &TypeKind, text: &str, relation: &str, column: &str) -> Value {
-    render(kind, text).unwrap_or_else(|stale| {
-        tracing::warn!(relation, column, %stale,
-            "composite value does not fit its type's definition; delivering its text");
-        Value::String(text.to_string())
-    })
+    render(kind, text).unwrap_or_else(|stale| stale_text(&stale, text, relation, column))
+}
+
+/// What a composite value that does not fit its type's definition
+/// (`stale`) delivers when not strict: its text, with a warning.
+pub fn stale_text(stale: &StaleComposite, text: &str, relation: &str, column: &str) -> Value {
+    tracing::warn!(relation, column, %stale,
+        "composite value does not fit its type's definition; delivering its text");
+    Value::String(text.to_string())
 }
 
 /// Renders one non-null value given in text format.
