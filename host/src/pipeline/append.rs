@@ -35,16 +35,18 @@ pub(super) struct InFlightAppend {
 }
 
 impl InFlightAppend {
-    /// Starts storing `batches` and moving the cursors to `cursor`.
+    /// Starts storing `batches`, moving the cursors to `cursor` and
+    /// recording how far into an open transaction they go (`open`, see
+    /// [`Store::append_through`]).
     pub(super) fn start(
         store: &Store,
         batches: Vec<SinkBatch>,
-        cursor: Lsn,
+        (cursor, open): (Lsn, Option<(Lsn, u32)>),
         after: Appended,
     ) -> InFlightAppend {
         let store = store.clone();
         InFlightAppend {
-            done: tokio::task::spawn_blocking(move || store.append(&batches, cursor)),
+            done: tokio::task::spawn_blocking(move || store.append_through(&batches, cursor, open)),
             after,
         }
     }

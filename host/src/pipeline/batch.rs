@@ -52,6 +52,9 @@ pub struct Taken {
     pub commit: Option<CommitPoint>,
     /// TRUNCATEs seen in the batch (see [`SourceEvent::Truncate`]).
     pub truncates: Vec<crate::change::Truncate>,
+    /// When the batch ends inside a transaction: the (commit_lsn,
+    /// commit_idx) of its last change or truncate of that transaction.
+    pub open_through: Option<(Lsn, u32)>,
 }
 
 /// Events received but not yet processed.
@@ -135,7 +138,9 @@ impl Batch {
     /// transaction continues in the next batch.
     pub fn take(&mut self) -> Taken {
         self.bytes = 0;
-        std::mem::take(&mut self.taken)
+        let mut taken = std::mem::take(&mut self.taken);
+        taken.open_through = self.open_through;
+        taken
     }
 
     /// Whether the batch is between two transactions: it holds nothing and
@@ -225,6 +230,11 @@ mod tests {
         let chunk = batch.take();
         assert_eq!(chunk.changes.len(), 3);
         assert_eq!(chunk.commit, None, "no commit: nothing to confirm yet");
+        assert_eq!(
+            chunk.open_through,
+            Some((Lsn(50), 2)),
+            "stored through idx 2"
+        );
         // An Idle while the transaction is open must not be confirmed.
         batch.push(SourceEvent::Idle { wal_end: Lsn(99) });
         assert_eq!(batch.take_idle_position(), None);
@@ -241,9 +251,12 @@ mod tests {
             "re-sent changes already taken are dropped"
         );
         assert_eq!(rest.commit.unwrap().commit_lsn, Lsn(50));
+        assert_eq!(rest.open_through, None, "the transaction is whole");
         // The next transaction starts fresh.
         batch.push(change(60, 0));
-        assert_eq!(batch.take().changes.len(), 1);
+        let next = batch.take();
+        assert_eq!(next.changes.len(), 1);
+        assert_eq!(next.open_through, Some((Lsn(60), 0)));
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub mod routing_keys;
 pub mod shadow;
 mod sink;
 pub mod sink_set;
+mod stored_up_to;
 pub mod swap;
 mod truncate;
 
@@ -50,6 +51,7 @@ pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
 pub use sink::{Prepared, SinkPipeline, SinkPipelineError, group_id};
 pub use sink_set::{SinkSetChange, SinkSetHandle};
+pub use stored_up_to::StoredUpTo;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -116,6 +118,9 @@ pub struct Pipeline {
     last_commit: Lsn,
     /// The last batch's store transaction, if it is still running.
     in_flight: Option<InFlightAppend>,
+    /// Each sink's stored part of a transaction whose Commit it had not
+    /// stored when weft stopped: Postgres sends that transaction again.
+    open_at_start: HashMap<String, (Lsn, u32)>,
 }
 
 impl Pipeline {
@@ -144,6 +149,7 @@ impl Pipeline {
             pending_sink_changes: Vec::new(),
             last_commit: Lsn::ZERO,
             in_flight: None,
+            open_at_start: HashMap::new(),
         }
     }
 
@@ -195,8 +201,17 @@ impl Pipeline {
         for sink in &self.sinks {
             let store = self.store.clone();
             let name = sink.name().to_string();
-            let cursor = tokio::task::spawn_blocking(move || store.sink_cursor(&name)).await??;
+            let (cursor, open) = tokio::task::spawn_blocking(move || {
+                Ok::<_, crate::store::StoreError>((
+                    store.sink_cursor(&name)?,
+                    store.sink_open_through(&name)?,
+                ))
+            })
+            .await??;
             cursors.insert(sink.name().to_string(), cursor.unwrap_or(Lsn::ZERO));
+            if let Some(open) = open {
+                self.open_at_start.insert(sink.name().to_string(), open);
+            }
         }
         self.last_commit = cursors.values().copied().max().unwrap_or(Lsn::ZERO);
         let mut sink_changes = self.sink_changes.take();
@@ -294,17 +309,21 @@ impl Pipeline {
         let mut any_message = false;
         let mut any_held = false;
         let ingested_at = append::commit_times_of(&taken.changes);
-        let sink_cursors: Vec<Lsn> = self
+        let stored: Vec<StoredUpTo> = self
             .sinks
             .iter()
-            .map(|sink| cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO))
+            .map(|sink| StoredUpTo {
+                cursor: cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO),
+                open: self.open_at_start.get(sink.name()).copied(),
+            })
             .collect();
-        // A sink takes the changes it accepts that are newer than its cursor
-        // (older ones it stored before a restart).
+        // A sink takes the changes it accepts that it has not stored yet
+        // (it stored older ones before a restart).
         let mut handout = Handout::new(taken.changes, self.sinks.len(), |index, change| {
-            change.commit_lsn > sink_cursors[index] && self.sinks[index].accepts(change)
+            !stored[index].holds(change.commit_lsn, change.commit_idx)
+                && self.sinks[index].accepts(change)
         });
-        for (index, cursor) in sink_cursors.iter().copied().enumerate() {
+        for (index, stored) in stored.iter().copied().enumerate() {
             let prepared = self.sinks[index].prepare(handout.serve(index));
             let sink_span = {
                 let sink = &self.sinks[index];
@@ -335,7 +354,7 @@ impl Pipeline {
                 &mut sink_batch.messages,
                 sink.config(),
                 &taken.truncates,
-                cursor,
+                stored,
             );
             if sink.backlog_mut().is_some() {
                 // Admission may wait for consumers for as long as they take:
@@ -386,7 +405,7 @@ impl Pipeline {
         self.in_flight = Some(InFlightAppend::start(
             &self.store,
             sink_batches,
-            cursor,
+            (cursor, taken.open_through),
             after,
         ));
         if !clean {

@@ -14,11 +14,11 @@
 
 use crate::change::Truncate;
 use crate::config::{SinkConfig, TruncatePolicy};
-use crate::lsn::Lsn;
 use crate::message::{ConsumerRef, TruncateMessage};
 use crate::store::{NewMessage, StoredPayload};
 
 use super::default_route;
+use super::stored_up_to::StoredUpTo;
 
 /// Adds the [`messages`] of `truncates` for `sink` to the sink's
 /// `messages` of a batch, keeping them in commit order: push sinks deliver
@@ -27,9 +27,9 @@ pub fn add_messages(
     messages: &mut Vec<NewMessage>,
     sink: &SinkConfig,
     truncates: &[Truncate],
-    cursor: Lsn,
+    stored: StoredUpTo,
 ) {
-    let added = self::messages(sink, truncates, cursor);
+    let added = self::messages(sink, truncates, stored);
     if !added.is_empty() {
         messages.extend(added);
         messages.sort_by_key(|m| (m.commit_lsn, m.commit_idx));
@@ -37,15 +37,17 @@ pub fn add_messages(
 }
 
 /// The messages for the tables of `truncates` that `sink` takes, when it
-/// delivers truncates, leaving out transactions at or before its `cursor`
-/// (stored already).
-pub fn messages(sink: &SinkConfig, truncates: &[Truncate], cursor: Lsn) -> Vec<NewMessage> {
+/// delivers truncates, leaving out those it `stored` already.
+pub fn messages(sink: &SinkConfig, truncates: &[Truncate], stored: StoredUpTo) -> Vec<NewMessage> {
     if sink.truncate != TruncatePolicy::Deliver {
         return Vec::new();
     }
     let consumer = ConsumerRef::for_sink(&sink.name);
     let mut messages = Vec::new();
-    for truncate in truncates.iter().filter(|t| t.commit_lsn > cursor) {
+    for truncate in truncates
+        .iter()
+        .filter(|t| !stored.holds(t.commit_lsn, t.last_idx()))
+    {
         for (relation, commit_idx) in truncate.tables() {
             if !sink.source.includes(&relation.schema, &relation.name) {
                 continue;
@@ -120,6 +122,7 @@ mod tests {
 
     use super::*;
     use crate::change::Relation;
+    use crate::lsn::Lsn;
     use crate::config::Config;
 
     fn relation(name: &str) -> Arc<Relation> {
@@ -165,7 +168,11 @@ sinks:
     fn each_taken_table_is_a_message_at_its_own_position() {
         let deliver =
             sink("truncate: deliver, source: {include_tables: [public.orders, public.lines]},");
-        let delivered = messages(&deliver, &[truncate(50), truncate(80)], Lsn(50));
+        let delivered = messages(
+            &deliver,
+            &[truncate(50), truncate(80)],
+            StoredUpTo::through(Lsn(50)),
+        );
         let positions: Vec<(Lsn, u32, &str)> = delivered
             .iter()
             .map(|m| (m.commit_lsn, m.commit_idx, m.group_id.as_str()))
@@ -196,7 +203,7 @@ sinks:
             delivered[0].route.subject.as_deref(),
             Some("sequin.db.public.orders.truncate")
         );
-        assert!(messages(&sink(""), &[truncate(80)], Lsn(0)).is_empty());
+        assert!(messages(&sink(""), &[truncate(80)], StoredUpTo::default()).is_empty());
     }
 
     #[test]

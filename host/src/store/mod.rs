@@ -256,25 +256,59 @@ impl Store {
     /// (messages already stored under the same sink, commit_lsn and
     /// commit_idx are ignored, so replays after a crash are harmless) and
     /// advances each named sink's cursor to `cursor`. A cursor never moves
-    /// backwards. Durable when it returns.
+    /// backwards. Durable when it returns. Leaves each sink's open
+    /// transaction (see [`Self::append_through`]) as it was.
     pub fn append(&self, batch: &[SinkBatch], cursor: Lsn) -> Result<(), StoreError> {
+        self.append_with(batch, cursor, None)
+    }
+
+    /// [`Self::append`] for a batch from the replication stream, which
+    /// also records how far it took each sink into the transaction whose
+    /// Commit it has not reached: `open` is the (commit_lsn, commit_idx) of
+    /// the batch's last change of that transaction, `None` when the batch
+    /// ends at a Commit. [`Self::sink_open_through`] reads it back.
+    pub fn append_through(
+        &self,
+        batch: &[SinkBatch],
+        cursor: Lsn,
+        open: Option<(Lsn, u32)>,
+    ) -> Result<(), StoreError> {
+        self.append_with(batch, cursor, Some(open))
+    }
+
+    /// `open`: `None` leaves the sinks' open transactions alone, `Some`
+    /// replaces them.
+    fn append_with(
+        &self,
+        batch: &[SinkBatch],
+        cursor: Lsn,
+        open: Option<Option<(Lsn, u32)>>,
+    ) -> Result<(), StoreError> {
         let cursor_i = lsn_to_sql(cursor)?;
+        let (set_open, open_lsn, open_idx) = match open {
+            None => (false, None, None),
+            Some(None) => (true, None, None),
+            Some(Some((lsn, idx))) => (true, Some(lsn_to_sql(lsn)?), Some(idx)),
+        };
         let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let mut entered = Vec::with_capacity(batch.len());
         {
             let mut advance = tx.prepare_cached(
-                "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
+                "INSERT INTO sink_cursors (sink, commit_lsn, updated_at, open_lsn, open_idx)
+                 VALUES (?1, ?2, ?3, ?5, ?6)
                  ON CONFLICT (sink) DO UPDATE
-                 SET commit_lsn = max(commit_lsn, excluded.commit_lsn), updated_at = excluded.updated_at",
+                 SET commit_lsn = max(commit_lsn, excluded.commit_lsn), updated_at = excluded.updated_at,
+                     open_lsn = iif(?4, excluded.open_lsn, open_lsn),
+                     open_idx = iif(?4, excluded.open_idx, open_idx)",
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
                 let inserted = insert_messages(&tx, sink, &sink_batch.messages, now)?;
                 held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
                 held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
-                advance.execute(params![sink, cursor_i, now])?;
+                advance.execute(params![sink, cursor_i, now, set_open, open_lsn, open_idx])?;
                 entered.push((sink, inserted, sink_batch.dead_letters.len()));
             }
         }
@@ -299,6 +333,23 @@ impl Store {
         }
     }
 
+    /// How far `sink` has stored the transaction after its cursor, which
+    /// went through in chunks and whose Commit is not stored yet: the
+    /// (commit_lsn, commit_idx) of the last change stored of it. `None`
+    /// when no such part is stored, or the cursor has passed it.
+    pub fn sink_open_through(&self, sink: &str) -> Result<Option<(Lsn, u32)>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT open_lsn, open_idx FROM sink_cursors
+             WHERE sink = ?1 AND open_lsn > commit_lsn AND open_idx IS NOT NULL",
+        )?;
+        let mut rows = stmt.query(params![sink])?;
+        match rows.next()? {
+            Some(row) => Ok(Some((lsn_from_sql(row.get(0)?)?, row.get(1)?))),
+            None => Ok(None),
+        }
+    }
+
     /// Sets the cursor of `sink` to `lsn`, also backwards: the sink joins a
     /// stream at `lsn` (created, or moved to another source whose positions
     /// are not comparable with its old one's).
@@ -307,7 +358,8 @@ impl Store {
         self.lock().execute(
             "INSERT INTO sink_cursors (sink, commit_lsn, updated_at) VALUES (?1, ?2, ?3)
              ON CONFLICT (sink) DO UPDATE
-             SET commit_lsn = excluded.commit_lsn, updated_at = excluded.updated_at",
+             SET commit_lsn = excluded.commit_lsn, updated_at = excluded.updated_at,
+                 open_lsn = NULL, open_idx = NULL",
             params![sink, lsn, now_ms()],
         )?;
         Ok(())

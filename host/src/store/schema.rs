@@ -226,6 +226,16 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX pull_messages_visibility
         ON pull_messages (sink, not_visible_until) WHERE not_visible_until IS NOT NULL;
     "#,
+    // 12: how far into a transaction whose Commit is not stored yet a sink
+    // has stored its changes (a big transaction goes through in chunks):
+    // the (commit_lsn, commit_idx) of the last change of the last chunk
+    // stored, NULL when no chunk of an open transaction is stored. After a
+    // crash Postgres sends that transaction again from its first change;
+    // the changes up to here are dropped instead of delivered a second time.
+    r#"
+    ALTER TABLE sink_cursors ADD COLUMN open_lsn INTEGER;
+    ALTER TABLE sink_cursors ADD COLUMN open_idx INTEGER;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

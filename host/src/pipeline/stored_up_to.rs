@@ -1,0 +1,58 @@
+//! Which changes of the replication stream a sink has stored already, so
+//! that those Postgres sends again after a restart are dropped.
+
+use crate::lsn::Lsn;
+
+/// What a sink has stored: every transaction through `cursor`, and of the
+/// transaction after it, the changes through `open` (a big transaction
+/// goes through in chunks before its Commit; see [`super::batch`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredUpTo {
+    /// The commit LSN of the last transaction stored whole.
+    pub cursor: Lsn,
+    /// The (commit_lsn, commit_idx) of the last change stored of a
+    /// transaction whose Commit is not stored yet.
+    pub open: Option<(Lsn, u32)>,
+}
+
+impl StoredUpTo {
+    /// Whole transactions through `cursor`, nothing of the next one.
+    pub fn through(cursor: Lsn) -> Self {
+        StoredUpTo { cursor, open: None }
+    }
+
+    /// Whether the change (or truncate) at (commit_lsn, commit_idx) is
+    /// stored already.
+    pub fn holds(&self, commit_lsn: Lsn, commit_idx: u32) -> bool {
+        commit_lsn <= self.cursor
+            || self
+                .open
+                .is_some_and(|(lsn, idx)| commit_lsn == lsn && commit_idx <= idx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_whole_transactions_and_the_stored_part_of_the_open_one() {
+        let stored = StoredUpTo {
+            cursor: Lsn(100),
+            open: Some((Lsn(200), 7)),
+        };
+        assert!(
+            stored.holds(Lsn(100), 50),
+            "a transaction through the cursor"
+        );
+        assert!(stored.holds(Lsn(200), 0));
+        assert!(stored.holds(Lsn(200), 7));
+        assert!(!stored.holds(Lsn(200), 8), "past the stored part");
+        assert!(
+            !stored.holds(Lsn(150), 0),
+            "another transaction after the cursor"
+        );
+        assert!(!stored.holds(Lsn(300), 0));
+        assert!(!StoredUpTo::through(Lsn(100)).holds(Lsn(200), 0));
+    }
+}
