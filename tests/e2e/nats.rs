@@ -4,7 +4,7 @@
 //! `Nats-Msg-Id`, and no duplicates in the stream after a SIGKILL mid-delivery.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream;
 use serde_json::Value;
@@ -111,23 +111,21 @@ fn wait_for_stream_count(nats: &NatsServer, count: u64, weft: &WeftProcess) {
 /// Waits until `stream` holds at least `count` messages on subjects
 /// starting with `prefix`.
 fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -> Vec<Stored> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let all: Vec<Stored> = read_stream(nats)
-            .into_iter()
-            .filter(|m| m.subject.starts_with(prefix))
-            .collect();
-        if all.len() >= count {
-            return all;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {count} messages on {prefix}; log:\n{}",
-            all.len(),
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    weft.wait_until(
+        &format!("{count} messages on {prefix}"),
+        Duration::from_secs(90),
+        || {
+            let all: Vec<Stored> = read_stream(nats)
+                .into_iter()
+                .filter(|m| m.subject.starts_with(prefix))
+                .collect();
+            if all.len() >= count {
+                Ok(all)
+            } else {
+                Err(all.len())
+            }
+        },
+    )
 }
 
 fn config(pg: &PgCluster, nats: &NatsServer, sinks: &str) -> String {
@@ -360,21 +358,24 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
 
     nats.start_again();
     let total = (ROWS * (UPDATES + 1)) as usize;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let all = loop {
-        let all = read_stream(&nats);
-        let unique: HashSet<&str> = all.iter().map(|m| m.msg_id.as_str()).collect();
-        if unique.len() >= total {
-            break all;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {total} after the outage; log:\n{}",
-            unique.len(),
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let all = weft.wait_until(
+        &format!("{total} distinct messages after the outage"),
+        Duration::from_secs(90),
+        || {
+            let all = read_stream(&nats);
+            let unique = all
+                .iter()
+                .map(|m| m.msg_id.as_str())
+                .collect::<HashSet<_>>()
+                .len();
+            if unique >= total {
+                Ok(all)
+            } else {
+                Err(unique)
+            }
+        },
+    );
+
     assert_in_order(&rows(&all), ROWS, UPDATES);
     for m in &all {
         let body: Value = serde_json::from_slice(&m.payload).unwrap();
@@ -572,20 +573,20 @@ fn nats_tls_verifies_the_server_and_an_nkey_authenticates() {
     let body: Value = serde_json::from_slice(&got[0].payload).unwrap();
     assert_eq!(body["metadata"]["consumer"]["name"], "good");
     let port = nats.port();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = weft.log_text();
-        let untrusted = log.contains(&format!("TLS with NATS at 127.0.0.1:{port} failed"));
-        let refused = log.contains("refused the credentials");
-        if untrusted && refused {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "expected a certificate refusal (without tls_ca_file) and a credentials refusal (unknown NKey); log:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    weft.wait_until(
+        "a certificate refusal (without tls_ca_file) and a credentials refusal (unknown NKey)",
+        Duration::from_secs(60),
+        || {
+            let log = weft.log_text();
+            let untrusted = log.contains(&format!("TLS with NATS at 127.0.0.1:{port} failed"));
+            let refused = log.contains("refused the credentials");
+            if untrusted && refused {
+                Ok(())
+            } else {
+                Err(format!("untrusted: {untrusted}, refused: {refused}"))
+            }
+        },
+    );
     assert_eq!(read_stream(&nats).len(), 1, "only the good sink delivered");
     let log = weft.log_text();
     assert!(!log.contains(&seed), "an NKey seed reached the log");

@@ -72,15 +72,18 @@ impl WeftProcess {
     /// Waits until weft's log contains `text`; fails the test with the log
     /// after `timeout`.
     pub fn wait_for_log(&self, text: &str, timeout: std::time::Duration) {
-        let deadline = std::time::Instant::now() + timeout;
-        while !self.log_text().contains(text) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no {text:?} in the log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        self.wait_until_every(
+            &format!("{text:?} in the log"),
+            timeout,
+            std::time::Duration::from_millis(100),
+            || {
+                if self.log_text().contains(text) {
+                    Ok(())
+                } else {
+                    Err("not there")
+                }
+            },
+        )
     }
 
     /// The process's resident set size in KiB (`VmRSS`).
