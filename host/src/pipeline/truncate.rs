@@ -122,8 +122,8 @@ mod tests {
 
     use super::*;
     use crate::change::Relation;
-    use crate::lsn::Lsn;
     use crate::config::Config;
+    use crate::lsn::Lsn;
 
     fn relation(name: &str) -> Arc<Relation> {
         Arc::new(Relation {
