@@ -118,9 +118,6 @@ pub struct Pipeline {
     last_commit: Lsn,
     /// The last batch's store transaction, if it is still running.
     in_flight: Option<InFlightAppend>,
-    /// Each sink's stored part of a transaction whose Commit it had not
-    /// stored when weft stopped: Postgres sends that transaction again.
-    open_at_start: HashMap<String, (Lsn, u32)>,
 }
 
 impl Pipeline {
@@ -149,7 +146,6 @@ impl Pipeline {
             pending_sink_changes: Vec::new(),
             last_commit: Lsn::ZERO,
             in_flight: None,
-            open_at_start: HashMap::new(),
         }
     }
 
@@ -208,12 +204,19 @@ impl Pipeline {
                 ))
             })
             .await??;
-            cursors.insert(sink.name().to_string(), cursor.unwrap_or(Lsn::ZERO));
-            if let Some(open) = open {
-                self.open_at_start.insert(sink.name().to_string(), open);
-            }
+            // `open`: the stored part of a transaction whose Commit the
+            // sink had not stored when weft stopped; Postgres sends it again.
+            let stored = StoredUpTo {
+                cursor: cursor.unwrap_or(Lsn::ZERO),
+                open,
+            };
+            cursors.insert(sink.name().to_string(), stored);
         }
-        self.last_commit = cursors.values().copied().max().unwrap_or(Lsn::ZERO);
+        self.last_commit = cursors
+            .values()
+            .map(|stored| stored.cursor)
+            .max()
+            .unwrap_or(Lsn::ZERO);
         let mut sink_changes = self.sink_changes.take();
         info!(sinks = self.sinks.len(), "pipeline started");
         let mut batch = Batch::default();
@@ -280,7 +283,7 @@ impl Pipeline {
     async fn flush(
         &mut self,
         taken: Taken,
-        cursors: &mut HashMap<String, Lsn>,
+        cursors: &mut HashMap<String, StoredUpTo>,
         shutdown: &CancellationToken,
     ) -> Result<bool, PipelineError> {
         let span = info_span!(
@@ -297,7 +300,7 @@ impl Pipeline {
     async fn flush_batch(
         &mut self,
         taken: Taken,
-        cursors: &mut HashMap<String, Lsn>,
+        cursors: &mut HashMap<String, StoredUpTo>,
         shutdown: &CancellationToken,
     ) -> Result<bool, PipelineError> {
         truncate::warn_skipped(
@@ -312,10 +315,7 @@ impl Pipeline {
         let stored: Vec<StoredUpTo> = self
             .sinks
             .iter()
-            .map(|sink| StoredUpTo {
-                cursor: cursors.get(sink.name()).copied().unwrap_or(Lsn::ZERO),
-                open: self.open_at_start.get(sink.name()).copied(),
-            })
+            .map(|sink| cursors.get(sink.name()).copied().unwrap_or_default())
             .collect();
         // A sink takes the changes it accepts that it has not stored yet
         // (it stored older ones before a restart).
@@ -377,7 +377,11 @@ impl Pipeline {
         // where they are: the lowest cursor moves none of them.
         let cursor = match taken.commit {
             Some(commit) => commit.commit_lsn,
-            None => cursors.values().copied().min().unwrap_or(Lsn::ZERO),
+            None => cursors
+                .values()
+                .map(|stored| stored.cursor)
+                .min()
+                .unwrap_or(Lsn::ZERO),
         };
         let after = Appended {
             ingested: append::commit_times(&ingested_at, &sink_batches),
@@ -389,7 +393,7 @@ impl Pipeline {
         self.finish_append(shutdown).await?;
         if taken.commit.is_some() {
             for sink in &self.sinks {
-                cursors.insert(sink.name().to_string(), cursor);
+                cursors.insert(sink.name().to_string(), StoredUpTo::through(cursor));
             }
         }
         if !(any_message || any_held || taken.commit.is_some() || !after.chunks.is_empty()) {
@@ -526,7 +530,7 @@ impl Pipeline {
     /// pipeline is between two transactions.
     async fn apply_sink_changes(
         &mut self,
-        cursors: &mut HashMap<String, Lsn>,
+        cursors: &mut HashMap<String, StoredUpTo>,
         shutdown: &CancellationToken,
     ) -> Result<(), PipelineError> {
         // A joining sink starts after the last stored transaction.
@@ -541,19 +545,22 @@ impl Pipeline {
                         let sink_name = name.clone();
                         tokio::task::spawn_blocking(move || store.start_sink_at(&sink_name, at))
                             .await??;
-                        cursors.insert(name.clone(), at);
+                        cursors.insert(name.clone(), StoredUpTo::through(at));
                     } else if !cursors.contains_key(&name) {
                         let (store, sink_name) = (self.store.clone(), name.clone());
                         let stored =
                             tokio::task::spawn_blocking(move || store.sink_cursor(&sink_name))
                                 .await??;
-                        cursors.insert(name.clone(), stored.unwrap_or(self.last_commit));
+                        cursors.insert(
+                            name.clone(),
+                            StoredUpTo::through(stored.unwrap_or(self.last_commit)),
+                        );
                     }
                     match self.sinks.iter_mut().find(|s| s.name() == name) {
                         Some(running) => *running = *sink,
                         None => self.sinks.push(*sink),
                     }
-                    info!(sink = %name, starts_here, at = %cursors[&name], "sink joined the pipeline");
+                    info!(sink = %name, starts_here, at = %cursors[&name].cursor, "sink joined the pipeline");
                 }
                 SinkSetChange::Remove(name) => {
                     self.sinks.retain(|sink| sink.name() != name);
