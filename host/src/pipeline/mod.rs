@@ -41,7 +41,6 @@ pub mod routing_keys;
 pub mod shadow;
 mod sink;
 pub mod sink_set;
-mod stored_up_to;
 pub mod swap;
 mod truncate;
 
@@ -51,7 +50,6 @@ pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
 pub use sink::{Prepared, SinkPipeline, SinkPipelineError, group_id};
 pub use sink_set::{SinkSetChange, SinkSetHandle};
-pub use stored_up_to::StoredUpTo;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -64,7 +62,7 @@ use crate::api::PullApiState;
 use crate::backfill::{Backfills, ChunkStored, Watermarks};
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
-use crate::store::Store;
+use crate::store::{Store, StoredUpTo};
 use append::{Appended, InFlightAppend};
 use handout::Handout;
 
@@ -197,19 +195,10 @@ impl Pipeline {
         for sink in &self.sinks {
             let store = self.store.clone();
             let name = sink.name().to_string();
-            let (cursor, open) = tokio::task::spawn_blocking(move || {
-                Ok::<_, crate::store::StoreError>((
-                    store.sink_cursor(&name)?,
-                    store.sink_open_through(&name)?,
-                ))
-            })
-            .await??;
-            // `open`: the stored part of a transaction whose Commit the
-            // sink had not stored when weft stopped; Postgres sends it again.
-            let stored = StoredUpTo {
-                cursor: cursor.unwrap_or(Lsn::ZERO),
-                open,
-            };
+            // Also the stored part of a transaction whose Commit the sink
+            // had not stored when weft stopped: Postgres sends it again.
+            let stored =
+                tokio::task::spawn_blocking(move || store.sink_stored_up_to(&name)).await??;
             cursors.insert(sink.name().to_string(), stored);
         }
         self.last_commit = cursors

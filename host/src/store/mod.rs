@@ -23,6 +23,7 @@ mod inventory;
 mod pull;
 mod registry;
 mod schema;
+mod stored_up_to;
 mod webhook;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ pub use pull::{
     AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, QueueDepths, ReceiveLimits,
 };
 pub use registry::{RegisteredPlugin, Registration};
+pub use stored_up_to::StoredUpTo;
 pub use webhook::{Acceptance, WebhookRequest};
 
 /// A failure of the durable store.
@@ -266,7 +268,7 @@ impl Store {
     /// also records how far it took each sink into the transaction whose
     /// Commit it has not reached: `open` is the (commit_lsn, commit_idx) of
     /// the batch's last change of that transaction, `None` when the batch
-    /// ends at a Commit. [`Self::sink_open_through`] reads it back.
+    /// ends at a Commit. [`Self::sink_stored_up_to`] reads it back.
     pub fn append_through(
         &self,
         batch: &[SinkBatch],
@@ -333,21 +335,29 @@ impl Store {
         }
     }
 
-    /// How far `sink` has stored the transaction after its cursor, which
-    /// went through in chunks and whose Commit is not stored yet: the
-    /// (commit_lsn, commit_idx) of the last change stored of it. `None`
-    /// when no such part is stored, or the cursor has passed it.
-    pub fn sink_open_through(&self, sink: &str) -> Result<Option<(Lsn, u32)>, StoreError> {
+    /// What `sink` has stored of the replication stream: its cursor
+    /// ([`Lsn::ZERO`] when nothing was ever stored for it) and, of the
+    /// transaction after it, which went through in chunks and whose Commit
+    /// is not stored yet, the (commit_lsn, commit_idx) of the last change
+    /// stored. Read in one statement, so the two always belong together.
+    pub fn sink_stored_up_to(&self, sink: &str) -> Result<StoredUpTo, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT open_lsn, open_idx FROM sink_cursors
-             WHERE sink = ?1 AND open_lsn > commit_lsn AND open_idx IS NOT NULL",
+            "SELECT commit_lsn, iif(open_lsn > commit_lsn, open_lsn, NULL), open_idx
+             FROM sink_cursors WHERE sink = ?1",
         )?;
         let mut rows = stmt.query(params![sink])?;
-        match rows.next()? {
-            Some(row) => Ok(Some((lsn_from_sql(row.get(0)?)?, row.get(1)?))),
-            None => Ok(None),
-        }
+        let Some(row) = rows.next()? else {
+            return Ok(StoredUpTo::default());
+        };
+        let open = match (row.get::<_, Option<i64>>(1)?, row.get::<_, Option<u32>>(2)?) {
+            (Some(lsn), Some(idx)) => Some((lsn_from_sql(lsn)?, idx)),
+            _ => None,
+        };
+        Ok(StoredUpTo {
+            cursor: lsn_from_sql(row.get(0)?)?,
+            open,
+        })
     }
 
     /// Sets the cursor of `sink` to `lsn`, also backwards: the sink joins a

@@ -411,8 +411,13 @@ fn everything_persists_across_reopen() {
 #[test]
 fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
     let (_dir, store) = open_temp();
+    assert_eq!(
+        store.sink_stored_up_to("s").unwrap(),
+        StoredUpTo::default(),
+        "a sink that never stored anything"
+    );
     store.start_sink_at("s", Lsn(10)).unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), None);
+    assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
     // The first chunk of the transaction committing at 50.
     store
         .append_through(
@@ -421,10 +426,16 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
             Some((Lsn(50), 3)),
         )
         .unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), Some((Lsn(50), 3)));
+    assert_eq!(
+        store.sink_stored_up_to("s").unwrap().open,
+        Some((Lsn(50), 3))
+    );
     // An append from elsewhere (held changes released) leaves it alone.
     store.append(&batch("s", vec![]), Lsn(10)).unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), Some((Lsn(50), 3)));
+    assert_eq!(
+        store.sink_stored_up_to("s").unwrap().open,
+        Some((Lsn(50), 3))
+    );
     store
         .append_through(
             &batch("s", vec![msg(50, 4, "a")]),
@@ -432,21 +443,30 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
             Some((Lsn(50), 9)),
         )
         .unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), Some((Lsn(50), 9)));
+    assert_eq!(
+        store.sink_stored_up_to("s").unwrap().open,
+        Some((Lsn(50), 9))
+    );
     // Its Commit: nothing is open any more.
     store
         .append_through(&batch("s", vec![]), Lsn(50), None)
         .unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), None);
+    assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
     assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(50)));
     // A batch that commits one transaction and opens the next.
     store
         .append_through(&batch("s", vec![]), Lsn(60), Some((Lsn(70), 0)))
         .unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), Some((Lsn(70), 0)));
+    assert_eq!(
+        store.sink_stored_up_to("s").unwrap(),
+        StoredUpTo {
+            cursor: Lsn(60),
+            open: Some((Lsn(70), 0))
+        }
+    );
     // A sink started afresh has nothing open.
     store.start_sink_at("s", Lsn(100)).unwrap();
-    assert_eq!(store.sink_open_through("s").unwrap(), None);
+    assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
 }
 
 #[test]

@@ -5,7 +5,8 @@ use crate::lsn::Lsn;
 
 /// What a sink has stored: every transaction through `cursor`, and of the
 /// transaction after it, the changes through `open` (a big transaction
-/// goes through in chunks before its Commit; see [`super::batch`]).
+/// goes through in chunks before its Commit; see
+/// [`crate::pipeline::Batch`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredUpTo {
     /// The commit LSN of the last transaction stored whole.
