@@ -18,7 +18,7 @@ use crate::message::{ConsumerRef, TruncateMessage};
 use crate::store::{NewMessage, StoredPayload};
 
 use super::default_route;
-use super::stored_up_to::StoredUpTo;
+use crate::store::StoredUpTo;
 
 /// Adds the [`messages`] of `truncates` for `sink` to the sink's
 /// `messages` of a batch, keeping them in commit order: push sinks deliver
@@ -204,6 +204,31 @@ sinks:
             Some("sequin.db.public.orders.truncate")
         );
         assert!(messages(&sink(""), &[truncate(80)], StoredUpTo::default()).is_empty());
+    }
+
+    #[test]
+    fn a_truncate_in_the_stored_part_of_an_open_transaction_is_not_stored_again() {
+        let deliver = sink("truncate: deliver,");
+        // The truncate at 80 spans commit_idx 3 to 5, one per table.
+        let stored_through = |idx| StoredUpTo {
+            cursor: Lsn(50),
+            open: Some((Lsn(80), idx)),
+        };
+        assert!(messages(&deliver, &[truncate(80)], stored_through(5)).is_empty());
+        assert!(messages(&deliver, &[truncate(80)], stored_through(9)).is_empty());
+        let after_the_stored_part = messages(&deliver, &[truncate(80)], stored_through(2));
+        assert_eq!(
+            after_the_stored_part
+                .iter()
+                .map(|m| m.commit_idx)
+                .collect::<Vec<_>>(),
+            [3, 4, 5]
+        );
+        assert_eq!(
+            messages(&deliver, &[truncate(90)], stored_through(9)).len(),
+            3,
+            "a later transaction"
+        );
     }
 
     #[test]
