@@ -312,6 +312,18 @@ fn a_crash_in_the_middle_of_a_big_transaction_loses_nothing() {
         confirmed_before_kill, "f",
         "the transaction was still in flight when weft was killed"
     );
+    // What this test is about: the kill landed after part of the
+    // transaction was stored and before its Commit was, so the restarted
+    // weft must rely on the record of that part.
+    assert_eq!(
+        weft.store_query(
+            "SELECT CAST(count(*) AS TEXT) FROM sink_cursors
+             WHERE sink = 'all' AND open_lsn > commit_lsn AND open_idx IS NOT NULL"
+        ),
+        ["1"],
+        "weft was killed after the transaction's Commit was stored; the \
+         test did not reach the case it is for"
+    );
 
     // This time Postgres decodes the transaction whole instead of
     // streaming it in chunks: the positions weft gives its changes must
