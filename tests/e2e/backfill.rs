@@ -82,15 +82,19 @@ fn items_table(pg: &PgCluster, rows: i64, v: &str) {
 
 /// Waits until the backfill `id` has stored some rows; returns its state.
 fn wait_for_progress(weft: &WeftProcess, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
-        if progress["rows_processed_count"].as_u64().unwrap() > 0 {
-            return progress;
-        }
-        assert!(Instant::now() < deadline, "no progress: {progress}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until_every(
+        &format!("backfill {id} storing rows"),
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
+            if progress["rows_processed_count"].as_u64().unwrap() > 0 {
+                Ok(progress)
+            } else {
+                Err(progress)
+            }
+        },
+    )
 }
 
 /// Drains into `delivered` until the backfill `id` completes, then until quiet.
@@ -311,19 +315,11 @@ fn a_backfill_killed_mid_way_resumes_from_its_cursor() {
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
-        if progress["rows_processed_count"].as_u64().unwrap() > 0 {
-            assert_eq!(
-                progress["state"], "active",
-                "paused by the backlog: {progress}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "no progress: {progress}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let progress = wait_for_progress(&weft, &id);
+    assert_eq!(
+        progress["state"], "active",
+        "paused by the backlog: {progress}"
+    );
     // Some of it is delivered before the crash.
     let mut delivered = weft.drain("items", 1000, Duration::from_secs(10));
     weft.kill();

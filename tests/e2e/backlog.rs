@@ -32,23 +32,25 @@ fn insert_each(pg: &PgCluster, ids: std::ops::RangeInclusive<i64>) {
 
 /// Waits until gauge `name` of `slot` satisfies `ok`, and returns it.
 fn wait_for_gauge(weft: &WeftProcess, name: &str, slot: &str, ok: impl Fn(f64) -> bool) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let value = weft.metric(name, &[("slot", slot)]);
-        if let Some(value) = value.filter(|v| ok(*v)) {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{name} of {slot}: {value:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    weft.wait_until(
+        &format!("{name} of {slot}"),
+        Duration::from_secs(30),
+        || {
+            let value = weft.metric(name, &[("slot", slot)]);
+            value.filter(|v| ok(*v)).ok_or(value)
+        },
+    )
 }
 
 fn wait_for_stored(weft: &WeftProcess, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while weft.stored_keys("pull").len() < count {
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until(
+        &format!("{count} messages stored"),
+        Duration::from_secs(60),
+        || match weft.stored_keys("pull").len() {
+            stored if stored >= count => Ok(()),
+            stored => Err(stored),
+        },
+    )
 }
 
 #[test]

@@ -110,18 +110,14 @@ fn enrichment_filter_and_transform_run_in_order_on_the_pull_sink() {
     let last_lsn = got.last().unwrap()["metadata"]["commit_lsn"]
         .as_u64()
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let confirmed = pg.confirmed_flush_lsn("weft_fn");
-        if confirmed >= last_lsn {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "slot not confirmed past {last_lsn}: {confirmed}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    weft.wait_until(
+        &format!("the slot confirmed past {last_lsn}"),
+        Duration::from_secs(30),
+        || match pg.confirmed_flush_lsn("weft_fn") {
+            confirmed if confirmed >= last_lsn => Ok(()),
+            confirmed => Err(confirmed),
+        },
+    );
 }
 
 #[test]

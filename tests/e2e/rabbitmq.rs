@@ -9,7 +9,7 @@
 //! deleted when the test ends.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::Value;
@@ -102,6 +102,31 @@ fn rows(messages: &[Received]) -> BTreeMap<i64, Vec<i64>> {
         }
     }
     rows
+}
+
+/// Drains queue `cdc-all` into `all` until it holds `total` distinct
+/// message ids (a publish whose confirm was lost comes twice).
+fn drain_distinct(
+    amqp: &Amqp,
+    weft: &WeftProcess,
+    all: &mut Vec<Received>,
+    total: usize,
+    timeout: Duration,
+) {
+    weft.wait_until(
+        &format!("{total} distinct messages in cdc-all"),
+        timeout,
+        || {
+            all.extend(amqp.drain("cdc-all"));
+            let distinct: HashSet<&str> =
+                all.iter().filter_map(|m| m.message_id.as_deref()).collect();
+            if distinct.len() >= total {
+                Ok(())
+            } else {
+                Err(distinct.len())
+            }
+        },
+    )
 }
 
 fn assert_in_order(rows: &BTreeMap<i64, Vec<i64>>, count: i64, updates: i64) {
@@ -244,14 +269,14 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
         || weft.log_text(),
     );
     assert_in_order(&rows(&all), ROWS, 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !weft.stored_keys("items").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "delivered messages left the store"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until(
+        "delivered messages gone from the store",
+        Duration::from_secs(10),
+        || match weft.stored_keys("items").len() {
+            0 => Ok(()),
+            left => Err(left),
+        },
+    );
 }
 
 #[test]
@@ -279,11 +304,15 @@ fn rabbitmq_broker_outage_loses_nothing_and_keeps_order() {
         // SIGKILL the node mid-stream, with publishes in flight. Confirmed
         // messages are persistent in a durable queue: they stay there,
         // unread, across the crash.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while amqp.count("cdc-all") < (ROWS * 3) as u32 {
-            assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        weft.wait_until_every(
+            "the first rows in cdc-all",
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            || match amqp.count("cdc-all") {
+                queued if queued >= (ROWS * 3) as u32 => Ok(()),
+                queued => Err(queued),
+            },
+        );
         node.stop();
         let stop_lsn = pg.current_wal_lsn();
         let mut peak_rss = 0;
@@ -316,23 +345,14 @@ fn rabbitmq_broker_outage_loses_nothing_and_keeps_order() {
     // again, as an operator would do here; the declarations are idempotent.
     amqp.declare_exchange("cdc");
     amqp.bind_queue("cdc-all", "cdc", "sequin.#");
-    let total = (ROWS * (UPDATES + 1)) as usize;
-    let deadline = Instant::now() + Duration::from_secs(120);
     let mut all = Vec::new();
-    loop {
-        all.extend(amqp.drain("cdc-all"));
-        let unique: HashSet<&str> = all.iter().filter_map(|m| m.message_id.as_deref()).collect();
-        if unique.len() >= total {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {total} after the outage; log:\n{}",
-            unique.len(),
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    drain_distinct(
+        &amqp,
+        &weft,
+        &mut all,
+        (ROWS * (UPDATES + 1)) as usize,
+        Duration::from_secs(120),
+    );
     assert_in_order(&rows(&all), ROWS, UPDATES);
     // A change committed after the broker died cannot have been delivered
     // before the slot confirmed it: it must have been in the store.
@@ -515,21 +535,12 @@ fn rabbitmq_blocked_broker_times_out_and_delivers_after_the_alarm_clears() {
         "unconfirmed messages stay in the store"
     );
     node.rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let total = (ROWS * 3) as usize;
-    loop {
-        all.extend(amqp.drain("cdc-all"));
-        let unique: HashSet<&str> = all.iter().filter_map(|m| m.message_id.as_deref()).collect();
-        if unique.len() >= total {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {total} after the alarm cleared; log:\n{}",
-            unique.len(),
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    drain_distinct(
+        &amqp,
+        &weft,
+        &mut all,
+        (ROWS * 3) as usize,
+        Duration::from_secs(60),
+    );
     assert_in_order(&rows(&all), ROWS, 2);
 }

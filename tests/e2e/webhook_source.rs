@@ -102,6 +102,19 @@ fn stored_requests(weft: &WeftProcess, source: &str) -> usize {
     count_rows(weft, "webhook_requests", "source", source)
 }
 
+/// Waits until the log of source `orders_in` is pruned: every sink stored
+/// its requests.
+fn wait_until_pruned(weft: &WeftProcess, timeout: Duration) {
+    weft.wait_until(
+        "the source's log pruned",
+        timeout,
+        || match stored_requests(weft, "orders_in") {
+            0 => Ok(()),
+            left => Err(left),
+        },
+    );
+}
+
 /// How many messages weft holds for `sink`.
 fn stored_messages(weft: &WeftProcess, sink: &str) -> usize {
     count_rows(weft, "pull_messages", "sink", sink)
@@ -216,14 +229,7 @@ fn messages_are_transformed_and_delivered_in_order_to_pull_and_push_sinks_once_p
     assert_eq!(untransformed["record"], json!({"n": 1, "item": "pen"}));
     assert!(receiver.with(|s| s.bad_requests.is_empty()));
     // Every sink stored them, so the source's log was pruned.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while stored_requests(&weft, "orders_in") > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the log was not pruned"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until_pruned(&weft, Duration::from_secs(10));
     assert!(!weft.log_text().contains(BEARER), "the token was logged");
 }
 
@@ -345,14 +351,15 @@ fn a_message_accepted_just_before_a_sigkill_is_delivered_after_the_restart() {
     // The first requests fill the backlog (a batch may overshoot it); the
     // rest then stay in the source's log, whatever the machine's speed.
     (1..=6).for_each(accept);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while stored_messages(&weft, "orders") < 5 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the backlog never filled"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    weft.wait_until_every(
+        "the backlog filled",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || match stored_messages(&weft, "orders") {
+            stored if stored >= 5 => Ok(()),
+            stored => Err(stored),
+        },
+    );
     (7..=20).for_each(accept);
     let only_in_log = stored_requests(&weft, "orders_in");
     assert!(only_in_log >= 14, "{only_in_log} requests in the log");
@@ -414,14 +421,7 @@ fn a_failed_webhook_source_feed_restarts_alone_and_loses_nothing() {
         .collect();
     assert_eq!(ns, (1..=6).collect::<Vec<_>>(), "each once, in order");
     assert!(weft.receive("orders", 10, 1500).is_empty(), "nothing twice");
-    weft.wait_until(
-        "the log pruned",
-        Duration::from_secs(90),
-        || match stored_requests(&weft, "orders_in") {
-            0 => Ok(()),
-            left => Err(left),
-        },
-    );
+    wait_until_pruned(&weft, Duration::from_secs(90));
     let restarted = weft
         .health_check("webhook_source", "orders_in", "feed")
         .expect("the check says the feed restarted");

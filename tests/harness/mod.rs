@@ -8,6 +8,7 @@
 //!   [`redis::RedisServer`] and [`rabbitmq::RabbitMqNode`]).
 //! * [`kafka::TansuBroker`]: a tansu (Kafka-protocol) broker per test.
 //! * [`rabbitmq::Amqp`]: an independent AMQP client to read queues back.
+//! * [`wait::until`]: polling with a deadline, for every wait.
 
 pub mod avro;
 pub mod certs;
@@ -23,5 +24,6 @@ pub mod redis;
 pub mod server_process;
 pub mod source;
 pub mod tls_proxy;
+pub mod wait;
 pub mod webhook_receiver;
 pub mod weft;

@@ -12,7 +12,7 @@
 //! written, which is what weft must deliver.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -129,24 +129,32 @@ impl Drained {
         total: usize,
         timeout: Duration,
     ) {
-        let deadline = Instant::now() + timeout;
-        while self.messages < total {
-            assert!(
-                Instant::now() < deadline,
-                "only {} of {total} messages arrived within {timeout:?}; log tail:\n{}",
-                self.messages,
-                tail(&weft.log_text())
-            );
-            let got = weft.receive(sink, batch, 1000);
-            let ack_ids: Vec<&str> = got.iter().map(|m| m["ack_id"].as_str().unwrap()).collect();
-            for message in &got {
-                self.take(&message["data"]);
-            }
-            if !ack_ids.is_empty() {
-                let (status, body) = weft.settle(sink, "ack", &ack_ids);
-                assert_eq!(status, 200, "{body}");
-            }
-        }
+        // No pause between receives: each waits up to a second itself.
+        super::wait::until(
+            &format!("{total} messages from {sink}"),
+            timeout,
+            Duration::ZERO,
+            || {
+                if self.messages < total {
+                    let got = weft.receive(sink, batch, 1000);
+                    let ack_ids: Vec<&str> =
+                        got.iter().map(|m| m["ack_id"].as_str().unwrap()).collect();
+                    for message in &got {
+                        self.take(&message["data"]);
+                    }
+                    if !ack_ids.is_empty() {
+                        let (status, body) = weft.settle(sink, "ack", &ack_ids);
+                        assert_eq!(status, 200, "{body}");
+                    }
+                }
+                if self.messages < total {
+                    Err(format!("only {} of them", self.messages))
+                } else {
+                    Ok(())
+                }
+            },
+            || format!("log tail:\n{}", tail(&weft.log_text())),
+        )
     }
 
     /// Takes one delivered message (the Sequin JSON), checking it.

@@ -146,15 +146,17 @@ impl PgCluster {
     /// Waits until replication slot `slot` exists and a walsender streams
     /// from it: from then on every committed change reaches its consumer.
     pub fn wait_for_active_slot(&self, slot: &str) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         let query = format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'");
-        while std::time::Instant::now() < deadline {
-            if self.psql(&query).trim() == "t" {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("replication slot {slot} did not become active within 60s");
+        super::wait::until(
+            &format!("replication slot {slot} active"),
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_millis(100),
+            || match self.psql(&query).trim() {
+                "t" => Ok(()),
+                other => Err(other.to_string()),
+            },
+            String::new,
+        );
     }
 
     /// The `databases:` block of a weft config for this cluster: database
@@ -189,18 +191,20 @@ impl PgCluster {
     /// before the call is either delivered or durably in weft's store.
     pub fn wait_for_slot_to_confirm_all(&self, slot: &str) -> u64 {
         let written = self.current_wal_lsn();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let confirmed = self.confirmed_flush_lsn(slot);
-            if confirmed >= written {
-                return confirmed;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "slot {slot} stuck at {confirmed} < {written}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
+        super::wait::until(
+            &format!("slot {slot} confirming {written}"),
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_millis(200),
+            || {
+                let confirmed = self.confirmed_flush_lsn(slot);
+                if confirmed >= written {
+                    Ok(confirmed)
+                } else {
+                    Err(confirmed)
+                }
+            },
+            String::new,
+        )
     }
 
     /// Like [`PgCluster::psql`] in database `db`.

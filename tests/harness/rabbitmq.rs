@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
@@ -344,20 +344,20 @@ impl Amqp {
         timeout: Duration,
         context: impl Fn() -> String,
     ) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            into.extend(self.drain(queue));
-            if into.len() >= count {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {count} messages in {queue}; {}",
-                into.len(),
-                context()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        super::wait::until(
+            &format!("{count} messages in {queue}"),
+            timeout,
+            Duration::from_millis(200),
+            || {
+                into.extend(self.drain(queue));
+                if into.len() >= count {
+                    Ok(())
+                } else {
+                    Err(format!("{} of them", into.len()))
+                }
+            },
+            context,
+        )
     }
 }
 

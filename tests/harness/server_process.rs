@@ -8,8 +8,9 @@ use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::harness::wait;
 use crate::harness::weft::free_port;
 
 /// Builds the server's command line from its data directory and port.
@@ -66,11 +67,16 @@ impl ServerProcess {
             nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL)
                 .expect("SIGKILL server");
             child.wait().expect("reap server");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                assert!(Instant::now() < deadline, "{} did not stop", self.name);
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            wait::until(
+                &format!("{} stopping", self.name),
+                Duration::from_secs(20),
+                Duration::from_millis(50),
+                || match TcpStream::connect(("127.0.0.1", self.port)) {
+                    Ok(_) => Err(format!("port {} still open", self.port)),
+                    Err(_) => Ok(()),
+                },
+                String::new,
+            );
         }
     }
 
@@ -92,25 +98,25 @@ impl ServerProcess {
             .unwrap_or_else(|e| panic!("spawn {}: {e} (is it installed?)", self.name));
         self.child = Some(child);
         // RabbitMQ takes several seconds to boot, more on a loaded machine.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "{} exited ({status}) before listening on port {}; log:\n{}",
-                    self.name,
-                    self.port,
-                    std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.name)))
-                        .unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not listen on port {} within 60 s",
-                self.name,
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let log = self.dir.path().join(format!("{}.log", self.name));
+        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+        let (name, port) = (self.name, self.port);
+        let child = self.child.as_mut().unwrap();
+        wait::until(
+            &format!("{name} listening on port {port}"),
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!(
+                        "{name} exited ({status}) before listening on port {port}; log:\n{}",
+                        log_text()
+                    );
+                }
+                TcpStream::connect(("127.0.0.1", port)).map(drop)
+            },
+            || format!("log:\n{}", log_text()),
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -116,17 +116,19 @@ impl Receiver {
 
     /// Waits until `done` holds for the state, or panics with `what` after `timeout`.
     pub fn wait_until(&self, what: &str, timeout: Duration, done: impl Fn(&State) -> bool) {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.with(&done) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "timed out waiting for {what}; receiver state: {:?}",
-            self.with(|s| format!("{s:?}"))
-        );
+        super::wait::until(
+            what,
+            timeout,
+            Duration::from_millis(50),
+            || {
+                if self.with(&done) {
+                    Ok(())
+                } else {
+                    Err("not yet")
+                }
+            },
+            || format!("receiver state: {:?}", self.with(|s| format!("{s:?}"))),
+        )
     }
 
     /// Accepted messages on `path`, deduplicated by idempotency key (first

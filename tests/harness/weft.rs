@@ -53,20 +53,11 @@ impl WeftProcess {
         what: &str,
         timeout: std::time::Duration,
         interval: std::time::Duration,
-        mut probe: impl FnMut() -> Result<T, E>,
+        probe: impl FnMut() -> Result<T, E>,
     ) -> T {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            match probe() {
-                Ok(found) => return found,
-                Err(last) => assert!(
-                    std::time::Instant::now() < deadline,
-                    "{what}: still {last:?} after {timeout:?}\nlog:\n{}",
-                    self.log_text()
-                ),
-            }
-            std::thread::sleep(interval);
-        }
+        super::wait::until(what, timeout, interval, probe, || {
+            format!("log:\n{}", self.log_text())
+        })
     }
 
     /// Waits until weft's log contains `text`; fails the test with the log
@@ -194,30 +185,28 @@ impl WeftProcess {
     }
 
     fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "weft exited with {status} while starting; log:\n{}",
-                    self.log_text()
-                );
-            }
-            if http()
-                .get(self.url("/health"))
-                .send()
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "weft did not answer /health within 60s; log:\n{}",
-            self.log_text()
+        let health = self.url("/health");
+        let log = self.log.clone();
+        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+        let child = self.child.as_mut().expect("weft was started");
+        super::wait::until(
+            "weft answering /health",
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || {
+                if let Some(status) = child.try_wait().ok().flatten() {
+                    panic!(
+                        "weft exited with {status} while starting; log:\n{}",
+                        log_text()
+                    );
+                }
+                match http().get(&health).send() {
+                    Ok(answer) if answer.status().is_success() => Ok(()),
+                    Ok(answer) => Err(answer.status().to_string()),
+                    Err(error) => Err(error.to_string()),
+                }
+            },
+            || format!("log:\n{}", log_text()),
         );
     }
 
