@@ -378,11 +378,19 @@ fn route_template_and_avro_encode_feed_redis_sinks() {
     // route-template on Redis keys: rows 1 and 3 by region; row 2 has no
     // region and no default, so it is dead-lettered naming the field.
     let key = |id: i64| format!("{prefix}:{table}:eu:{id}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !(redis.exists::<_, bool>(key(1)).unwrap() && redis.exists::<_, bool>(key(3)).unwrap()) {
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until_every(
+        "rows 1 and 3 under the eu keys",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            let written = [key(1), key(3)].map(|k| redis.exists::<_, bool>(k).unwrap());
+            if written == [true, true] {
+                Ok(())
+            } else {
+                Err(written)
+            }
+        },
+    );
     let message: Value = serde_json::from_str(&redis.get::<_, String>(key(1)).unwrap()).unwrap();
     assert_eq!(message["record"]["item"], "pen");
     let ttl: i64 = redis.pttl(key(1)).unwrap();

@@ -6,7 +6,7 @@
 //! with certificate verification, and SASL.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use crate::harness::certs::TestCa;
 use crate::harness::guests;
 use crate::harness::kafka::{Record, TansuBroker, TansuOptions};
 use crate::harness::postgres::PgCluster;
-use crate::harness::weft::{WeftProcess, http};
+use crate::harness::weft::WeftProcess;
 
 const SLOT: &str = "weft_kafka";
 
@@ -218,23 +218,14 @@ fn kafka_routes_orders_and_marks_every_message() {
 
     // A routing function that sets no topic, on a sink without one: the
     // message is dead-lettered with the reason.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let letter = loop {
-        let response = http()
-            .get(weft.url("/api/sinks/keyed/dead_letters"))
-            .send()
-            .unwrap();
-        let body: Value = response.json().unwrap();
+    let letter = weft.wait_until("one dead letter", Duration::from_secs(30), || {
+        let body = weft.get_json("/api/sinks/keyed/dead_letters");
         if body["count"] == 1 {
-            break body["data"][0].clone();
+            Ok(body["data"][0].clone())
+        } else {
+            Err(body)
         }
-        assert!(
-            Instant::now() < deadline,
-            "dead letters: {body}\nlog:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert!(
         letter["last_error"]
             .as_str()
@@ -260,11 +251,7 @@ fn kafka_broker_outage_loses_nothing_and_keeps_order() {
     let before = read_at_least(&broker, "cdc", (ROWS * 2) as usize, &weft);
     // Everything written so far is delivered and settled: the broker's
     // memory storage dies with it, so nothing may be in flight at the kill.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !weft.stored_keys("items").is_empty() {
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until_delivered("items", Duration::from_secs(30));
 
     // Outage: kill the broker, keep writing.
     broker.kill();

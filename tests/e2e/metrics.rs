@@ -2,7 +2,7 @@
 //! what happens to the messages, so that once a sink is drained, what it
 //! delivered plus what it dead-lettered equals what it ingested.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::WeftProcess;
@@ -32,15 +32,14 @@ fn delivery_counters_account_for_every_change_written() {
         ));
     }
     let sink = [("sink", "items")];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while counter(&weft, "sequin_messages_ingested_count", &sink) < 500.0 {
-        assert!(
-            Instant::now() < deadline,
-            "not ingested:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until(
+        "500 messages ingested",
+        Duration::from_secs(30),
+        || match counter(&weft, "sequin_messages_ingested_count", &sink) {
+            ingested if ingested >= 500.0 => Ok(()),
+            ingested => Err(ingested),
+        },
+    );
     assert_eq!(
         counter(&weft, "sequin_messages_ingested_count", &sink),
         500.0,
@@ -111,8 +110,7 @@ fn the_metrics_listener_has_its_own_port_and_optional_basic_auth() {
         .send()
         .unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    weft.wait_until("the change counted", Duration::from_secs(30), || {
         let scraped = client
             .get(weft.metrics_url("/metrics"))
             .header(
@@ -127,11 +125,11 @@ fn the_metrics_listener_has_its_own_port_and_optional_basic_auth() {
         assert_eq!(scraped.status().as_u16(), 200);
         let text = scraped.text().unwrap();
         if text.contains("sequin_messages_ingested_count{sink=\"items\"} 1") {
-            break;
+            Ok(())
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < deadline, "not ingested:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
     // The password never reaches the log.
     assert!(!weft.log_text().contains("s3cret"));
 }
@@ -184,18 +182,14 @@ fn readiness_waits_for_replication_and_reports_a_lost_connection() {
         (status, response.json::<serde_json::Value>().unwrap())
     };
     let wait_for = |want: u16| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (status, body) = ready();
-            if status == want {
-                return body;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "readiness stuck at {status}: {body}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        weft.wait_until(
+            &format!("readiness {want}"),
+            Duration::from_secs(60),
+            || match ready() {
+                (status, body) if status == want => Ok(body),
+                other => Err(other),
+            },
+        )
     };
     assert_eq!(wait_for(200)["status"], "ready");
 

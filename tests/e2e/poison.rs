@@ -5,7 +5,7 @@
 //! held (the slot still advances) until the quarantine is lifted.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -162,16 +162,14 @@ fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
         ids(&weft.drain("poisoned", 1, Duration::from_secs(60))),
         [1]
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while weft.get_json("/api/sinks/poisoned/quarantine")["quarantined"] != true {
-        assert!(
-            Instant::now() < deadline,
-            "no quarantine:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let quarantine = weft.get_json("/api/sinks/poisoned/quarantine");
+    let quarantine = weft.wait_until("the sink quarantined", Duration::from_secs(60), || {
+        let quarantine = weft.get_json("/api/sinks/poisoned/quarantine");
+        if quarantine["quarantined"] == true {
+            Ok(quarantine)
+        } else {
+            Err(quarantine)
+        }
+    });
     assert_eq!(
         quarantine["quarantine"]["function"], "hostile",
         "{quarantine}"

@@ -269,14 +269,7 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
         || weft.log_text(),
     );
     assert_in_order(&rows(&all), ROWS, 1);
-    weft.wait_until(
-        "delivered messages gone from the store",
-        Duration::from_secs(10),
-        || match weft.stored_keys("items").len() {
-            0 => Ok(()),
-            left => Err(left),
-        },
-    );
+    weft.wait_until_delivered("items", Duration::from_secs(10));
 }
 
 #[test]

@@ -284,20 +284,19 @@ fn a_redis_outage_loses_nothing_keeps_order_and_bounds_memory() {
     ));
     pg.psql("UPDATE items SET v = 1");
     let wait_for = |redis: &mut redis::Connection, count: usize, weft: &WeftProcess| {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let rows = stream_rows(redis, "items");
-            if rows.len() >= count {
-                return rows;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {count} entries; log:\n{}",
-                rows.len(),
-                weft.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        weft.wait_until_every(
+            &format!("{count} entries in stream items"),
+            Duration::from_secs(90),
+            Duration::from_millis(100),
+            || {
+                let rows = stream_rows(redis, "items");
+                if rows.len() >= count {
+                    Ok(rows)
+                } else {
+                    Err(format!("{} of them", rows.len()))
+                }
+            },
+        )
     };
     // The server keeps nothing on disk: what arrived before the outage is
     // read now, what arrives after it from the restarted, empty server.

@@ -576,17 +576,18 @@ fn a_failing_receiver_shows_in_health_and_slot_lag_grows_while_the_backlog_is_fu
             .collect();
         ids.len() >= 150
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sink_checks(&weft, "hook")
-        .iter()
-        .any(|c| c["id"] == "delivery")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the delivery check did not clear"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    weft.wait_until(
+        "the delivery check cleared",
+        Duration::from_secs(30),
+        || {
+            let checks = sink_checks(&weft, "hook");
+            if checks.iter().any(|c| c["id"] == "delivery") {
+                Err(checks)
+            } else {
+                Ok(())
+            }
+        },
+    );
 }
 
 #[test]

@@ -131,6 +131,18 @@ impl WeftProcess {
             .collect()
     }
 
+    /// Waits until `sink` holds no undelivered message in weft's store.
+    pub fn wait_until_delivered(&self, sink: &str, timeout: Duration) {
+        self.wait_until(
+            &format!("{sink}'s messages delivered"),
+            timeout,
+            || match self.stored_keys(sink).len() {
+                0 => Ok(()),
+                left => Err(format!("{left} still stored")),
+            },
+        )
+    }
+
     /// Writes `config_yaml` into `dir` and starts weft on it, waiting until
     /// its API answers.
     pub fn start(dir: &Path, config_yaml: &str) -> WeftProcess {
