@@ -261,36 +261,27 @@ impl Store {
     /// backwards. Durable when it returns. Leaves each sink's open
     /// transaction (see [`Self::append_through`]) as it was.
     pub fn append(&self, batch: &[SinkBatch], cursor: Lsn) -> Result<(), StoreError> {
-        self.append_with(batch, cursor, None)
+        self.append_through(batch, cursor, None)
     }
 
     /// [`Self::append`] for a batch from the replication stream, which
     /// also records how far it took each sink into the transaction whose
     /// Commit it has not reached: `open` is the (commit_lsn, commit_idx) of
-    /// the batch's last change of that transaction, `None` when the batch
-    /// ends at a Commit. [`Self::sink_stored_up_to`] reads it back.
+    /// the batch's last change of that transaction. `None` (the batch ends
+    /// at a Commit) leaves the record as it is: it stops counting once the
+    /// cursor reaches its transaction, and until then a transaction that
+    /// committed before it (sent again after a restart) must not erase it.
+    /// [`Self::sink_stored_up_to`] reads it back.
     pub fn append_through(
         &self,
         batch: &[SinkBatch],
         cursor: Lsn,
         open: Option<(Lsn, u32)>,
     ) -> Result<(), StoreError> {
-        self.append_with(batch, cursor, Some(open))
-    }
-
-    /// `open`: `None` leaves the sinks' open transactions alone, `Some`
-    /// replaces them.
-    fn append_with(
-        &self,
-        batch: &[SinkBatch],
-        cursor: Lsn,
-        open: Option<Option<(Lsn, u32)>>,
-    ) -> Result<(), StoreError> {
         let cursor_i = lsn_to_sql(cursor)?;
-        let (set_open, open_lsn, open_idx) = match open {
-            None => (false, None, None),
-            Some(None) => (true, None, None),
-            Some(Some((lsn, idx))) => (true, Some(lsn_to_sql(lsn)?), Some(idx)),
+        let (open_lsn, open_idx) = match open {
+            None => (None, None),
+            Some((lsn, idx)) => (Some(lsn_to_sql(lsn)?), Some(idx)),
         };
         let now = now_ms();
         let mut conn = self.lock();
@@ -299,18 +290,18 @@ impl Store {
         {
             let mut advance = tx.prepare_cached(
                 "INSERT INTO sink_cursors (sink, commit_lsn, updated_at, open_lsn, open_idx)
-                 VALUES (?1, ?2, ?3, ?5, ?6)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (sink) DO UPDATE
                  SET commit_lsn = max(commit_lsn, excluded.commit_lsn), updated_at = excluded.updated_at,
-                     open_lsn = iif(?4, excluded.open_lsn, open_lsn),
-                     open_idx = iif(?4, excluded.open_idx, open_idx)",
+                     open_lsn = coalesce(excluded.open_lsn, open_lsn),
+                     open_idx = iif(excluded.open_lsn IS NULL, open_idx, excluded.open_idx)",
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
                 let inserted = insert_messages(&tx, sink, &sink_batch.messages, now)?;
                 held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
                 held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
-                advance.execute(params![sink, cursor_i, now, set_open, open_lsn, open_idx])?;
+                advance.execute(params![sink, cursor_i, now, open_lsn, open_idx])?;
                 entered.push((sink, inserted, sink_batch.dead_letters.len()));
             }
         }

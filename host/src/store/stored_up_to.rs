@@ -22,6 +22,19 @@ impl StoredUpTo {
         StoredUpTo { cursor, open: None }
     }
 
+    /// What is stored once the transaction committing at `commit_lsn` is.
+    /// The cursor never moves back: after a restart Postgres sends again
+    /// transactions stored already (from the slot's confirmed position, which
+    /// trails the store). The open part stays until its own Commit: a
+    /// transaction that committed before it can come in between.
+    pub fn after_commit(self, commit_lsn: Lsn) -> Self {
+        let cursor = self.cursor.max(commit_lsn);
+        StoredUpTo {
+            cursor,
+            open: self.open.filter(|(lsn, _)| *lsn > cursor),
+        }
+    }
+
     /// Whether the change (or truncate) at (commit_lsn, commit_idx) is
     /// stored already.
     pub fn holds(&self, commit_lsn: Lsn, commit_idx: u32) -> bool {
@@ -55,5 +68,31 @@ mod tests {
         );
         assert!(!stored.holds(Lsn(300), 0));
         assert!(!StoredUpTo::through(Lsn(100)).holds(Lsn(200), 0));
+    }
+
+    #[test]
+    fn a_commit_neither_moves_the_cursor_back_nor_drops_a_later_open_part() {
+        let stored = StoredUpTo {
+            cursor: Lsn(100),
+            open: Some((Lsn(200), 7)),
+        };
+        assert_eq!(
+            stored.after_commit(Lsn(50)),
+            stored,
+            "a transaction stored before, sent again"
+        );
+        assert_eq!(
+            stored.after_commit(Lsn(150)),
+            StoredUpTo {
+                cursor: Lsn(150),
+                open: Some((Lsn(200), 7))
+            },
+            "a transaction that committed before the open one"
+        );
+        assert_eq!(
+            stored.after_commit(Lsn(200)),
+            StoredUpTo::through(Lsn(200)),
+            "the open transaction's own Commit"
+        );
     }
 }

@@ -464,6 +464,20 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
             open: Some((Lsn(70), 0))
         }
     );
+    // After a restart Postgres sends again transactions that committed
+    // before the open one, stored already or not: the record stays.
+    for replayed in [55, 65] {
+        store
+            .append_through(&batch("s", vec![]), Lsn(replayed), None)
+            .unwrap();
+        assert_eq!(
+            store.sink_stored_up_to("s").unwrap(),
+            StoredUpTo {
+                cursor: Lsn(replayed.max(60)),
+                open: Some((Lsn(70), 0))
+            }
+        );
+    }
     // A sink started afresh has nothing open.
     store.start_sink_at("s", Lsn(100)).unwrap();
     assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
