@@ -199,7 +199,7 @@ impl Pipeline {
             // had not stored when weft stopped: Postgres sends it again.
             let stored =
                 tokio::task::spawn_blocking(move || store.sink_stored_up_to(&name)).await??;
-            cursors.insert(sink.name().to_string(), stored);
+            cursors.insert(sink.name().to_string(), stored.unwrap_or_default());
         }
         self.last_commit = cursors
             .values()
@@ -537,13 +537,17 @@ impl Pipeline {
                             .await??;
                         cursors.insert(name.clone(), StoredUpTo::through(at));
                     } else if !cursors.contains_key(&name) {
+                        // Read as at start: a sink removed and put back while
+                        // Postgres resends the transactions before one it
+                        // had stored part of must not store that part twice.
                         let (store, sink_name) = (self.store.clone(), name.clone());
-                        let stored =
-                            tokio::task::spawn_blocking(move || store.sink_cursor(&sink_name))
-                                .await??;
+                        let stored = tokio::task::spawn_blocking(move || {
+                            store.sink_stored_up_to(&sink_name)
+                        })
+                        .await??;
                         cursors.insert(
                             name.clone(),
-                            StoredUpTo::through(stored.unwrap_or(self.last_commit)),
+                            stored.unwrap_or(StoredUpTo::through(self.last_commit)),
                         );
                     }
                     match self.sinks.iter_mut().find(|s| s.name() == name) {
@@ -738,19 +742,45 @@ sinks:
         running.await.unwrap().unwrap();
     }
 
+    /// When the sink `orders` joins the pipeline of [`run_until`].
+    #[derive(Clone, Copy)]
+    enum OrdersJoins {
+        /// It is in the pipeline when it starts.
+        AtStart,
+        /// The pipeline starts with no sink; `orders` joins through a
+        /// sink-set change (put back after being removed) before the events.
+        Later,
+    }
+
     /// Sends `events` to a pipeline over `store` until `done` holds for
     /// the store, then stops it.
     async fn run_until(
         config: &Config,
         store: &Store,
+        joins: OrdersJoins,
         events: Vec<SourceEvent>,
         done: impl Fn(&Store) -> bool,
     ) {
         let shutdown = CancellationToken::new();
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
-        let pipeline = orders_pipeline(config, store, durable_tx, &shutdown);
+        let mut pipeline = orders_pipeline(config, store, durable_tx, &shutdown);
+        let (sink_set, sink_changes) = sink_set::SinkSetHandle::channel();
+        if let OrdersJoins::Later = joins {
+            pipeline.sinks.clear();
+            pipeline = pipeline.with_sink_changes(sink_changes);
+        }
         let (sender, rx) = mpsc::channel(4);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        if let OrdersJoins::Later = joins {
+            let sink = SinkPipeline::new(config.sinks[0].clone(), FunctionChain::default());
+            sink_set
+                .apply(SinkSetChange::Put {
+                    sink: Box::new(sink),
+                    starts_here: false,
+                })
+                .await
+                .unwrap();
+        }
         for event in events {
             sender.send(event).await.unwrap();
         }
@@ -763,19 +793,40 @@ sinks:
         running.await.unwrap().unwrap();
     }
 
-    #[tokio::test]
-    async fn after_a_restart_replayed_transactions_store_nothing_twice() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = orders_config(dir.path(), "");
-        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+    /// Two small transactions (at 50 and 60), then the first chunks of a
+    /// big one (at 300), as weft stored them before a crash.
+    /// (`change` writes row id = commit_idx: distinct rows, so all of them
+    /// go out at once.)
+    fn before_the_crash() -> Vec<SourceEvent> {
+        let mut events = vec![change(50, 100), commit(50), change(60, 101), commit(60)];
+        events.extend((0..35).map(|idx| change(300, idx)));
+        events
+    }
+
+    /// What Postgres sends after the crash, from the slot's confirmed
+    /// position, which trails the store: the small transactions again,
+    /// then the big one whole (40 changes) with its Commit.
+    fn after_the_crash() -> Vec<SourceEvent> {
+        let mut events = before_the_crash();
+        events.truncate(4);
+        events.extend((0..40).map(|idx| change(300, idx)));
+        events.push(commit(300));
+        events
+    }
+
+    /// Runs [`before_the_crash`] into `store` and acks everything stored
+    /// (so that storing any of it again would show); returns how many
+    /// changes of the big transaction were stored.
+    async fn store_and_ack_before_the_crash(config: &Config, store: &Store) -> usize {
         let stored = |store: &Store| store.message_counts("orders").unwrap().stored;
-        // Before the crash: two small transactions, then the first chunks
-        // of a big one; a consumer acks all of it. (`change` writes row id
-        // = commit_idx: distinct rows, so all of them go out at once.)
-        let small = || [change(50, 100), commit(50), change(60, 101), commit(60)];
-        let mut first_run = small().to_vec();
-        first_run.extend((0..35).map(|idx| change(300, idx)));
-        run_until(&config, &store, first_run, |store| stored(store) >= 32).await;
+        run_until(
+            config,
+            store,
+            OrdersJoins::AtStart,
+            before_the_crash(),
+            |store| stored(store) >= 32,
+        )
+        .await;
         let limits = crate::store::ReceiveLimits {
             ack_wait: std::time::Duration::from_secs(60),
             max_ack_pending: u32::MAX,
@@ -791,26 +842,35 @@ sinks:
         store.ack("orders", &acked).unwrap();
         assert_eq!(
             store.sink_stored_up_to("orders").unwrap(),
-            StoredUpTo {
+            Some(StoredUpTo {
                 cursor: Lsn(60),
                 open: Some((Lsn(300), big_part as u32 - 1))
-            }
+            })
         );
+        big_part
+    }
 
-        // After it Postgres sends everything again from the slot's confirmed
-        // position, which trails the store: the small transactions first.
-        let mut second_run = small().to_vec();
-        second_run.extend((0..40).map(|idx| change(300, idx)));
-        second_run.push(commit(300));
-        run_until(&config, &store, second_run, |store| {
-            store.sink_cursor("orders").unwrap() == Some(Lsn(300))
-        })
-        .await;
-        assert_eq!(
-            stored(&store),
-            40 - big_part as u64,
-            "only the part of the big transaction not stored before"
-        );
+    #[tokio::test]
+    async fn after_a_restart_replayed_transactions_store_nothing_twice() {
+        for joins in [OrdersJoins::AtStart, OrdersJoins::Later] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = orders_config(dir.path(), "");
+            let store = Store::open(&dir.path().join("weft.db")).unwrap();
+            let big_part = store_and_ack_before_the_crash(&config, &store).await;
+            run_until(&config, &store, joins, after_the_crash(), |store| {
+                store.sink_cursor("orders").unwrap() == Some(Lsn(300))
+            })
+            .await;
+            assert_eq!(
+                store.message_counts("orders").unwrap().stored,
+                40 - big_part as u64,
+                "only the part of the big transaction not stored before ({})",
+                match joins {
+                    OrdersJoins::AtStart => "the sink in the pipeline from its start",
+                    OrdersJoins::Later => "the sink put back into the running pipeline",
+                }
+            );
+        }
     }
 
     #[tokio::test]

@@ -326,12 +326,12 @@ impl Store {
         }
     }
 
-    /// What `sink` has stored of the replication stream: its cursor
-    /// ([`Lsn::ZERO`] when nothing was ever stored for it) and, of the
-    /// transaction after it, which went through in chunks and whose Commit
-    /// is not stored yet, the (commit_lsn, commit_idx) of the last change
-    /// stored. Read in one statement, so the two always belong together.
-    pub fn sink_stored_up_to(&self, sink: &str) -> Result<StoredUpTo, StoreError> {
+    /// What `sink` has stored of the replication stream: its cursor and, of
+    /// the transaction after it, which went through in chunks and whose
+    /// Commit is not stored yet, the (commit_lsn, commit_idx) of the last
+    /// change stored. Read in one statement, so the two always belong
+    /// together. `None` when nothing was ever stored for `sink`.
+    pub fn sink_stored_up_to(&self, sink: &str) -> Result<Option<StoredUpTo>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
             "SELECT commit_lsn, iif(open_lsn > commit_lsn, open_lsn, NULL), open_idx
@@ -339,16 +339,16 @@ impl Store {
         )?;
         let mut rows = stmt.query(params![sink])?;
         let Some(row) = rows.next()? else {
-            return Ok(StoredUpTo::default());
+            return Ok(None);
         };
         let open = match (row.get::<_, Option<i64>>(1)?, row.get::<_, Option<u32>>(2)?) {
             (Some(lsn), Some(idx)) => Some((lsn_from_sql(lsn)?, idx)),
             _ => None,
         };
-        Ok(StoredUpTo {
+        Ok(Some(StoredUpTo {
             cursor: lsn_from_sql(row.get(0)?)?,
             open,
-        })
+        }))
     }
 
     /// Sets the cursor of `sink` to `lsn`, also backwards: the sink joins a

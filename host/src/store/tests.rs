@@ -413,11 +413,11 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
     let (_dir, store) = open_temp();
     assert_eq!(
         store.sink_stored_up_to("s").unwrap(),
-        StoredUpTo::default(),
+        None,
         "a sink that never stored anything"
     );
     store.start_sink_at("s", Lsn(10)).unwrap();
-    assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
+    assert_eq!(store.sink_stored_up_to("s").unwrap().unwrap().open, None);
     // The first chunk of the transaction committing at 50.
     store
         .append_through(
@@ -427,13 +427,13 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
         )
         .unwrap();
     assert_eq!(
-        store.sink_stored_up_to("s").unwrap().open,
+        store.sink_stored_up_to("s").unwrap().unwrap().open,
         Some((Lsn(50), 3))
     );
     // An append from elsewhere (held changes released) leaves it alone.
     store.append(&batch("s", vec![]), Lsn(10)).unwrap();
     assert_eq!(
-        store.sink_stored_up_to("s").unwrap().open,
+        store.sink_stored_up_to("s").unwrap().unwrap().open,
         Some((Lsn(50), 3))
     );
     store
@@ -444,14 +444,14 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
         )
         .unwrap();
     assert_eq!(
-        store.sink_stored_up_to("s").unwrap().open,
+        store.sink_stored_up_to("s").unwrap().unwrap().open,
         Some((Lsn(50), 9))
     );
     // Its Commit: nothing is open any more.
     store
         .append_through(&batch("s", vec![]), Lsn(50), None)
         .unwrap();
-    assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
+    assert_eq!(store.sink_stored_up_to("s").unwrap().unwrap().open, None);
     assert_eq!(store.sink_cursor("s").unwrap(), Some(Lsn(50)));
     // A batch that commits one transaction and opens the next.
     store
@@ -459,10 +459,10 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
         .unwrap();
     assert_eq!(
         store.sink_stored_up_to("s").unwrap(),
-        StoredUpTo {
+        Some(StoredUpTo {
             cursor: Lsn(60),
             open: Some((Lsn(70), 0))
-        }
+        })
     );
     // After a restart Postgres sends again transactions that committed
     // before the open one, stored already or not: the record stays.
@@ -472,15 +472,15 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
             .unwrap();
         assert_eq!(
             store.sink_stored_up_to("s").unwrap(),
-            StoredUpTo {
+            Some(StoredUpTo {
                 cursor: Lsn(replayed.max(60)),
                 open: Some((Lsn(70), 0))
-            }
+            })
         );
     }
     // A sink started afresh has nothing open.
     store.start_sink_at("s", Lsn(100)).unwrap();
-    assert_eq!(store.sink_stored_up_to("s").unwrap().open, None);
+    assert_eq!(store.sink_stored_up_to("s").unwrap().unwrap().open, None);
 }
 
 #[test]
