@@ -110,14 +110,9 @@ fn enrichment_filter_and_transform_run_in_order_on_the_pull_sink() {
     let last_lsn = got.last().unwrap()["metadata"]["commit_lsn"]
         .as_u64()
         .unwrap();
-    weft.wait_until(
-        &format!("the slot confirmed past {last_lsn}"),
-        Duration::from_secs(30),
-        || match pg.confirmed_flush_lsn("weft_fn") {
-            confirmed if confirmed >= last_lsn => Ok(()),
-            confirmed => Err(confirmed),
-        },
-    );
+    pg.wait_for_slot_to_confirm("weft_fn", last_lsn, Duration::from_secs(30), || {
+        weft.log_text()
+    });
 }
 
 #[test]

@@ -143,19 +143,10 @@ fn peak_rss_kib(weft: &WeftProcess) -> u64 {
 /// Waits until weft confirmed the slot past everything written so far,
 /// i.e. stored it durably.
 fn wait_until_confirmed(pg: &PgCluster, weft: &WeftProcess) {
-    let written = pg.psql("SELECT pg_current_wal_lsn()");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let query = format!(
-        "SELECT confirmed_flush_lsn >= '{written}' FROM pg_replication_slots WHERE slot_name = 'weft_load'"
-    );
-    while pg.psql(&query) != "t" {
-        assert!(
-            Instant::now() < deadline,
-            "weft did not confirm {written} within 120 s; log tail:\n{}",
-            tail(&weft.log_text())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let written = pg.current_wal_lsn();
+    pg.wait_for_slot_to_confirm("weft_load", written, Duration::from_secs(120), || {
+        format!("log tail:\n{}", tail(&weft.log_text()))
+    });
 }
 
 /// One transaction of `bulk` rows of ~10 kB each, about `mb` MB decoded,

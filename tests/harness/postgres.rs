@@ -190,20 +190,37 @@ impl PgCluster {
     /// returns its `confirmed_flush_lsn`: from then on, every change written
     /// before the call is either delivered or durably in weft's store.
     pub fn wait_for_slot_to_confirm_all(&self, slot: &str) -> u64 {
-        let written = self.current_wal_lsn();
-        super::wait::until(
-            &format!("slot {slot} confirming {written}"),
+        self.wait_for_slot_to_confirm(
+            slot,
+            self.current_wal_lsn(),
             std::time::Duration::from_secs(60),
+            String::new,
+        )
+    }
+
+    /// Waits up to `timeout` until the slot's `confirmed_flush_lsn` reaches
+    /// `lsn` (a byte position), and returns it; on a timeout the failure
+    /// shows `context()` (weft's log, say).
+    pub fn wait_for_slot_to_confirm(
+        &self,
+        slot: &str,
+        lsn: u64,
+        timeout: std::time::Duration,
+        context: impl FnOnce() -> String,
+    ) -> u64 {
+        super::wait::until(
+            &format!("slot {slot} confirming {lsn}"),
+            timeout,
             std::time::Duration::from_millis(200),
             || {
                 let confirmed = self.confirmed_flush_lsn(slot);
-                if confirmed >= written {
+                if confirmed >= lsn {
                     Ok(confirmed)
                 } else {
                     Err(confirmed)
                 }
             },
-            String::new,
+            context,
         )
     }
 
