@@ -9,7 +9,7 @@
 //! alone, while the other database's replication connection stays the
 //! same.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use reqwest::Method;
@@ -65,10 +65,24 @@ fn send(weft: &WeftProcess, method: Method, path: &str, body: Option<Value>) -> 
     (status, response.json().unwrap_or(Value::Null))
 }
 
+/// How many of the last rows [`write_rows`] holds back until told to go on.
+const HELD_BACK_ROWS: i64 = 100;
+
 /// Inserts rows 1..=ROWS into `items`, one transaction each, counting
-/// them in `written`.
-fn write_rows(pg: &PgCluster, written: &AtomicI64) {
+/// them in `written`. The last [`HELD_BACK_ROWS`] wait until `go_on` is
+/// set, so that a test sees rows committed after a step however slowly
+/// the machine gets there.
+fn write_rows(pg: &PgCluster, written: &AtomicI64, go_on: &AtomicBool) {
     for id in 1..=ROWS {
+        if id == ROWS - HELD_BACK_ROWS + 1 {
+            crate::harness::wait::until(
+                "the test to let the last rows go",
+                Duration::from_secs(120),
+                Duration::from_millis(20),
+                || go_on.load(Ordering::SeqCst).then_some(()).ok_or(id),
+                String::new,
+            );
+        }
         pg.psql(&format!("INSERT INTO items VALUES ({id}, {id})"));
         written.store(id, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(15));
@@ -104,8 +118,11 @@ fn sinks_are_created_updated_and_deleted_while_the_others_keep_flowing() {
 
     let written = AtomicI64::new(0);
     let created_at = AtomicI64::new(0);
+    // Rows must still be written after the update, or no row would show
+    // the new transform (a loaded machine once had the writer done first).
+    let update_applied = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| write_rows(&pg, &written));
+        scope.spawn(|| write_rows(&pg, &written, &update_applied));
         let wait_for_rows = |rows: i64| {
             weft.wait_until("the writer", Duration::from_secs(120), || {
                 let at = written.load(Ordering::SeqCst);
@@ -132,6 +149,7 @@ fn sinks_are_created_updated_and_deleted_while_the_others_keep_flowing() {
         assert_eq!(status, 200, "{updated}");
         assert_eq!(updated["apply"]["restarted"], false, "{updated}");
         assert_eq!(updated["apply"]["sinks"]["updated"], json!(["fresh"]));
+        update_applied.store(true, Ordering::SeqCst);
 
         let ingested =
             |sink: &str| weft.metric("sequin_messages_ingested_count", &[("sink", sink)]);
@@ -296,7 +314,7 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
 
     let written = AtomicI64::new(0);
     std::thread::scope(|scope| {
-        scope.spawn(|| write_rows(&pg, &written));
+        scope.spawn(|| write_rows(&pg, &written, &AtomicBool::new(true)));
 
         let (status, created) = send(
             &weft,
