@@ -537,9 +537,9 @@ impl Pipeline {
                             .await??;
                         cursors.insert(name.clone(), StoredUpTo::through(at));
                     } else if !cursors.contains_key(&name) {
-                        // Read as at start: a sink removed and put back while
-                        // Postgres resends the transactions before one it
-                        // had stored part of must not store that part twice.
+                        // Read as at start: a sink joining while Postgres
+                        // resends the transactions before one it had stored
+                        // part of must not store that part twice.
                         let (store, sink_name) = (self.store.clone(), name.clone());
                         let stored = tokio::task::spawn_blocking(move || {
                             store.sink_stored_up_to(&sink_name)
@@ -748,7 +748,8 @@ sinks:
         /// It is in the pipeline when it starts.
         AtStart,
         /// The pipeline starts with no sink; `orders` joins through a
-        /// sink-set change (put back after being removed) before the events.
+        /// sink-set change that carries on from what it stored, before the
+        /// events.
         Later,
     }
 
@@ -867,7 +868,7 @@ sinks:
                 "only the part of the big transaction not stored before ({})",
                 match joins {
                     OrdersJoins::AtStart => "the sink in the pipeline from its start",
-                    OrdersJoins::Later => "the sink put back into the running pipeline",
+                    OrdersJoins::Later => "the sink joining the running pipeline",
                 }
             );
         }
