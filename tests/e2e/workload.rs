@@ -150,21 +150,46 @@ fn wait_until_confirmed(pg: &PgCluster, weft: &WeftProcess) {
 }
 
 /// One transaction of `bulk` rows of ~10 kB each, about `mb` MB decoded,
-/// with a rolled-back savepoint of 10% more rows in the middle.
+/// with rolled-back subtransactions of 20% more rows in the middle: a
+/// savepoint rolled back with a released one inside it, and inside a
+/// released savepoint one rolled back and one released. Postgres streams
+/// each aborted subtransaction's changes before it knows of the abort.
 fn bulk_transaction(pg: &PgCluster, first_id: i64, mb: i64) -> i64 {
     let rows = mb * 100;
     let half = first_id + rows / 2;
+    let three_quarters = first_id + rows * 3 / 4;
+    let seven_eighths = first_id + rows * 7 / 8;
     let last = first_id + rows - 1;
     // 320 × md5 = 10,240 characters; distinct per row so TOAST compression
     // keeps the WAL small while the decoded stream is full size.
+    let insert = |from: String, to: String, which: &str| {
+        format!(
+            "INSERT INTO bulk SELECT g, repeat(md5(g::text), 320) FROM generate_series({from}, {to}) g {which};"
+        )
+    };
+    let kept = |from: i64, to: i64| insert(from.to_string(), to.to_string(), "");
+    let dropped = |which: &str| insert(format!("-{last}"), format!("-{first_id}"), which);
     pg.psql(&format!(
         "BEGIN;
-         INSERT INTO bulk SELECT g, repeat(md5(g::text), 320) FROM generate_series({first_id}, {half}) g;
+         {}
          SAVEPOINT gone;
-         INSERT INTO bulk SELECT g, repeat(md5(g::text), 320) FROM generate_series(-{last}, -{first_id}) g WHERE g % 10 = 0;
+           {}
+           SAVEPOINT gone_too; {} RELEASE SAVEPOINT gone_too;
          ROLLBACK TO SAVEPOINT gone;
-         INSERT INTO bulk SELECT g, repeat(md5(g::text), 320) FROM generate_series({half} + 1, {last}) g;
-         COMMIT;"
+         SAVEPOINT kept;
+           {}
+           SAVEPOINT inner_gone; {} ROLLBACK TO SAVEPOINT inner_gone;
+           SAVEPOINT inner_kept; {} RELEASE SAVEPOINT inner_kept;
+         RELEASE SAVEPOINT kept;
+         {}
+         COMMIT;",
+        kept(first_id, half),
+        dropped("WHERE g % 10 = 0"),
+        dropped("WHERE g % 20 = 5"),
+        kept(half + 1, three_quarters),
+        dropped("WHERE g % 20 = 1"),
+        kept(three_quarters + 1, seven_eighths),
+        kept(seven_eighths + 1, last),
     ));
     rows
 }
@@ -320,7 +345,7 @@ fn a_crash_in_the_middle_of_a_big_transaction_loses_nothing() {
 
     // This time Postgres decodes the transaction whole instead of
     // streaming it in chunks: the positions weft gives its changes must
-    // be the same either way (the rolled-back savepoint's rows left out),
+    // be the same either way (the rolled-back subtransactions' rows left out),
     // or dropping the part stored before the kill would drop the wrong
     // changes.
     pg.psql("ALTER SYSTEM SET logical_decoding_work_mem = '1GB'");
