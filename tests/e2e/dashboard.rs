@@ -3,7 +3,7 @@
 //! listener after a workload that makes each of them appear.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -69,31 +69,35 @@ fn every_metric_the_dashboard_queries_is_exported() {
         .unwrap();
     assert_eq!(backfill.status().as_u16(), 201);
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let _ = weft.drain("items", usize::MAX, Duration::from_millis(500));
-        let text = http()
-            .get(weft.metrics_url("/metrics"))
-            .send()
-            .unwrap()
-            .text()
-            .unwrap();
-        let exported: BTreeSet<&str> = text
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| line.split(['{', ' ']).next())
-            .collect();
-        let missing: Vec<&String> = wanted
-            .iter()
-            .filter(|name| !exported.contains(name.as_str()))
-            .collect();
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the dashboard queries metrics weft does not export: {missing:?}\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    // Each pass drains the sink so that delivery metrics get their series.
+    weft.wait_until_every(
+        "every metric the dashboard queries exported",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let _ = weft.drain("items", usize::MAX, Duration::from_millis(500));
+            let text = http()
+                .get(weft.metrics_url("/metrics"))
+                .send()
+                .unwrap()
+                .text()
+                .unwrap();
+            let exported: BTreeSet<&str> = text
+                .lines()
+                .filter(|line| !line.starts_with('#'))
+                .filter_map(|line| line.split(['{', ' ']).next())
+                .collect();
+            let missing: Vec<&String> = wanted
+                .iter()
+                .filter(|name| !exported.contains(name.as_str()))
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the dashboard queries metrics weft does not export: {missing:?}\n{text}"
+                ))
+            }
+        },
+    );
 }

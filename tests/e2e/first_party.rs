@@ -4,7 +4,7 @@
 //! implementation (Python's fastavro); and a bad config of each plugin
 //! refused at start with its reason.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use redis::Commands;
@@ -33,29 +33,16 @@ fn functions(entries: &[(&str, &str, &str, &str)]) -> String {
 /// Dead letters of `sink` once there are `count`, as `(record id, error)`
 /// sorted by id.
 fn dead_letters(weft: &WeftProcess, sink: &str, count: usize) -> Vec<(i64, String)> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let letters = weft.get_json(&format!("/api/sinks/{sink}/dead_letters?limit=100"));
-        let data = letters["data"].as_array().cloned().unwrap_or_default();
-        if data.len() >= count {
-            let mut rows: Vec<(i64, String)> = data
-                .iter()
-                .map(|l| {
-                    let id = l["message"]["record"]["id"].as_i64().unwrap();
-                    (id, l["last_error"].as_str().unwrap_or_default().to_string())
-                })
-                .collect();
-            rows.sort();
-            return rows;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{sink}: {} of {count} dead letters; log:\n{}",
-            data.len(),
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut rows: Vec<(i64, String)> = weft
+        .wait_for_dead_letters(sink, count, Duration::from_secs(60))
+        .iter()
+        .map(|l| {
+            let id = l["message"]["record"]["id"].as_i64().unwrap();
+            (id, l["last_error"].as_str().unwrap_or_default().to_string())
+        })
+        .collect();
+    rows.sort();
+    rows
 }
 
 fn hmac_hex(value: &str) -> String {
@@ -334,16 +321,14 @@ fn route_template_and_avro_encode_feed_redis_sinks() {
         .unwrap();
     let eu = format!("{prefix}.orders.eu");
     let none = format!("{prefix}.orders.none");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let entries = loop {
+    let entries = weft.wait_until("two stream entries", Duration::from_secs(60), || {
         let eu_entries: redis::streams::StreamRangeReply = redis.xrange_all(&eu).unwrap();
         let none_entries: redis::streams::StreamRangeReply = redis.xrange_all(&none).unwrap();
-        if eu_entries.ids.len() + none_entries.ids.len() >= 2 {
-            break [eu_entries.ids, none_entries.ids];
+        match eu_entries.ids.len() + none_entries.ids.len() {
+            got if got >= 2 => Ok([eu_entries.ids, none_entries.ids]),
+            got => Err(got),
         }
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     // route-template: one stream per region, `none` for the null region.
     assert_eq!((entries[0].len(), entries[1].len()), (1, 1), "{entries:?}");
     let decoded: Vec<Value> = entries

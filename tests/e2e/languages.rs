@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 use weft::change::Action;
@@ -64,29 +64,22 @@ fn dead_letters(
     function: &str,
     count: usize,
 ) -> Vec<(i64, String, String)> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let letters = weft.get_json(&format!("/api/sinks/{sink}/dead_letters?limit=1000"));
-        let data = letters["data"].as_array().cloned().unwrap_or_default();
-        if data.len() >= count || Instant::now() > deadline {
-            let mut rows: Vec<(i64, String, String)> = data
-                .iter()
-                .map(|letter| {
-                    (
-                        letter["message"]["record"]["pk"].as_i64().unwrap(),
-                        letter["stage"].as_str().unwrap_or_default().to_string(),
-                        letter["last_error"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .replace(function, "F"),
-                    )
-                })
-                .collect();
-            rows.sort();
-            return rows;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut rows: Vec<(i64, String, String)> = weft
+        .wait_for_dead_letters(sink, count, Duration::from_secs(60))
+        .iter()
+        .map(|letter| {
+            (
+                letter["message"]["record"]["pk"].as_i64().unwrap(),
+                letter["stage"].as_str().unwrap_or_default().to_string(),
+                letter["last_error"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace(function, "F"),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
 }
 
 /// A compiled-component cache holding the four examples, compiled once per

@@ -3,7 +3,7 @@
 //! Each run uses its own key prefix and stream key.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Commands;
 use serde_json::Value;
@@ -51,20 +51,17 @@ fn redis_sinks_deliver_default_routing_in_per_key_order_with_idempotency_keys() 
         .get_connection()
         .unwrap();
     let total = (ROWS * (UPDATES + 1) + 1) as usize;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let entries = loop {
-        let reply: redis::streams::StreamRangeReply = redis.xrange_all(&stream_key).unwrap();
-        if reply.ids.len() >= total {
-            break reply.ids;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {total} stream entries; log:\n{}",
-            reply.ids.len(),
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let entries = weft.wait_until(
+        &format!("{total} stream entries"),
+        Duration::from_secs(60),
+        || {
+            let reply: redis::streams::StreamRangeReply = redis.xrange_all(&stream_key).unwrap();
+            match reply.ids.len() {
+                got if got >= total => Ok(reply.ids),
+                got => Err(got),
+            }
+        },
+    );
     // Stream: every entry has an idempotency key; per row, versions in order.
     let mut seen = HashSet::new();
     let mut rows: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
@@ -94,27 +91,27 @@ fn redis_sinks_deliver_default_routing_in_per_key_order_with_idempotency_keys() 
         assert_eq!(rows[&id], (0..=UPDATES).collect::<Vec<_>>(), "row {id}");
     }
     // Strings: each key holds its last version; the deleted row is gone.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let exists: bool = redis.exists(format!("sequin:{table}:1")).unwrap();
-        let last: Vec<Option<String>> = (2..=ROWS)
-            .map(|id| redis.get(format!("sequin:{table}:{id}")).unwrap())
-            .collect();
-        let done = !exists
-            && last.iter().all(|v| {
-                v.as_deref()
-                    .and_then(|t| serde_json::from_str::<Value>(t).ok())
-                    .is_some_and(|m| m["record"]["v"] == UPDATES)
-            });
-        if done {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "strings: {last:?} row 1 exists: {exists}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    weft.wait_until(
+        "each string key at its last version, the deleted row's gone",
+        Duration::from_secs(30),
+        || {
+            let exists: bool = redis.exists(format!("sequin:{table}:1")).unwrap();
+            let last: Vec<Option<String>> = (2..=ROWS)
+                .map(|id| redis.get(format!("sequin:{table}:{id}")).unwrap())
+                .collect();
+            let done = !exists
+                && last.iter().all(|v| {
+                    v.as_deref()
+                        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                        .is_some_and(|m| m["record"]["v"] == UPDATES)
+                });
+            if done {
+                Ok(())
+            } else {
+                Err(format!("strings: {last:?} row 1 exists: {exists}"))
+            }
+        },
+    );
     let _: () = redis.del(&stream_key).unwrap();
     for id in 1..=ROWS {
         let _: () = redis.del(format!("sequin:{table}:{id}")).unwrap();
@@ -154,22 +151,24 @@ sinks:
         .unwrap()
         .get_connection()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let value: Option<Vec<u8>> = redis.get("sequin:raw_items:1").unwrap();
-        let reply: redis::streams::StreamRangeReply = redis.xrange_all(&stream_key).unwrap();
-        if let (Some(value), Some(entry)) = (value, reply.ids.first()) {
-            assert_eq!(value, vec![0, 1, 2, 255]);
-            let data: Vec<u8> = entry.get("data").unwrap();
-            assert_eq!(data, vec![0, 1, 2, 255]);
-            let content_type: String = entry.get("content_type").unwrap();
-            assert_eq!(content_type, "application/octet-stream");
-            assert!(entry.get::<String>("idempotency_key").is_some());
-            break;
-        }
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (value, entry) = weft.wait_until(
+        "the string and the stream entry",
+        Duration::from_secs(60),
+        || {
+            let value: Option<Vec<u8>> = redis.get("sequin:raw_items:1").unwrap();
+            let reply: redis::streams::StreamRangeReply = redis.xrange_all(&stream_key).unwrap();
+            match (value, reply.ids.into_iter().next()) {
+                (Some(value), Some(entry)) => Ok((value, entry)),
+                (value, entry) => Err((value.is_some(), entry.is_some())),
+            }
+        },
+    );
+    assert_eq!(value, vec![0, 1, 2, 255]);
+    let data: Vec<u8> = entry.get("data").unwrap();
+    assert_eq!(data, vec![0, 1, 2, 255]);
+    let content_type: String = entry.get("content_type").unwrap();
+    assert_eq!(content_type, "application/octet-stream");
+    assert!(entry.get::<String>("idempotency_key").is_some());
     let _: () = redis.del(&stream_key).unwrap();
     let _: () = redis.del("sequin:raw_items:1").unwrap();
     assert_eq!(weft.terminate(), Some(0));
@@ -214,22 +213,21 @@ sinks:
         .unwrap();
     let key = format!("public.{table}:1");
     let stream = format!("public.{table}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    weft.wait_until("the routed key and stream", Duration::from_secs(60), || {
         let value: Option<String> = redis.get(&key).unwrap();
         let len: usize = redis.xlen(&stream).unwrap();
         if value.is_some() && len == 1 {
-            let ttl: i64 = redis.pttl(&key).unwrap();
-            assert!(ttl > 0 && ttl <= 60_000, "routed expire_ms: pttl {ttl}");
-            let unused: usize = redis.xlen("unused").unwrap();
-            assert_eq!(unused, 0);
-            let default: bool = redis.exists(format!("sequin:{table}:1")).unwrap();
-            assert!(!default, "the default key was written too");
-            break;
+            Ok(())
+        } else {
+            Err((value, len))
         }
-        assert!(Instant::now() < deadline, "log:\n{}", weft.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
+    let ttl: i64 = redis.pttl(&key).unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "routed expire_ms: pttl {ttl}");
+    let unused: usize = redis.xlen("unused").unwrap();
+    assert_eq!(unused, 0);
+    let default: bool = redis.exists(format!("sequin:{table}:1")).unwrap();
+    assert!(!default, "the default key was written too");
     let _: () = redis.del(&[key, stream]).unwrap();
     assert_eq!(weft.terminate(), Some(0));
 }

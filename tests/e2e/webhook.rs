@@ -196,22 +196,13 @@ fn a_stuck_group_holds_back_only_its_row_and_dead_letters_replay() {
     // The slot advances past row 1's changes although they are not
     // delivered: they share their transactions (and commit LSNs) with the
     // other rows' changes.
-    let slot_past = |lsn: u64| {
-        pg.psql(&format!(
-            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn >= {lsn} FROM pg_replication_slots WHERE slot_name = 'weft_hook'"
-        ))
-        .trim()
-            == "t"
-    };
     let wait_slot_past = |lsn: u64| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !slot_past(lsn) {
-            assert!(
-                Instant::now() < deadline,
-                "the slot did not advance past {lsn} while row 1 was stuck"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        pg.wait_for_slot_to_confirm("weft_hook", lsn, Duration::from_secs(30), || {
+            format!(
+                "the slot did not advance while row 1 was stuck; log:\n{}",
+                weft.log_text()
+            )
+        })
     };
     let last_commit = |path: &str| {
         receiver
@@ -242,20 +233,7 @@ fn a_stuck_group_holds_back_only_its_row_and_dead_letters_replay() {
                 .unwrap(),
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let letters = loop {
-        let (status, body) = list();
-        assert_eq!(status, 200, "{body}");
-        if body["count"] == 3 {
-            break body["data"].as_array().unwrap().clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "dead letters: {body}\nlog:\n{}",
-            weft.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let letters = weft.wait_for_dead_letters("dlq", 3, Duration::from_secs(30));
     let vs: Vec<i64> = letters
         .iter()
         .map(|l| l["message"]["record"]["v"].as_i64().unwrap())
@@ -548,18 +526,15 @@ fn a_failing_receiver_shows_in_health_and_slot_lag_grows_while_the_backlog_is_fu
         .unwrap_or(0.0)
     };
     let wait_for_lag_above = |floor: f64| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let now = lag();
-            if now > floor {
-                return now;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "slot lag stuck at {now} (<= {floor})"
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        weft.wait_until_every(
+            &format!("slot lag above {floor}"),
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || match lag() {
+                now if now > floor => Ok(now),
+                stuck => Err(stuck),
+            },
+        )
     };
     pg.psql("INSERT INTO items SELECT g, 0 FROM generate_series(51, 100) g");
     let first = wait_for_lag_above(0.0);

@@ -143,6 +143,18 @@ impl WeftProcess {
         )
     }
 
+    /// Waits until `sink` has at least `count` dead letters, and returns
+    /// them as the API lists them (`GET /api/sinks/{sink}/dead_letters`).
+    pub fn wait_for_dead_letters(&self, sink: &str, count: usize, timeout: Duration) -> Vec<Value> {
+        self.wait_until(&format!("{count} dead letters of {sink}"), timeout, || {
+            let listed = self.get_json(&format!("/api/sinks/{sink}/dead_letters?limit=1000"));
+            match listed["data"].as_array() {
+                Some(letters) if letters.len() >= count => Ok(letters.clone()),
+                _ => Err(listed),
+            }
+        })
+    }
+
     /// Writes `config_yaml` into `dir` and starts weft on it, waiting until
     /// its API answers.
     pub fn start(dir: &Path, config_yaml: &str) -> WeftProcess {
