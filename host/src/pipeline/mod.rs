@@ -765,14 +765,18 @@ sinks:
         let shutdown = CancellationToken::new();
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
         let mut pipeline = orders_pipeline(config, store, durable_tx, &shutdown);
-        let (sink_set, sink_changes) = sink_set::SinkSetHandle::channel();
-        if let OrdersJoins::Later = joins {
-            pipeline.sinks.clear();
-            pipeline = pipeline.with_sink_changes(sink_changes);
-        }
+        let joining = match joins {
+            OrdersJoins::AtStart => None,
+            OrdersJoins::Later => {
+                let (sink_set, sink_changes) = sink_set::SinkSetHandle::channel();
+                pipeline.sinks.clear();
+                pipeline = pipeline.with_sink_changes(sink_changes);
+                Some(sink_set)
+            }
+        };
         let (sender, rx) = mpsc::channel(4);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
-        if let OrdersJoins::Later = joins {
+        if let Some(sink_set) = joining {
             let sink = SinkPipeline::new(config.sinks[0].clone(), FunctionChain::default());
             sink_set
                 .apply(SinkSetChange::Put {
@@ -794,12 +798,16 @@ sinks:
         running.await.unwrap().unwrap();
     }
 
-    /// Two small transactions (at 50 and 60), then the first chunks of a
-    /// big one (at 300), as weft stored them before a crash.
-    /// (`change` writes row id = commit_idx: distinct rows, so all of them
-    /// go out at once.)
+    /// Two small transactions, at 50 and 60. (`change` writes row id =
+    /// commit_idx: distinct rows, so all of them go out at once.)
+    fn small_transactions() -> Vec<SourceEvent> {
+        vec![change(50, 100), commit(50), change(60, 101), commit(60)]
+    }
+
+    /// The small transactions, then the first chunks of a big one (at
+    /// 300), as weft stored them before a crash.
     fn before_the_crash() -> Vec<SourceEvent> {
-        let mut events = vec![change(50, 100), commit(50), change(60, 101), commit(60)];
+        let mut events = small_transactions();
         events.extend((0..35).map(|idx| change(300, idx)));
         events
     }
@@ -808,8 +816,7 @@ sinks:
     /// position, which trails the store: the small transactions again,
     /// then the big one whole (40 changes) with its Commit.
     fn after_the_crash() -> Vec<SourceEvent> {
-        let mut events = before_the_crash();
-        events.truncate(4);
+        let mut events = small_transactions();
         events.extend((0..40).map(|idx| change(300, idx)));
         events.push(commit(300));
         events
