@@ -30,16 +30,6 @@ sinks:
     )
 }
 
-fn confirmed_flush(pg: &PgCluster) -> Lsn {
-    pg.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'weft_idle'")
-        .parse()
-        .unwrap()
-}
-
-fn current_wal(pg: &PgCluster) -> Lsn {
-    pg.psql("SELECT pg_current_wal_lsn()").parse().unwrap()
-}
-
 #[test]
 fn an_idle_database_slot_keeps_advancing_while_other_databases_write() {
     let pg = PgCluster::start();
@@ -56,16 +46,16 @@ fn an_idle_database_slot_keeps_advancing_while_other_databases_write() {
     // Only the other database writes; the replicated one stays idle. Each
     // round: note the WAL position, write elsewhere for a while, and expect
     // the slot to have been confirmed past the noted position.
-    let mut positions = vec![confirmed_flush(&pg)];
+    let mut positions = vec![Lsn(pg.confirmed_flush_lsn("weft_idle"))];
     for round in 0..3 {
-        let wal_before = current_wal(&pg);
+        let wal_before = Lsn(pg.current_wal_lsn());
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             pg.psql_in(
                 "busy",
                 "INSERT INTO noise (pad) SELECT repeat('x', 100) FROM generate_series(1, 200)",
             );
-            let confirmed = confirmed_flush(&pg);
+            let confirmed = Lsn(pg.confirmed_flush_lsn("weft_idle"));
             if confirmed > wal_before {
                 positions.push(confirmed);
                 break;

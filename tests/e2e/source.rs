@@ -133,14 +133,6 @@ async fn wait_for_slot(pg: &PgCluster, slot: &str) {
     .await;
 }
 
-fn confirmed_flush(pg: &PgCluster, slot: &str) -> Lsn {
-    pg.psql(&format!(
-        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'"
-    ))
-    .parse()
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_committed_changes_in_commit_order() {
     let pg = PgCluster::start();
@@ -243,7 +235,7 @@ async fn streams_committed_changes_in_commit_order() {
     assert_eq!(delete_l.primary_key_values(), vec!["10".to_string()]);
 
     // Nothing was durable, so nothing was confirmed.
-    let created_at = confirmed_flush(&pg, "weft_slot");
+    let created_at = Lsn(pg.confirmed_flush_lsn("weft_slot"));
     assert!(created_at <= txns[0].commit_lsn);
     source.stop().await.unwrap();
 }
@@ -268,7 +260,7 @@ async fn confirms_only_durable_positions_and_redelivers_the_rest() {
     .await;
     source.stop().await.unwrap();
     assert_eq!(
-        confirmed_flush(&pg, "slot_r"),
+        Lsn(pg.confirmed_flush_lsn("slot_r")),
         txns[0].end_lsn,
         "never confirms more than durable"
     );
@@ -531,7 +523,7 @@ async fn keeps_confirming_and_stops_promptly_under_backpressure() {
     let started = std::time::Instant::now();
     source.stop().await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(confirmed_flush(&pg, "slot_b"), first[0].end_lsn);
+    assert_eq!(Lsn(pg.confirmed_flush_lsn("slot_b")), first[0].end_lsn);
 }
 
 async fn run_once(config: SourceConfig) -> SourceError {
