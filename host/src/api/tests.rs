@@ -513,7 +513,7 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
         .lease_deliverable("hook", 10, Duration::from_secs(30))
         .unwrap();
     assert_eq!(
-        replayed[0].payload.clone().into_json_view()["record"]["id"],
+        replayed[0].payload.to_payload().unwrap().into_json_view()["record"]["id"],
         1
     );
     server.shutdown.cancel();

@@ -95,7 +95,7 @@ fn stored_ids(store: &Store) -> Vec<(u64, Value)> {
             return got;
         }
         for message in &batch {
-            let Payload::Json(payload) = &message.payload else {
+            let Payload::Json(payload) = message.payload.to_payload().unwrap() else {
                 panic!("JSON expected")
             };
             let id = payload.get("record").map_or(&payload["id"], |r| &r["id"]);

@@ -6,8 +6,13 @@ use crate::plugins::{Payload, Route};
 
 use super::StoreError;
 
-/// A payload on its way into the store: JSON already rendered to text, or
-/// a transform's bytes.
+/// The media type of a bytes payload stored without one.
+pub(super) const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+
+/// A payload as the store keeps it: JSON already rendered to text, or a
+/// transform's bytes. Push sinks get it as stored, so that those which
+/// send the JSON text on (webhook, Kafka, NATS, RabbitMQ, Redis strings)
+/// neither parse it nor write it out again.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoredPayload {
     /// JSON text.
@@ -32,7 +37,26 @@ impl StoredPayload {
         StoredPayload::Json(String::from_utf8(text).expect("serde_json writes UTF-8"))
     }
 
-    /// The payload as it is delivered.
+    /// What a sink sends as the message body: the JSON text as stored, or
+    /// the bytes.
+    pub fn body(&self) -> &[u8] {
+        match self {
+            StoredPayload::Json(text) => text.as_bytes(),
+            StoredPayload::Bytes { data, .. } => data,
+        }
+    }
+
+    /// The media type of a bytes payload; `None` for JSON.
+    pub fn bytes_content_type(&self) -> Option<&str> {
+        match self {
+            StoredPayload::Json(_) => None,
+            StoredPayload::Bytes { content_type, .. } => Some(content_type),
+        }
+    }
+
+    /// The payload parsed, for sinks that take the message apart (Postgres,
+    /// Redis streams). Fails only on text that is not JSON, which weft never
+    /// stores: the row was modified outside weft.
     pub fn to_payload(&self) -> Result<Payload, StoreError> {
         let (json, bytes, content_type) = match self {
             StoredPayload::Json(text) => (text.as_str(), None, None),
@@ -88,7 +112,7 @@ pub(super) fn payload_from_columns(
 ) -> Result<Payload, StoreError> {
     match bytes {
         Some(data) => Ok(Payload::Bytes {
-            content_type: content_type.unwrap_or_else(|| "application/octet-stream".into()),
+            content_type: content_type.unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
             data,
         }),
         None => serde_json::from_str(json)

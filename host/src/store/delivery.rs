@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 
-use super::codec::{payload_from_columns, route_from_column};
+use super::codec::{StoredPayload, payload_from_columns, route_from_column};
 use super::pull::{AckId, lease_heads, promote_next_head};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
@@ -33,8 +33,8 @@ pub struct StoredMessage {
     pub group_id: String,
     /// The message's idempotency key.
     pub idempotency_key: String,
-    /// The message JSON, or a transform's bytes.
-    pub payload: Payload,
+    /// The message JSON as stored (text), or a transform's bytes.
+    pub payload: StoredPayload,
     /// The payload's size in bytes (JSON text or bytes), for memory budgets.
     pub size_bytes: usize,
     /// The resolved routing keys (empty for sinks without routing).
@@ -128,22 +128,20 @@ impl Store {
         let leased = lease_heads(&tx, sink, now, until, limit, max_bytes, first_regardless)?;
         tx.commit()?;
         metrics::count(metrics::DELIVER_ATTEMPTS, sink, leased.len());
-        leased
+        Ok(leased
             .into_iter()
-            .map(|l| {
-                Ok(StoredMessage {
-                    ack_id: l.ack_id,
-                    commit_lsn: l.commit_lsn,
-                    commit_idx: l.commit_idx,
-                    group_id: l.group_id,
-                    idempotency_key: l.idempotency_key,
-                    payload: l.payload.into_payload()?,
-                    size_bytes: l.size_bytes,
-                    route: l.route,
-                    attempt: l.deliver_count,
-                })
+            .map(|l| StoredMessage {
+                ack_id: l.ack_id,
+                commit_lsn: l.commit_lsn,
+                commit_idx: l.commit_idx,
+                group_id: l.group_id,
+                idempotency_key: l.idempotency_key,
+                payload: l.payload.into_stored(),
+                size_bytes: l.size_bytes,
+                route: l.route,
+                attempt: l.deliver_count,
             })
-            .collect()
+            .collect())
     }
 
     /// Drops every lease of `sink`, making its messages deliverable now. A

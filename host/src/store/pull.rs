@@ -15,7 +15,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::codec::{payload_from_columns, route_from_column};
+use super::codec::{DEFAULT_CONTENT_TYPE, StoredPayload, payload_from_columns, route_from_column};
 use super::delivery::{Held, move_to_dead_letters};
 use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
@@ -335,10 +335,23 @@ impl LeasedPayload {
         format!("message {}", self.id)
     }
 
-    /// The payload to deliver.
+    /// The payload to deliver, parsed.
     pub(super) fn into_payload(self) -> Result<Payload, StoreError> {
         let what = self.what();
         payload_from_columns(&self.json, self.bytes, self.content_type, || what)
+    }
+
+    /// The payload to deliver, as stored.
+    pub(super) fn into_stored(self) -> StoredPayload {
+        match self.bytes {
+            None => StoredPayload::Json(self.json),
+            Some(data) => StoredPayload::Bytes {
+                content_type: self
+                    .content_type
+                    .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
+                data,
+            },
+        }
     }
 
     /// The payload as JSON text: a JSON payload as stored, a bytes payload

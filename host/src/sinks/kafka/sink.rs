@@ -12,7 +12,6 @@ use super::KafkaSettings;
 use super::errors::classify;
 use super::producer::{KafkaProducer, SinkProducer};
 use crate::config::destination::topic_name_problem;
-use crate::plugins::Payload;
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
@@ -70,16 +69,13 @@ impl KafkaDestination {
             key: IDEMPOTENCY_KEY_HEADER,
             value: Some(message.idempotency_key.as_str()),
         });
-        let payload = match &message.payload {
-            Payload::Json(value) => serde_json::to_vec(value).expect("JSON values serialize"),
-            Payload::Bytes { content_type, data } => {
-                headers = headers.insert(Header {
-                    key: CONTENT_TYPE_HEADER,
-                    value: Some(content_type.as_str()),
-                });
-                data.clone()
-            }
-        };
+        if let Some(content_type) = message.payload.bytes_content_type() {
+            headers = headers.insert(Header {
+                key: CONTENT_TYPE_HEADER,
+                value: Some(content_type),
+            });
+        }
+        let payload = message.payload.body().to_vec();
         Ok(Outgoing {
             topic,
             key: message.route.message_key.as_deref(),

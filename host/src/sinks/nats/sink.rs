@@ -6,7 +6,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{NatsConnection, NatsSettings};
-use crate::plugins::Payload;
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
 
@@ -56,15 +55,10 @@ impl NatsDestination {
         }
         // After the routing headers, so that they cannot replace it.
         headers.insert(MSG_ID_HEADER, message.idempotency_key.as_str());
-        let payload = match &message.payload {
-            Payload::Json(value) => {
-                Bytes::from(serde_json::to_vec(value).expect("JSON values serialize"))
-            }
-            Payload::Bytes { content_type, data } => {
-                headers.insert("Content-Type", content_type.as_str());
-                Bytes::from(data.clone())
-            }
-        };
+        if let Some(content_type) = message.payload.bytes_content_type() {
+            headers.insert("Content-Type", content_type);
+        }
+        let payload = Bytes::copy_from_slice(message.payload.body());
         Ok(Outgoing {
             subject,
             headers,

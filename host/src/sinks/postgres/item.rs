@@ -53,14 +53,16 @@ impl Item {
         configured: Option<&TableRef>,
         fallback: Option<&TableRef>,
     ) -> Result<Item, String> {
-        let Payload::Json(Value::Object(payload)) = &message.payload else {
-            return Err(
+        // Parsed here, once, and taken apart without copying.
+        let mut payload = match message.payload.to_payload() {
+            Ok(Payload::Json(Value::Object(payload))) => payload,
+            Ok(_) => return Err(
                 "a postgres sink writes a message's `action`, `record` and `metadata`; this payload is not a JSON object (a transform must keep the message's shape and may change its record)"
                     .into(),
-            );
+            ),
+            Err(error) => return Err(error.to_string()),
         };
-        let field = |name: &str| payload.get(name);
-        let action_name = match field("action") {
+        let action_name = match payload.get("action") {
             Some(Value::String(action)) => action.clone(),
             _ => return Err("the message has no string `action` (insert, update, delete, read or truncate); a transform must keep it".into()),
         };
@@ -74,13 +76,13 @@ impl Item {
                 ));
             }
         };
-        let record = match field("record") {
-            Some(Value::Object(record)) => record.clone(),
+        let record = match payload.remove("record") {
+            Some(Value::Object(record)) => record,
             Some(Value::Null) | None if action == ItemAction::Truncate => Map::new(),
             _ => return Err("the message has no object `record`; a transform must keep it (it may change the record's columns)".into()),
         };
-        let metadata = match field("metadata") {
-            Some(Value::Object(metadata)) => metadata.clone(),
+        let metadata = match payload.remove("metadata") {
+            Some(Value::Object(metadata)) => metadata,
             _ => Map::new(),
         };
         let table = match &message.route.table {
@@ -95,7 +97,7 @@ impl Item {
             action_name,
             action,
             record,
-            changes: field("changes").filter(|c| !c.is_null()).cloned(),
+            changes: payload.remove("changes").filter(|c| !c.is_null()),
             metadata,
             table,
         })
@@ -155,7 +157,7 @@ mod tests {
             commit_idx: 0,
             group_id: "g".into(),
             idempotency_key: "k".into(),
-            payload: Payload::Json(payload),
+            payload: Payload::Json(payload).into(),
             size_bytes: 0,
             route,
             attempt: 1,
@@ -214,7 +216,8 @@ mod tests {
             payload: Payload::Bytes {
                 content_type: "a/b".into(),
                 data: vec![1],
-            },
+            }
+            .into(),
             ..flat
         };
         assert!(Item::parse(0, &bytes, None, None).is_err());

@@ -5,7 +5,6 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
 use crate::pipeline::routing_keys::MAX_AMQP_SHORT_STRING;
-use crate::plugins::Payload;
 use crate::sinks::delivery::DeliveryOutcome;
 use crate::store::StoredMessage;
 
@@ -59,13 +58,8 @@ impl Outgoing {
                 AMQPValue::LongString(value.as_str().into()),
             );
         }
-        let (content_type, body) = match &message.payload {
-            Payload::Json(value) => (
-                JSON,
-                serde_json::to_vec(value).expect("JSON values serialize"),
-            ),
-            Payload::Bytes { content_type, data } => (content_type.as_str(), data.clone()),
-        };
+        let content_type = message.payload.bytes_content_type().unwrap_or(JSON);
+        let body = message.payload.body().to_vec();
         let properties = BasicProperties::default()
             .with_message_id(short("message_id", &message_id)?)
             .with_content_type(short("the content type", content_type)?)
@@ -93,7 +87,7 @@ fn short(what: &str, value: &str) -> Result<ShortString, DeliveryOutcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::Route;
+    use crate::plugins::{Payload, Route};
     use crate::store::AckId;
 
     fn stored(route: Route, payload: Payload) -> StoredMessage {
@@ -104,7 +98,7 @@ mod tests {
             group_id: "g".into(),
             idempotency_key: "idem-1".into(),
             size_bytes: 0,
-            payload,
+            payload: payload.into(),
             route,
             attempt: 1,
         }

@@ -37,7 +37,11 @@ impl RedisStreamDestination {
             .unwrap_or(&self.stream_key);
         let mut command = redis::cmd("XADD");
         command.arg(stream_key).arg("*");
-        for (field, value) in fields(&message.payload)? {
+        let payload = message
+            .payload
+            .to_payload()
+            .map_err(|error| DeliveryOutcome::permanent(error.to_string()))?;
+        for (field, value) in fields(&payload)? {
             command.arg(field).arg(value);
         }
         command.arg(IDEMPOTENCY_FIELD).arg(&message.idempotency_key);

@@ -3,12 +3,12 @@
 
 use async_trait::async_trait;
 use redis::Cmd;
-use serde_json::Value;
 
 use super::RedisConnection;
-use crate::plugins::{KeyAction, Payload};
+use crate::plugins::KeyAction;
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
 use crate::store::StoredMessage;
+use crate::store::StoredPayload;
 
 /// Delivers a `redis_string` sink's messages.
 pub struct RedisStringDestination {
@@ -49,11 +49,13 @@ impl RedisStringDestination {
 
 /// The bytes a key is set to: a bytes payload as is, a JSON string as its
 /// text (as Sequin does), any other JSON value as JSON text.
-fn value(payload: &Payload) -> Vec<u8> {
+fn value(payload: &StoredPayload) -> Vec<u8> {
     match payload {
-        Payload::Json(Value::String(text)) => text.as_bytes().to_vec(),
-        Payload::Json(value) => serde_json::to_vec(value).expect("JSON values serialize"),
-        Payload::Bytes { data, .. } => data.clone(),
+        // Only a string's text differs from its JSON text.
+        StoredPayload::Json(text) if text.starts_with('"') => serde_json::from_str::<String>(text)
+            .map(String::into_bytes)
+            .unwrap_or_else(|_| text.as_bytes().to_vec()),
+        other => other.body().to_vec(),
     }
 }
 
@@ -75,16 +77,28 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::plugins::Payload;
+
+    fn stored(payload: Payload) -> StoredPayload {
+        payload.into()
+    }
 
     #[test]
     fn values_follow_sequins_encoding() {
-        assert_eq!(value(&Payload::Json(json!("plain"))), b"plain");
-        assert_eq!(value(&Payload::Json(json!({"a": 1}))), br#"{"a":1}"#);
-        assert_eq!(value(&Payload::Json(json!(7))), b"7");
-        let bytes = Payload::Bytes {
+        assert_eq!(value(&stored(Payload::Json(json!("plain")))), b"plain");
+        assert_eq!(
+            value(&stored(Payload::Json(json!("a \"quoted\" é")))),
+            "a \"quoted\" é".as_bytes()
+        );
+        assert_eq!(
+            value(&stored(Payload::Json(json!({"a": 1})))),
+            br#"{"a":1}"#
+        );
+        assert_eq!(value(&stored(Payload::Json(json!(7)))), b"7");
+        let bytes = stored(Payload::Bytes {
             content_type: "application/octet-stream".into(),
             data: vec![0, 255],
-        };
+        });
         assert_eq!(value(&bytes), vec![0, 255]);
     }
 }

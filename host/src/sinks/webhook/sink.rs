@@ -7,14 +7,13 @@ use async_trait::async_trait;
 use hmac::{Hmac, Mac};
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderValue};
 use reqwest::{Method, Url};
-use serde_json::Value;
 use sha2::Sha256;
 
 use super::WebhookSettings;
 use crate::http_egress::HttpEgress;
-use crate::plugins::{Payload, Route};
+use crate::plugins::Route;
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
-use crate::store::StoredMessage;
+use crate::store::{StoredMessage, StoredPayload};
 
 /// Header carrying the request's Unix time in seconds, part of the signed text.
 pub const TIMESTAMP_HEADER: &str = "x-weft-timestamp";
@@ -192,7 +191,7 @@ impl Destination for WebhookDestination {
                 }
             };
             if self.settings.batch {
-                if let Payload::Bytes { content_type, .. } = &message.payload {
+                if let Some(content_type) = message.payload.bytes_content_type() {
                     outcomes[index] = Some(DeliveryOutcome::permanent(format!(
                         "the transform returned a {content_type} bytes payload, which cannot go in a JSON batch; set `batch: false` on this webhook sink to send bytes as the request body"
                     )));
@@ -207,25 +206,15 @@ impl Destination for WebhookDestination {
         }
         let sends = requests.iter().map(|(target, members)| async move {
             let outcome = if self.settings.batch {
-                let data: Vec<&Value> = members
-                    .iter()
-                    .filter_map(|&i| match &batch[i].payload {
-                        Payload::Json(value) => Some(value),
-                        Payload::Bytes { .. } => None,
-                    })
-                    .collect();
-                let body = serde_json::to_vec(&serde_json::json!({ "data": data }))
-                    .expect("JSON values serialize");
+                let body = batch_body(members.iter().map(|&i| &batch[i].payload));
                 self.send(target, body, "application/json", None).await
             } else {
                 let message = &batch[members[0]];
-                let (body, content_type) = match &message.payload {
-                    Payload::Json(value) => (
-                        serde_json::to_vec(value).expect("JSON values serialize"),
-                        "application/json",
-                    ),
-                    Payload::Bytes { content_type, data } => (data.clone(), content_type.as_str()),
-                };
+                let content_type = message
+                    .payload
+                    .bytes_content_type()
+                    .unwrap_or("application/json");
+                let body = message.payload.body().to_vec();
                 self.send(target, body, content_type, Some(&message.idempotency_key))
                     .await
             };
@@ -250,6 +239,25 @@ struct Target {
     method: Method,
     url: Url,
     headers: Vec<(String, String)>,
+}
+
+/// A batch request's body, `{"data": [...]}`, written from the stored JSON
+/// texts as they are. Bytes payloads never reach a batch (they are refused
+/// before it is formed) and are left out.
+fn batch_body<'a>(payloads: impl Iterator<Item = &'a StoredPayload>) -> Vec<u8> {
+    let mut body = b"{\"data\":[".to_vec();
+    let texts = payloads.filter_map(|payload| match payload {
+        StoredPayload::Json(text) => Some(text),
+        StoredPayload::Bytes { .. } => None,
+    });
+    for (i, text) in texts.enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(text.as_bytes());
+    }
+    body.extend_from_slice(b"]}");
+    body
 }
 
 fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
@@ -284,6 +292,25 @@ mod tests {
             signature(b"secret", 1_700_000_000, br#"{"a":1}"#),
             "sha256=49f24e537407743fa4a0242bb63b94b9a47ee99cbbe071ccd8a22550ae411686"
         );
+    }
+
+    #[test]
+    fn a_batch_body_is_the_stored_texts_in_a_data_array() {
+        let messages = [
+            serde_json::json!({"record": {"id": 1, "name": "a \"q\" é"}, "action": "insert"}),
+            serde_json::json!({"record": {"id": 2}, "n": 1.50}),
+        ];
+        let stored: Vec<StoredPayload> = messages
+            .iter()
+            .map(|m| StoredPayload::Json(m.to_string()))
+            .collect();
+        let body = batch_body(stored.iter());
+        let expected = serde_json::to_vec(&serde_json::json!({ "data": messages })).unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+        assert_eq!(batch_body(std::iter::empty()), br#"{"data":[]}"#);
     }
 
     /// The settings of a webhook sink delivering to `url`.
