@@ -64,7 +64,7 @@ impl StoredPayload {
                 ("null", Some(data.clone()), Some(content_type.clone()))
             }
         };
-        payload_from_columns(json, bytes, content_type, || "a new message".into())
+        payload_from_columns(json, bytes, content_type, || "a message".into())
     }
 }
 
