@@ -7,7 +7,7 @@ use crate::plugins::{Payload, Route};
 use super::StoreError;
 
 /// The media type of a bytes payload stored without one.
-pub(super) const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 /// A payload as the store keeps it: JSON already rendered to text, or a
 /// transform's bytes. Push sinks get it as stored, so that those which
@@ -35,6 +35,22 @@ impl StoredPayload {
         let mut text = Vec::with_capacity(1024);
         serde_json::to_writer(&mut text, value).expect("a payload always serialises");
         StoredPayload::Json(String::from_utf8(text).expect("serde_json writes UTF-8"))
+    }
+
+    /// The payload of a row's `payload`, `payload_bytes` and `content_type`
+    /// columns, as stored.
+    pub(super) fn from_columns(
+        json: String,
+        bytes: Option<Vec<u8>>,
+        content_type: Option<String>,
+    ) -> StoredPayload {
+        match bytes {
+            None => StoredPayload::Json(json),
+            Some(data) => StoredPayload::Bytes {
+                content_type: content_type.unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
+                data,
+            },
+        }
     }
 
     /// What a sink sends as the message body: the JSON text as stored, or

@@ -136,7 +136,7 @@ impl Store {
                 commit_idx: l.commit_idx,
                 group_id: l.group_id,
                 idempotency_key: l.idempotency_key,
-                payload: l.payload.into_stored(),
+                payload: l.payload,
                 size_bytes: l.size_bytes,
                 route: l.route,
                 attempt: l.deliver_count,

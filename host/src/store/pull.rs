@@ -15,12 +15,12 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::codec::{DEFAULT_CONTENT_TYPE, StoredPayload, payload_from_columns, route_from_column};
+use super::codec::{StoredPayload, route_from_column};
 use super::delivery::{Held, move_to_dead_letters};
 use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms};
 use crate::lsn::Lsn;
 use crate::metrics;
-use crate::plugins::{Payload, Route};
+use crate::plugins::Route;
 
 /// The lease on one delivered message: valid until the message is acked,
 /// nacked, or handed out again after its visibility timeout.
@@ -172,7 +172,7 @@ impl Store {
             for leased in lease_heads(&tx, sink, now, until, room, usize::MAX, true)? {
                 delivered.push(Delivered {
                     ack_id: leased.ack_id,
-                    payload: leased.payload.into_json_text()?,
+                    payload: json_text(leased.payload)?,
                     deliver_count: leased.deliver_count,
                 });
             }
@@ -312,7 +312,7 @@ pub(super) struct Leased {
     pub(super) commit_idx: u32,
     pub(super) group_id: String,
     pub(super) idempotency_key: String,
-    pub(super) payload: LeasedPayload,
+    pub(super) payload: StoredPayload,
     /// The payload's size as stored, in bytes.
     pub(super) size_bytes: usize,
     pub(super) route: Route,
@@ -320,53 +320,18 @@ pub(super) struct Leased {
     pub(super) deliver_count: u32,
 }
 
-/// A leased message's payload columns, decoded by whoever takes it: a
-/// push worker wants a [`Payload`], a pull consumer the JSON text.
-pub(super) struct LeasedPayload {
-    /// The message's row id, to name it in errors.
-    id: i64,
-    json: String,
-    bytes: Option<Vec<u8>>,
-    content_type: Option<String>,
-}
-
-impl LeasedPayload {
-    fn what(&self) -> String {
-        format!("message {}", self.id)
-    }
-
-    /// The payload to deliver, parsed.
-    pub(super) fn into_payload(self) -> Result<Payload, StoreError> {
-        let what = self.what();
-        payload_from_columns(&self.json, self.bytes, self.content_type, || what)
-    }
-
-    /// The payload to deliver, as stored.
-    pub(super) fn into_stored(self) -> StoredPayload {
-        match self.bytes {
-            None => StoredPayload::Json(self.json),
-            Some(data) => StoredPayload::Bytes {
-                content_type: self
-                    .content_type
-                    .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.into()),
-                data,
-            },
-        }
-    }
-
-    /// The payload as JSON text: a JSON payload as stored, a bytes payload
-    /// as its JSON view (see [`Payload::into_json_view`]). Pull sinks only
-    /// ever store JSON (the pipeline sees to it).
-    pub(super) fn into_json_text(self) -> Result<Box<RawValue>, StoreError> {
-        let text = match self.bytes {
-            None => self.json,
-            Some(_) => self.into_payload()?.into_json_view().to_string(),
-        };
-        RawValue::from_string(text).map_err(|e| StoreError::Corrupt {
-            what: "payload",
-            detail: e.to_string(),
-        })
-    }
+/// A pull consumer's view of a payload: JSON as stored, a bytes payload as
+/// its JSON view (see [`crate::plugins::Payload::into_json_view`]). Pull
+/// sinks only ever store JSON (the pipeline sees to it).
+fn json_text(payload: StoredPayload) -> Result<Box<RawValue>, StoreError> {
+    let text = match payload {
+        StoredPayload::Json(text) => text,
+        bytes => bytes.to_payload()?.into_json_view().to_string(),
+    };
+    RawValue::from_string(text).map_err(|e| StoreError::Corrupt {
+        what: "payload",
+        detail: e.to_string(),
+    })
 }
 
 /// The one path to "the next deliverable messages" of a sink, for pull
@@ -427,12 +392,7 @@ pub(super) fn lease_heads(
             break;
         }
         total_bytes = total_bytes.saturating_add(size);
-        let payload = LeasedPayload {
-            id,
-            json: payload,
-            bytes,
-            content_type,
-        };
+        let payload = StoredPayload::from_columns(payload, bytes, content_type);
         let route = route_from_column(route, || format!("message {id}"))?;
         let ack_id = AckId::new();
         lease.execute(params![id, ack_id.to_string(), until, now])?;

@@ -7,8 +7,7 @@ use redis::Cmd;
 use super::RedisConnection;
 use crate::plugins::KeyAction;
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
-use crate::store::StoredMessage;
-use crate::store::StoredPayload;
+use crate::store::{StoredMessage, StoredPayload};
 
 /// Delivers a `redis_string` sink's messages.
 pub struct RedisStringDestination {
