@@ -99,19 +99,20 @@ fn wait_for_progress(weft: &WeftProcess, id: &str) -> Value {
 
 /// Drains into `delivered` until the backfill `id` completes, then until quiet.
 fn drain_until_completed(weft: &WeftProcess, id: &str, delivered: &mut Vec<Value>) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let done = loop {
-        delivered.extend(weft.drain("items", 5000, Duration::from_secs(1)));
-        let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
-        if progress["state"] == "completed" {
-            break progress;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not completed: {progress}\n{}",
-            weft.log_text()
-        );
-    };
+    let done = weft.wait_until_every(
+        &format!("backfill {id} completed"),
+        Duration::from_secs(300),
+        Duration::ZERO,
+        || {
+            delivered.extend(weft.drain("items", 5000, Duration::from_secs(1)));
+            let progress = weft.get_json(&format!("/api/sinks/items/backfills/{id}"));
+            if progress["state"] == "completed" {
+                Ok(progress)
+            } else {
+                Err(progress)
+            }
+        },
+    );
     delivered.extend(drain_until_quiet(weft));
     done
 }
@@ -278,16 +279,21 @@ fn a_big_backfill_under_churn_killed_mid_way_materialises_to_the_final_table() {
     assert!(transactions > 10, "changes flowed during the backfill");
     // Everything written so far reaches the sink, then nothing more.
     let written = pg.current_wal_lsn();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let got = weft.drain("items", usize::MAX, Duration::from_secs(2));
-        delivered += got.len();
-        apply(&mut state, &got);
-        if got.is_empty() && pg.confirmed_flush_lsn(SLOT) >= written {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the sink did not catch up");
-    }
+    weft.wait_until_every(
+        "the sink caught up with the WAL written",
+        Duration::from_secs(120),
+        Duration::ZERO,
+        || {
+            let got = weft.drain("items", usize::MAX, Duration::from_secs(2));
+            delivered += got.len();
+            apply(&mut state, &got);
+            if got.is_empty() && pg.confirmed_flush_lsn(SLOT) >= written {
+                Ok(())
+            } else {
+                Err(got.len())
+            }
+        },
+    );
     let table = table_state(&pg);
     assert_eq!(state.len(), table.len(), "rows: materialised vs table");
     let wrong: Vec<_> = table

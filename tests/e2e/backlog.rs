@@ -3,7 +3,7 @@
 //! nothing; a `discard_on_full` sink sheds its new messages, says so, and
 //! lets the slot advance. `/metrics` shows the WAL a paused slot holds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::WeftProcess;
@@ -85,30 +85,17 @@ fn pause_on_full_holds_the_slot_until_the_sink_drains_and_loses_nothing() {
     });
 
     // Draining the sink resumes replication; every row arrives, in order.
-    let mut ids = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while ids.len() < 40 {
-        assert!(
-            Instant::now() < deadline,
-            "{} of 40; log:\n{}",
-            ids.len(),
-            weft.log_text()
-        );
-        let batch = weft.receive("pull", 100, 1000);
-        let acks: Vec<&str> = batch
-            .iter()
-            .map(|m| m["ack_id"].as_str().unwrap())
-            .collect();
-        ids.extend(
-            batch
-                .iter()
-                .map(|m| m["data"]["record"]["id"].as_i64().unwrap()),
-        );
-        if !acks.is_empty() {
-            assert_eq!(weft.settle("pull", "ack", &acks).0, 200);
-        }
-    }
-    assert_eq!(ids, (1..=40).collect::<Vec<_>>());
+    let ids: Vec<i64> = weft
+        .drain("pull", 40, Duration::from_secs(90))
+        .iter()
+        .map(|data| data["record"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=40).collect::<Vec<_>>(),
+        "log:\n{}",
+        weft.log_text()
+    );
     assert!(
         weft.log_text()
             .contains("backlog drained: replication resumed")

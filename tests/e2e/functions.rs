@@ -15,15 +15,7 @@ use crate::harness::weft::{WeftProcess, run_weft_with};
 fn config(pg: &PgCluster, grants: &str, sink_extra: &str) -> String {
     format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_fn, create_if_not_exists: true }}
-    publication: {{ name: weft_fn, create_if_not_exists: true }}
-functions:
+{databases}functions:
   - name: names
     type: enrichment
     file: {enrichment}
@@ -48,7 +40,7 @@ sinks:
     transform: upcase
     destination: {{ type: sequin_stream, ack_wait_ms: 5000 }}
 {sink_extra}"#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_fn"),
         enrichment = guests::wasm("weft_customer_enrichment").display(),
         filter = guests::wasm("weft_even_id_filter").display(),
         transform = guests::wasm("weft_upcase_transform").display(),

@@ -1,7 +1,7 @@
 //! An idle database's slot keeps advancing: weft's heartbeats and TRUNCATE
 //! handling through the real binary.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weft::lsn::Lsn;
 
@@ -49,24 +49,23 @@ fn an_idle_database_slot_keeps_advancing_while_other_databases_write() {
     let mut positions = vec![Lsn(pg.confirmed_flush_lsn("weft_idle"))];
     for round in 0..3 {
         let wal_before = Lsn(pg.current_wal_lsn());
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            pg.psql_in(
-                "busy",
-                "INSERT INTO noise (pad) SELECT repeat('x', 100) FROM generate_series(1, 200)",
-            );
-            let confirmed = Lsn(pg.confirmed_flush_lsn("weft_idle"));
-            if confirmed > wal_before {
-                positions.push(confirmed);
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "round {round}: the slot stayed at {confirmed} while WAL moved past {wal_before}; log:\n{}",
-                weft.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let confirmed = weft.wait_until(
+            &format!("round {round}: the slot confirmed past {wal_before}"),
+            Duration::from_secs(15),
+            || {
+                pg.psql_in(
+                    "busy",
+                    "INSERT INTO noise (pad) SELECT repeat('x', 100) FROM generate_series(1, 200)",
+                );
+                let confirmed = Lsn(pg.confirmed_flush_lsn("weft_idle"));
+                if confirmed > wal_before {
+                    Ok(confirmed)
+                } else {
+                    Err(confirmed)
+                }
+            },
+        );
+        positions.push(confirmed);
     }
     assert!(
         positions.windows(2).all(|w| w[0] < w[1]),

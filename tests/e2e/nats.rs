@@ -479,15 +479,7 @@ fn nats_starts_while_the_broker_is_down_and_names_bad_credentials() {
     nats.kill();
     let sinks = format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {pg}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_nats, create_if_not_exists: true }}
-    publication: {{ name: weft_nats, create_if_not_exists: true }}
-sinks:
+{databases}sinks:
   - name: good
     database: shop
     destination: {{ type: nats, host: 127.0.0.1, port: {port}, username: weft, password: right-pass, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
@@ -495,7 +487,7 @@ sinks:
     database: shop
     destination: {{ type: nats, host: 127.0.0.1, port: {port}, username: weft, password: wrong-pass-41, retry_backoff_base_ms: 50, retry_backoff_max_ms: 300 }}
 "#,
-        pg = pg.port(),
+        databases = pg.databases_yaml("weft_nats"),
         port = nats.port()
     );
     let dir = tempfile::tempdir().unwrap();

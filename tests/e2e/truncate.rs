@@ -2,7 +2,7 @@
 //! truncate message per table it takes, in commit order among the table's
 //! changes; a sink with the default gets nothing and weft warns.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -26,26 +26,17 @@ fn config(pg: &PgCluster) -> String {
     )
 }
 
-/// Receives and acks until `count` messages of `sink` arrived; they come in
-/// delivery order.
+/// Receives and acks until `count` messages of `sink` arrived, and checks
+/// that no more follow; they come in delivery order.
 fn drain(weft: &WeftProcess, sink: &str, count: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut all = Vec::new();
-    while all.len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "{sink}: {} of {count} messages: {all:#?}\nlog:\n{}",
-            all.len(),
-            weft.log_text()
-        );
-        let got = weft.receive(sink, 1000, 1000);
-        if got.is_empty() {
-            continue;
-        }
-        let ack_ids: Vec<&str> = got.iter().map(|m| m["ack_id"].as_str().unwrap()).collect();
-        assert_eq!(weft.settle(sink, "ack", &ack_ids).0, 200);
-        all.extend(got.into_iter().map(|m| m["data"].clone()));
-    }
+    let all = weft.drain(sink, count, Duration::from_secs(30));
+    assert_eq!(
+        all.len(),
+        count,
+        "{sink}: {} of {count} messages: {all:#?}\nlog:\n{}",
+        all.len(),
+        weft.log_text()
+    );
     assert!(
         weft.receive(sink, 1000, 1000).is_empty(),
         "{sink}: more than {count} messages"

@@ -15,15 +15,7 @@ use crate::harness::weft::{WeftProcess, http};
 fn config(pg: &PgCluster, receiver: &Receiver, sinks: &str) -> String {
     format!(
         r#"
-databases:
-  - name: shop
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    slot: {{ name: weft_hook, create_if_not_exists: true }}
-    publication: {{ name: weft_hook, create_if_not_exists: true }}
-http_endpoints:
+{databases}http_endpoints:
   - name: receiver
     url: http://{addr}
     headers: {{ X-Test: plain }}
@@ -32,7 +24,7 @@ http_endpoints:
 sinks:
 {sinks}
 "#,
-        port = pg.port(),
+        databases = pg.databases_yaml("weft_hook"),
         addr = receiver.addr,
     )
 }
