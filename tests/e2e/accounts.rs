@@ -81,9 +81,7 @@ fn an_account_token_never_reaches_another_accounts_resources_or_messages() {
         t = tagger.display(),
         port = pg.port(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_acct_a");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_acct_a", &config);
     pg.wait_for_active_slot("weft_acct_b");
 
     // Each account registers its own `tagger@1.0.0`: one name space each.
@@ -591,9 +589,7 @@ fn an_admin_token_manages_accounts_without_a_restart_and_an_account_token_cannot
          sinks:\n  - {{ name: sa, account: a, database: shop-a, source: {{ include_tables: [public.items] }}, destination: {{ type: sequin_stream }} }}\n",
         database(&pg, "shop-a", "a", "weft_accounts_admin"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_accounts_admin");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_accounts_admin", &config);
     let slot_backend = || {
         pg.psql(
             "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'weft_accounts_admin'",
@@ -768,9 +764,7 @@ fn a_cpu_share_set_through_config_apply_throttles_the_accounts_running_functions
         assert_eq!(got.len(), 1, "the echoed change: {}", weft.log_text());
         assert_eq!(got[0]["id"], id + 1, "the guest echoes the record: {got:?}");
     };
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(""));
-    pg.wait_for_active_slot("weft_cpu_share");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_cpu_share", &config(""));
 
     spin_then_echo(&weft, 1);
     assert_eq!(waited(&weft), 0.0, "no share, no wait");

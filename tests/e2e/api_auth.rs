@@ -117,9 +117,7 @@ fn every_route_asks_for_a_configured_token_but_probes_and_webhook_posts() {
          \x20 - {{ name: hooks, source: {{ webhook: inbox }}, destination: {{ type: sequin_stream }} }}\n",
         databases = pg.databases_yaml("weft_auth"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_auth");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_auth", &config);
 
     for (method, path, body) in routes() {
         for token in [

@@ -29,13 +29,11 @@ fn config(pg: &PgCluster, extra: &str) -> String {
 /// e.g. `include_tables: [public.orders]`) and `extra` sink YAML, once its
 /// slot is active. Keep the directory alive as long as weft.
 fn weft_on(pg: &PgCluster, source: &str, extra: &str) -> (tempfile::TempDir, WeftProcess) {
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(
-        dir.path(),
+    WeftProcess::start_replicating(
+        pg,
+        SLOT,
         &config(pg, extra).replace("include_tables: [public.items]", source),
-    );
-    pg.wait_for_active_slot(SLOT);
-    (dir, weft)
+    )
 }
 
 /// `source` of a sink on `public.items`.

@@ -15,9 +15,7 @@ fn start(policy: &str, slot: &str) -> (PgCluster, tempfile::TempDir, WeftProcess
         "{}sinks:\n  - name: pull\n    database: shop\n    max_backlog_messages: 10\n    load_shedding_policy: {policy}\n    destination: {{ type: sequin_stream }}\n",
         pg.databases_yaml(slot)
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot(slot);
+    let (dir, weft) = WeftProcess::start_replicating(&pg, slot, &config);
     (pg, dir, weft)
 }
 

@@ -106,9 +106,8 @@ fn event_tables_hold_each_kept_change_once_through_a_sigkill_and_replay_in_order
     pg.psql(SCHEMA);
     // Every table, so that the event tables weft creates are published too.
     pg.psql("CREATE PUBLICATION weft_retention FOR ALL TABLES");
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, false));
-    pg.wait_for_active_slot("weft_retention");
+    let (dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_retention", &config(&pg, false));
 
     // SIGKILL once the first event rows are in, while the rest stream.
     let at_kill = std::thread::scope(|scope| {
@@ -221,9 +220,7 @@ fn retain_for_deletes_event_rows_once_they_are_older() {
         "{}change_retentions:\n  - name: notes-log\n    source_database: shop\n    source_table_name: notes\n    destination_database: shop\n    destination_table_name: notes_events\n    retain_for: 3s\n",
         pg.databases_yaml("weft_retain")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_retain");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_retain", &config);
     pg.psql("INSERT INTO notes SELECT g, 'n' || g FROM generate_series(1, 50) g");
     let count = || pg.try_psql_in("postgres", "SELECT count(*) FROM notes_events");
     weft.wait_until("50 event rows", Duration::from_secs(60), || match count() {

@@ -56,9 +56,7 @@ fn config(pg: &PgCluster, extra_sink: bool) -> String {
 fn the_cli_manages_a_running_weft_through_a_saved_context() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text); INSERT INTO items VALUES (1, 'a'), (2, 'b')");
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, false));
-    pg.wait_for_active_slot("weft_cli");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_cli", &config(&pg, false));
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
 
@@ -252,9 +250,7 @@ fn the_cli_runs_a_backfills_whole_lifecycle_and_starts_partial_ones() {
         "{}sinks:\n  - name: bulk\n    database: shop\n    source: {{ include_tables: [public.bulk] }}\n    destination: {{ type: sequin_stream }}\n    max_backlog_messages: 500\n",
         pg.databases_yaml("weft_cli_backfill")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_cli_backfill");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_cli_backfill", &config);
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let ok_at = |args: &[&str]| {

@@ -54,9 +54,7 @@ fn ids(weft: &WeftProcess, sink: &str, count: usize) -> Vec<i64> {
 fn plan_names_the_changes_and_apply_restarts_with_them_losing_nothing() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, false));
-    pg.wait_for_active_slot("weft_apply");
+    let (dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_apply", &config(&pg, false));
     pg.psql("INSERT INTO items SELECT g, 'before' FROM generate_series(1, 5) g");
 
     let (status, planned) = post(&weft, "plan", &config(&pg, true));

@@ -111,9 +111,8 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     });
     pg.psql(SCHEMA);
     let receiver = Receiver::start(Mode::Accept);
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
-    pg.wait_for_active_slot("weft_crash");
+    let (_dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_crash", &config(&pg, &receiver));
 
     let writing = AtomicBool::new(true);
     let mut pulled = Drained::default();

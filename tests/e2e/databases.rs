@@ -77,9 +77,7 @@ fn each_database_streams_through_its_own_slot_to_its_own_sinks() {
         pg.create_database(db);
         pg.psql_in(db, "CREATE TABLE items (id int PRIMARY KEY, label text)");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &ca));
-    pg.wait_for_active_slot("shop_slot");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "shop_slot", &config(&pg, &ca));
     pg.wait_for_active_slot("crm_slot");
 
     pg.psql_in(
@@ -155,9 +153,7 @@ fn a_failed_database_feed_restarts_alone_while_the_others_keep_flowing() {
         database(&pg, "shop", "127.0.0.1", "    username: shop_feeder\n"),
         database(&pg, "crm", "127.0.0.1", ""),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("shop_slot");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "shop_slot", &config);
     pg.wait_for_active_slot("crm_slot");
     pg.psql_in("shop", "INSERT INTO items VALUES (1, 'shop one')");
     pg.psql_in("crm", "INSERT INTO items VALUES (1, 'crm one')");

@@ -111,9 +111,7 @@ fn select_mask_and_filter_plugins_shape_what_pull_sinks_deliver() {
             ),
         ]),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_fp");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_fp", &config);
 
     pg.psql(
         "INSERT INTO people VALUES \
@@ -301,9 +299,7 @@ fn route_template_and_avro_encode_feed_redis_sinks() {
             ),
         ]),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_fp_redis");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_fp_redis", &config);
 
     pg.psql(&format!(
         "SET TimeZone = 'Asia/Tokyo'; INSERT INTO {table} VALUES \

@@ -62,9 +62,7 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
     // FULL, so that updates carry the old row and `changes` has content.
     pg.psql("ALTER TABLE orders REPLICA IDENTITY FULL");
     pg.psql("CREATE TABLE ignored (id int PRIMARY KEY)");
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg));
-    pg.wait_for_active_slot("weft_e2e");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_e2e", &config(&pg));
 
     pg.psql(
         "INSERT INTO orders VALUES (1, 'ada', 10.50), (2, 'grace', 20.00), (3, 'linus', 30.25)",

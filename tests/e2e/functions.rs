@@ -271,9 +271,7 @@ sinks:
         addr = api.addr,
         enrichment = guests::wasm("weft_http_enrichment").display(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_http");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_http", &config);
 
     pg.psql("INSERT INTO orders VALUES (1, 'pen'), (2, 'ink'), (3, 'cap')");
     let got = weft.receive_at_least("orders", 3, Duration::from_secs(60));

@@ -39,9 +39,7 @@ fn an_idle_database_slot_keeps_advancing_while_other_databases_write() {
         "busy",
         "CREATE TABLE noise (id serial PRIMARY KEY, pad text)",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg));
-    pg.wait_for_active_slot("weft_idle");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_idle", &config(&pg));
 
     // Only the other database writes; the replicated one stays idle. Each
     // round: note the WAL position, write elsewhere for a while, and expect

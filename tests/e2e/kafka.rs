@@ -365,9 +365,7 @@ fn kafka_tls_verifies_the_broker_certificate() {
         database(&pg),
         items_sink(&broker, &trusted)
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, SLOT, &config);
     write_rows(&pg, 10, 1);
 
     let records = read_at_least(&broker, "cdc", 20, &weft);
@@ -423,9 +421,7 @@ fn kafka_scram_credentials_are_presented_and_a_refusal_is_explained() {
         database(&pg),
         items_sink(&broker, credentials)
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, SLOT, &config);
     write_rows(&pg, 3, 0);
 
     weft.wait_for_log(
@@ -450,9 +446,7 @@ fn kafka_missing_topic_is_named_and_delivery_resumes_once_created() {
     setup_tables(&pg);
     let broker = TansuBroker::start();
     let config = format!("{}sinks:{}", database(&pg), items_sink(&broker, ""));
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, SLOT, &config);
     write_rows(&pg, 5, 1);
 
     weft.wait_for_log(

@@ -111,9 +111,7 @@ fn sinks_are_created_updated_and_deleted_while_the_others_keep_flowing() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int)");
     let receiver = Receiver::start(Mode::Accept);
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
-    pg.wait_for_active_slot(SLOT);
+    let (dir, mut weft) = WeftProcess::start_replicating(&pg, SLOT, &config(&pg, &receiver));
     let backend = backend_of(&pg, SLOT);
 
     let written = AtomicI64::new(0);
@@ -307,9 +305,7 @@ fn a_database_feed_starts_and_restarts_alone_while_the_others_keep_flowing() {
         "{}sinks:\n  - name: steady\n    database: shop\n    source: {{ include_tables: [public.items] }}\n    destination: {{ type: sequin_stream }}\n",
         pg.databases_yaml(SLOT)
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, SLOT, &config);
     let backend = backend_of(&pg, SLOT);
 
     let written = AtomicI64::new(0);

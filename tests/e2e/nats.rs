@@ -220,9 +220,8 @@ fn nats_jetstream_routes_orders_and_marks_every_message() {
       retry_backoff_base_ms: 50
 "#
     .replace("NATS_PORT", &nats.port().to_string());
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, &routed));
-    pg.wait_for_active_slot("weft_nats");
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, "weft_nats", &config(&pg, &nats, &routed));
 
     const ROWS: i64 = 20;
     const UPDATES: i64 = 4;
@@ -273,9 +272,8 @@ fn nats_sigkill_mid_delivery_leaves_no_duplicate_in_the_stream() {
     pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
     let nats = NatsServer::start();
     create_stream(&nats, &["sequin.>"]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &nats, ""));
-    pg.wait_for_active_slot("weft_nats");
+    let (_dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_nats", &config(&pg, &nats, ""));
 
     // Enough changes that weft is still delivering when it is killed.
     const ROWS: i64 = 1000;
@@ -320,9 +318,7 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
     pg.psql(r#"CREATE TABLE blobs (id int PRIMARY KEY, "do" text)"#);
     let mut nats = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, ""));
-    pg.wait_for_active_slot("weft_nats");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_nats", &config(&pg, &nats, ""));
 
     // No stream yet: publishes fail retriably with advice, then succeed
     // once the stream exists.
@@ -457,9 +453,7 @@ fn nats_core_mode_publishes_without_jetstream() {
 "#,
         nats.port()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &nats, &core));
-    pg.wait_for_active_slot("weft_nats");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_nats", &config(&pg, &nats, &core));
     write_rows(&pg, 20, 2);
     collector.join().unwrap();
     let all = received.lock().unwrap().clone();
@@ -490,9 +484,7 @@ fn nats_starts_while_the_broker_is_down_and_names_bad_credentials() {
         databases = pg.databases_yaml("weft_nats"),
         port = nats.port()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &sinks);
-    pg.wait_for_active_slot("weft_nats");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_nats", &sinks);
     pg.psql("INSERT INTO items VALUES (1, 0)");
     let wait_log = |text: &str| weft.wait_for_log(text, Duration::from_secs(30));
     wait_log(&format!(
@@ -556,9 +548,7 @@ fn nats_tls_verifies_the_server_and_an_nkey_authenticates() {
             )
         ),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_nats_tls");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_nats_tls", &config);
     pg.psql("INSERT INTO items VALUES (1, 0)");
 
     let got = wait_for(&nats, "sequin.", 1, &weft);

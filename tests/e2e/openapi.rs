@@ -29,9 +29,7 @@ fn the_api_fuzzed_from_its_openapi_document_answers_no_server_error() {
         databases = pg.databases_yaml("weft_fuzz"),
         tagger = guests::wasm("weft_tag_transform").display(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_fuzz");
+    let (dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_fuzz", &config);
 
     let document: Value = http()
         .get(weft.url("/api/openapi.json"))

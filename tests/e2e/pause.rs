@@ -55,9 +55,7 @@ fn start() -> (PgCluster, Receiver, tempfile::TempDir, WeftProcess) {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, v text)");
     let receiver = Receiver::start(Mode::Accept);
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &receiver));
-    pg.wait_for_active_slot("weft_pause");
+    let (dir, weft) = WeftProcess::start_replicating(&pg, "weft_pause", &config(&pg, &receiver));
     (pg, receiver, dir, weft)
 }
 

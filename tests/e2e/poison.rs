@@ -64,9 +64,7 @@ fn ids(payloads: &[Value]) -> Vec<i64> {
 fn a_batch_of_1000_with_3_poison_changes_dead_letters_exactly_those_3() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, \"do\" text)");
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, "hostile", 0));
-    pg.wait_for_active_slot(SLOT);
+    let (dir, mut weft) = WeftProcess::start_replicating(&pg, SLOT, &config(&pg, "hostile", 0));
 
     let poison = [100, 500, 900];
     pg.psql(
@@ -151,9 +149,7 @@ fn a_batch_of_1000_with_3_poison_changes_dead_letters_exactly_those_3() {
 fn a_function_that_keeps_trapping_quarantines_its_sink_until_lifted() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE items (id int PRIMARY KEY, \"do\" text)");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, "hostile", 2));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, SLOT, &config(&pg, "hostile", 2));
 
     pg.psql("INSERT INTO items VALUES (1, 'echo')");
     pg.psql("INSERT INTO items VALUES (2, 'panic')");

@@ -134,9 +134,7 @@ fn a_mirror_of_every_type_equals_its_source_after_a_mixed_workload_and_a_sigkill
         databases = pg.databases_yaml("weft_mirror"),
         target = target_database(&pg, "copy", "mirror"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_mirror");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_mirror", &config);
 
     const ROWS: i64 = 40;
     for chunk in (1..=ROWS).collect::<Vec<_>>().chunks(5) {
@@ -213,9 +211,7 @@ fn a_refused_row_is_dead_lettered_alone_a_down_target_loses_nothing_and_routing_
         target = target_database(&target, "target", "postgres"),
         routing = guests::wasm("route_template").display(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_pg_sink");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_pg_sink", &config);
 
     // One batch in which row 25 breaks the target's CHECK.
     pg.psql(

@@ -165,9 +165,8 @@ fn rabbitmq_routes_orders_and_sets_persistent_properties() {
 "#,
         port = shared_port()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, shared_port(), &exchange, &routed));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, SLOT, &config(&pg, shared_port(), &exchange, &routed));
 
     const ROWS: i64 = 20;
     const UPDATES: i64 = 4;
@@ -234,9 +233,8 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     let amqp = Amqp::new(shared_port());
     let exchange = unique_name("late");
     let queue = unique_name("late");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, shared_port(), &exchange, ""));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, SLOT, &config(&pg, shared_port(), &exchange, ""));
 
     const ROWS: i64 = 5;
     write_rows(&pg, ROWS, 0..=0);
@@ -279,9 +277,8 @@ fn rabbitmq_broker_outage_loses_nothing_and_keeps_order() {
     let amqp = Amqp::new(node.port());
     amqp.declare_exchange("cdc");
     amqp.bind_queue("cdc-all", "cdc", "sequin.#");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, node.port(), "cdc", ""));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, SLOT, &config(&pg, node.port(), "cdc", ""));
 
     const ROWS: i64 = 50;
     const UPDATES: i64 = 16;
@@ -416,9 +413,7 @@ fn rabbitmq_tls_verifies_the_broker_and_connection_errors_say_what_to_fix() {
 {sinks}"#,
         databases = pg.databases_yaml(SLOT)
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &yaml);
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, SLOT, &yaml);
     write_rows(&pg, 3, 0..=1);
 
     let mut all = Vec::new();
@@ -474,9 +469,8 @@ fn rabbitmq_nacked_publishes_are_retried_until_the_queue_has_room() {
         AMQPValue::LongString("reject-publish".into()),
     );
     amqp.bind_queue_with(&queue, &exchange, "sequin.#", arguments);
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, shared_port(), &exchange, ""));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, SLOT, &config(&pg, shared_port(), &exchange, ""));
 
     const ROWS: i64 = 6;
     write_rows(&pg, ROWS, 0..=1);
@@ -501,9 +495,8 @@ fn rabbitmq_blocked_broker_times_out_and_delivers_after_the_alarm_clears() {
     let amqp = Amqp::new(node.port());
     amqp.declare_exchange("cdc");
     amqp.bind_queue("cdc-all", "cdc", "sequin.#");
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, node.port(), "cdc", ""));
-    pg.wait_for_active_slot(SLOT);
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, SLOT, &config(&pg, node.port(), "cdc", ""));
 
     const ROWS: i64 = 5;
     write_rows(&pg, ROWS, 0..=0);

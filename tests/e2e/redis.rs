@@ -32,9 +32,7 @@ fn redis_sinks_deliver_default_routing_in_per_key_order_with_idempotency_keys() 
 "#,
         databases = pg.databases_yaml("weft_redis")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_redis");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_redis", &config);
 
     const ROWS: i64 = 5;
     const UPDATES: i64 = 4;
@@ -143,9 +141,7 @@ sinks:
         databases = pg.databases_yaml("weft_redis_bytes"),
         transform = crate::harness::guests::wasm("weft_hostile_transform").display(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_redis_bytes");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_redis_bytes", &config);
     pg.psql("INSERT INTO raw_items VALUES (1, 'bytes')");
     let mut redis = redis::Client::open("redis://127.0.0.1:6379/12")
         .unwrap()
@@ -203,9 +199,7 @@ sinks:
         databases = pg.databases_yaml("weft_redis_routed"),
         routing = crate::harness::guests::wasm("weft_table_routing").display(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_redis_routed");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_redis_routed", &config);
     pg.psql(&format!("INSERT INTO {table} VALUES (1, 5)"));
     let mut redis = redis::Client::open("redis://127.0.0.1:6379/13")
         .unwrap()
@@ -271,9 +265,7 @@ fn a_redis_outage_loses_nothing_keeps_order_and_bounds_memory() {
         databases = pg.databases_yaml("weft_redis_outage"),
         redis_port = server.port(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config);
-    pg.wait_for_active_slot("weft_redis_outage");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_redis_outage", &config);
 
     const ROWS: i64 = 40;
     const UPDATES: i64 = 10;

@@ -48,9 +48,7 @@ fn unchanged_toast_is_filled_under_full_identity_and_otherwise_counted_and_warne
          CREATE TABLE docs_full (id int PRIMARY KEY, body text, n int);
          ALTER TABLE docs_full REPLICA IDENTITY FULL;",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg));
-    pg.wait_for_active_slot("weft_toast");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_toast", &config(&pg));
     // md5 chains do not compress, so the value is stored out of line.
     let big = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 400) g)";
     pg.psql(&format!(

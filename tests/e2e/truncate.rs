@@ -70,9 +70,7 @@ fn truncate_is_delivered_in_commit_order_or_skipped_by_default() {
         "CREATE TABLE items (id int PRIMARY KEY, v text);
          CREATE TABLE other (id int PRIMARY KEY);",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg));
-    pg.wait_for_active_slot("weft_truncate");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_truncate", &config(&pg));
     pg.psql("INSERT INTO items VALUES (1, 'a'), (2, 'b')");
     // `other` is truncated with `items`: it takes a position in the
     // transaction, but the deliverer does not take the table.

@@ -84,9 +84,8 @@ fn webhook_delivers_everything_in_order_through_failures_and_timeouts() {
       retry_backoff_base_ms: 50
       retry_backoff_max_ms: 400
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_hook", &config(&pg, &receiver, sinks));
 
     const ROWS: i64 = 30;
     const UPDATES: i64 = 3;
@@ -163,9 +162,8 @@ fn a_stuck_group_holds_back_only_its_row_and_dead_letters_replay() {
       retry_backoff_base_ms: 50
       retry_backoff_max_ms: 200
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_hook", &config(&pg, &receiver, sinks));
 
     const ROWS: i64 = 10;
     const UPDATES: i64 = 2;
@@ -346,9 +344,8 @@ functions:
 "#,
         routing = guests::wasm("weft_table_routing").display()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, &sinks));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, "weft_hook", &config(&pg, &receiver, &sinks));
     write_rows(&pg, 3, 1);
     receiver.wait_until("6 messages", Duration::from_secs(30), |s| {
         s.accepted.len() >= 6
@@ -392,9 +389,8 @@ fn sigterm_lets_a_delivery_in_flight_finish_and_records_it() {
       http_endpoint_path: /slow
       request_timeout_ms: 10000
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_hook", &config(&pg, &receiver, sinks));
     pg.psql("INSERT INTO items VALUES (1, 0)");
     receiver.wait_until("the request to start", Duration::from_secs(30), |s| {
         s.started >= 1
@@ -441,9 +437,8 @@ fn webhook_delivery_rate() {
       batch_size: 100
       max_in_flight: 4
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, mut weft) =
+        WeftProcess::start_replicating(&pg, "weft_hook", &config(&pg, &receiver, sinks));
     let started = Instant::now();
     pg.psql(&format!(
         "INSERT INTO items SELECT g, 0 FROM generate_series(1, {ROWS}) g"
@@ -490,9 +485,8 @@ fn a_failing_receiver_shows_in_health_and_slot_lag_grows_while_the_backlog_is_fu
       retry_backoff_base_ms: 50
       retry_backoff_max_ms: 200
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg, &receiver, sinks));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, weft) =
+        WeftProcess::start_replicating(&pg, "weft_hook", &config(&pg, &receiver, sinks));
     pg.psql("INSERT INTO items SELECT g, 0 FROM generate_series(1, 50) g");
 
     // The sink reports the destination's error.
@@ -586,9 +580,7 @@ fn an_account_denying_internal_http_sends_nothing_to_loopback_and_loses_nothing(
       retry_backoff_max_ms: 200
 "#
     };
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &yaml(true));
-    pg.wait_for_active_slot("weft_hook");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_hook", &yaml(true));
     write_rows(&pg, 5, 0);
 
     let refused = weft.wait_for_failed_check("sink", "hook", "delivery");

@@ -207,9 +207,7 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
         ..Default::default()
     });
     pg.psql(SCHEMA);
-    let dir = tempfile::tempdir().unwrap();
-    let weft = WeftProcess::start(dir.path(), &config(&pg));
-    pg.wait_for_active_slot("weft_load");
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_load", &config(&pg));
     let mut drained = Drained::default();
 
     // Bounded memory: a 10× bigger transaction must not need more memory.
@@ -295,9 +293,7 @@ fn a_crash_in_the_middle_of_a_big_transaction_loses_nothing() {
         ..Default::default()
     });
     pg.psql(SCHEMA);
-    let dir = tempfile::tempdir().unwrap();
-    let mut weft = WeftProcess::start(dir.path(), &config(&pg));
-    pg.wait_for_active_slot("weft_load");
+    let (_dir, mut weft) = WeftProcess::start_replicating(&pg, "weft_load", &config(&pg));
     let rows = bulk_transaction(&pg, 1, 40) as usize;
     let committed_to = pg.psql("SELECT pg_current_wal_lsn()");
 

@@ -161,6 +161,20 @@ impl WeftProcess {
         WeftProcess::start_with_env(dir, config_yaml, &[])
     }
 
+    /// Starts weft on `config_yaml` in a fresh data directory and waits
+    /// until it streams from `pg` on the replication slot `slot`. Keep the
+    /// directory alive as long as weft.
+    pub fn start_replicating(
+        pg: &super::postgres::PgCluster,
+        slot: &str,
+        config_yaml: &str,
+    ) -> (tempfile::TempDir, WeftProcess) {
+        let dir = tempfile::tempdir().expect("a data directory");
+        let weft = WeftProcess::start(dir.path(), config_yaml);
+        pg.wait_for_active_slot(slot);
+        (dir, weft)
+    }
+
     /// Like [`WeftProcess::start`], with extra environment variables.
     pub fn start_with_env(dir: &Path, config_yaml: &str, env: &[(&str, &str)]) -> WeftProcess {
         let config = dir.join("weft.yml");
