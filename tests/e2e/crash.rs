@@ -15,7 +15,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use crate::harness::oracle::{
-    Drained, SCHEMA, assert_matches_oracle, audit_count, concurrent_workload, oracle, tail,
+    ALL_SINK_YAML, Drained, SCHEMA, assert_matches_oracle, audit_count, concurrent_workload,
+    load_database_yaml, oracle, tail,
 };
 use crate::harness::postgres::{PgCluster, PgOptions};
 use crate::harness::webhook_receiver::{Mode, Receiver, SECRET, TOKEN};
@@ -26,27 +27,14 @@ const KILLS: usize = 20;
 fn config(pg: &PgCluster, receiver: &Receiver) -> String {
     format!(
         r#"
-databases:
-  - name: load
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    heartbeat_interval_ms: 1000
-    slot: {{ name: weft_crash, create_if_not_exists: true }}
-    publication: {{ name: weft_crash, create_if_not_exists: true }}
-http_endpoints:
+{databases}http_endpoints:
   - name: receiver
     url: http://{addr}
     headers: {{ X-Test: plain }}
     encrypted_headers: {{ Authorization: "{TOKEN}" }}
     signing_secret: {SECRET}
 sinks:
-  - name: all
-    database: load
-    source: {{ include_tables: [public.accounts, public.events, public.lines, public.bulk] }}
-    destination: {{ type: sequin_stream, ack_wait_ms: 60000, max_ack_pending: 100000 }}
-  - name: hook
+{ALL_SINK_YAML}  - name: hook
     database: load
     source: {{ include_tables: [public.accounts, public.events, public.lines, public.bulk] }}
     destination:
@@ -59,7 +47,7 @@ sinks:
       retry_backoff_base_ms: 20
       retry_backoff_max_ms: 500
 "#,
-        port = pg.port(),
+        databases = load_database_yaml(pg, "weft_crash"),
         addr = receiver.addr,
     )
 }

@@ -31,31 +31,16 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use crate::harness::oracle::{
-    Drained, SCHEMA, SchemaChange, Seen, assert_matches_oracle, audit_count, concurrent_workload,
-    oracle, tail,
+    ALL_SINK_YAML, Drained, SCHEMA, SchemaChange, Seen, assert_matches_oracle, audit_count,
+    concurrent_workload, load_database_yaml, oracle, tail,
 };
 use crate::harness::postgres::{PgCluster, PgOptions};
 use crate::harness::weft::WeftProcess;
 
 fn config(pg: &PgCluster) -> String {
     format!(
-        r#"
-databases:
-  - name: load
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    heartbeat_interval_ms: 1000
-    slot: {{ name: weft_load, create_if_not_exists: true }}
-    publication: {{ name: weft_load, create_if_not_exists: true }}
-sinks:
-  - name: all
-    database: load
-    source: {{ include_tables: [public.accounts, public.events, public.lines, public.bulk] }}
-    destination: {{ type: sequin_stream, ack_wait_ms: 60000, max_ack_pending: 100000 }}
-"#,
-        port = pg.port(),
+        "{}sinks:\n{ALL_SINK_YAML}",
+        load_database_yaml(pg, "weft_load")
     )
 }
 

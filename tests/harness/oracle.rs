@@ -75,6 +75,23 @@ CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON lines FOR EACH ROW EXEC
 CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON bulk FOR EACH ROW EXECUTE FUNCTION audit_row('id');
 "#;
 
+/// The `databases:` section for the workload: the database `load` on
+/// `pg`, streaming through the slot and publication `slot`, with a
+/// heartbeat every second.
+pub fn load_database_yaml(pg: &PgCluster, slot: &str) -> String {
+    format!(
+        "databases:\n  - name: load\n    hostname: 127.0.0.1\n    port: {}\n    database: postgres\n    username: postgres\n    heartbeat_interval_ms: 1000\n    slot: {{ name: {slot}, create_if_not_exists: true }}\n    publication: {{ name: {slot}, create_if_not_exists: true }}\n",
+        pg.port()
+    )
+}
+
+/// The pull sink `all` on every table of the workload, as a `sinks:` entry.
+pub const ALL_SINK_YAML: &str = "  - name: all
+    database: load
+    source: { include_tables: [public.accounts, public.events, public.lines, public.bulk] }
+    destination: { type: sequin_stream, ack_wait_ms: 60000, max_ack_pending: 100000 }
+";
+
 /// Replaces long texts by their digest, as `audit_digest` does.
 pub fn digest(record: &Value) -> Value {
     let Value::Object(map) = record else {
