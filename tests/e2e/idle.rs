@@ -11,22 +11,13 @@ use crate::harness::weft::WeftProcess;
 fn config(pg: &PgCluster) -> String {
     format!(
         r#"
-databases:
-  - name: quiet
-    hostname: 127.0.0.1
-    port: {port}
-    database: postgres
-    username: postgres
-    heartbeat_interval_ms: 1000
-    slot: {{ name: weft_idle, create_if_not_exists: true }}
-    publication: {{ name: weft_idle, create_if_not_exists: true }}
-sinks:
+{databases}sinks:
   - name: items
     database: quiet
     source: {{ include_tables: [public.items] }}
     destination: {{ type: sequin_stream }}
 "#,
-        port = pg.port(),
+        databases = pg.database_yaml("quiet", "weft_idle", "    heartbeat_interval_ms: 1000\n"),
     )
 }
 

@@ -79,10 +79,7 @@ CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON bulk FOR EACH ROW EXECU
 /// `pg`, streaming through the slot and publication `slot`, with a
 /// heartbeat every second.
 pub fn load_database_yaml(pg: &PgCluster, slot: &str) -> String {
-    format!(
-        "databases:\n  - name: load\n    hostname: 127.0.0.1\n    port: {}\n    database: postgres\n    username: postgres\n    heartbeat_interval_ms: 1000\n    slot: {{ name: {slot}, create_if_not_exists: true }}\n    publication: {{ name: {slot}, create_if_not_exists: true }}\n",
-        pg.port()
-    )
+    pg.database_yaml("load", slot, "    heartbeat_interval_ms: 1000\n")
 }
 
 /// The pull sink `all` on every table of the workload, as a `sinks:` entry.

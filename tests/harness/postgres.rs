@@ -162,8 +162,14 @@ impl PgCluster {
     /// The `databases:` block of a weft config for this cluster: database
     /// `shop` reading through slot and publication `slot`, both created.
     pub fn databases_yaml(&self, slot: &str) -> String {
+        self.database_yaml("shop", slot, "")
+    }
+
+    /// [`Self::databases_yaml`] with the database named `name` and `extra`
+    /// settings (indented lines, e.g. a heartbeat) added to its entry.
+    pub fn database_yaml(&self, name: &str, slot: &str, extra: &str) -> String {
         format!(
-            "databases:\n  - name: shop\n    hostname: 127.0.0.1\n    port: {}\n    database: postgres\n    username: postgres\n    slot: {{ name: {slot}, create_if_not_exists: true }}\n    publication: {{ name: {slot}, create_if_not_exists: true }}\n",
+            "databases:\n  - name: {name}\n    hostname: 127.0.0.1\n    port: {}\n    database: postgres\n    username: postgres\n{extra}    slot: {{ name: {slot}, create_if_not_exists: true }}\n    publication: {{ name: {slot}, create_if_not_exists: true }}\n",
             self.port()
         )
     }
