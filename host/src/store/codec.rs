@@ -2,9 +2,13 @@
 //! `payload` (JSON text), `payload_bytes` and `content_type` (a transform's
 //! bytes payload), and `route` (the resolved routing keys as JSON).
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
 use crate::plugins::{Payload, Route};
 
-use super::StoreError;
+use super::{NewMessage, StoreError, lsn_to_sql};
 
 /// The media type of a bytes payload stored without one.
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -90,6 +94,52 @@ impl From<Payload> for StoredPayload {
             Payload::Json(value) => StoredPayload::Json(value.to_string()),
             Payload::Bytes { content_type, data } => StoredPayload::Bytes { content_type, data },
         }
+    }
+}
+
+/// A message as its `pull_messages` row holds it, before any delivery: the
+/// values its insert binds, and what a segment encodes for each message
+/// (`store::segments`), so that a message written through a segment lands
+/// in `pull_messages` exactly as one inserted directly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct MessageColumns<'a> {
+    /// The commit LSN, as SQLite's signed integer.
+    pub(super) commit_lsn: i64,
+    /// The position within the transaction.
+    pub(super) commit_idx: u32,
+    /// The message's group.
+    #[serde(borrow)]
+    pub(super) group_id: Cow<'a, str>,
+    /// The message's idempotency key.
+    #[serde(borrow)]
+    pub(super) idempotency_key: Cow<'a, str>,
+    /// The `payload` column: JSON text, `null` for a bytes payload.
+    #[serde(borrow)]
+    pub(super) payload: Cow<'a, str>,
+    /// The `payload_bytes` column.
+    pub(super) payload_bytes: Option<Vec<u8>>,
+    /// The `content_type` column.
+    #[serde(borrow)]
+    pub(super) content_type: Option<Cow<'a, str>>,
+    /// The `route` column.
+    #[serde(borrow)]
+    pub(super) route: Option<Cow<'a, str>>,
+}
+
+impl<'a> MessageColumns<'a> {
+    /// The columns of `message`, borrowing its text.
+    pub(super) fn of(message: &'a NewMessage) -> Result<MessageColumns<'a>, StoreError> {
+        let payload = payload_columns(&message.payload);
+        Ok(MessageColumns {
+            commit_lsn: lsn_to_sql(message.commit_lsn)?,
+            commit_idx: message.commit_idx,
+            group_id: Cow::Borrowed(&message.group_id),
+            idempotency_key: Cow::Borrowed(&message.idempotency_key),
+            payload: Cow::Borrowed(payload.json),
+            payload_bytes: payload.bytes.map(<[u8]>::to_vec),
+            content_type: payload.content_type.map(Cow::Borrowed),
+            route: route_column(&message.route).map(Cow::Owned),
+        })
     }
 }
 

@@ -193,7 +193,7 @@ impl Store {
         let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let inserted = super::insert_messages(&tx, sink, &settlement.messages, now)?;
+        let inserted = super::store_messages(&tx, sink, &settlement.messages, now)?;
         insert_function_dead_letters(&tx, sink, &settlement.dead_letters, now)?;
         insert_holds(&tx, sink, &settlement.holds, now)?;
         {

@@ -1,6 +1,7 @@
 //! weft's durable state, in SQLite: sink cursors, every sink's undelivered
-//! messages (pulled by consumers or pushed by delivery workers), dead letters,
-//! and webhook sources' accepted requests.
+//! messages (pulled by consumers or pushed by delivery workers; big batches
+//! first as compressed [`segments`]), dead letters, and webhook sources'
+//! accepted requests.
 //!
 //! Everything lives in one file that users can open with `sqlite3`. The
 //! store is the point of no return for the Sequin Stream sink: once
@@ -23,6 +24,7 @@ mod inventory;
 mod pull;
 mod registry;
 mod schema;
+mod segments;
 mod stored_up_to;
 mod webhook;
 
@@ -35,6 +37,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use crate::lsn::Lsn;
 use crate::metrics;
 use crate::plugins::Route;
+use codec::MessageColumns;
 
 pub use backfills::{Backfill, BackfillState};
 pub use codec::StoredPayload;
@@ -298,7 +301,7 @@ impl Store {
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
-                let inserted = insert_messages(&tx, sink, &sink_batch.messages, now)?;
+                let inserted = store_messages(&tx, sink, &sink_batch.messages, now)?;
                 held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
                 held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
                 advance.execute(params![sink, cursor_i, now, open_lsn, open_idx])?;
@@ -373,7 +376,8 @@ impl Store {
     pub fn remove_sink(&self, sink: &str) -> Result<u64, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let deleted = tx.execute("DELETE FROM pull_messages WHERE sink = ?1", params![sink])?;
+        let deleted = tx.execute("DELETE FROM pull_messages WHERE sink = ?1", params![sink])?
+            + segments::remove(&tx, sink)?;
         tx.execute("DELETE FROM sink_cursors WHERE sink = ?1", params![sink])?;
         tx.execute("DELETE FROM dead_letters WHERE sink = ?1", params![sink])?;
         tx.execute("DELETE FROM held_changes WHERE sink = ?1", params![sink])?;
@@ -444,14 +448,34 @@ impl StoreTime {
 const LAST_STORED: &str = "SELECT commit_lsn, commit_idx FROM pull_messages WHERE sink = ?1
      ORDER BY commit_lsn DESC, commit_idx DESC LIMIT 1";
 
-/// Inserts `messages` for `sink` (ignoring those already stored), keeping
-/// each group's head the earliest of its messages; returns how many were
-/// new.
-fn insert_messages(
+/// Stores `messages` (in commit order) for `sink` at `now`, as segments
+/// when [`segments::takes`] them, else as `pull_messages` rows; returns how
+/// many were new.
+fn store_messages(
     tx: &rusqlite::Transaction<'_>,
     sink: &str,
     messages: &[NewMessage],
     now: i64,
+) -> Result<usize, StoreError> {
+    let columns = messages
+        .iter()
+        .map(MessageColumns::of)
+        .collect::<Result<Vec<_>, _>>()?;
+    if segments::takes(tx, sink, columns.len())? {
+        segments::stage(tx, sink, &columns, now)
+    } else {
+        insert_messages(tx, sink, &columns, now)
+    }
+}
+
+/// Inserts `messages` for `sink` into `pull_messages` (ignoring those
+/// already stored), stored at `inserted_at`, keeping each group's head the
+/// earliest of its messages; returns how many were new.
+fn insert_messages(
+    tx: &rusqlite::Transaction<'_>,
+    sink: &str,
+    messages: &[MessageColumns<'_>],
+    inserted_at: i64,
 ) -> Result<usize, StoreError> {
     // A message is a head when no earlier message of its group is stored.
     // One row of VALUES, not INSERT ... SELECT: SQLite gives a statement
@@ -484,23 +508,26 @@ fn insert_messages(
         .optional()?;
     let mut new = 0;
     for message in messages {
-        let lsn = lsn_to_sql(message.commit_lsn)?;
-        let position = (lsn, message.commit_idx);
-        let payload = codec::payload_columns(&message.payload);
+        let position = (message.commit_lsn, message.commit_idx);
         let inserted = insert.execute(params![
             sink,
-            lsn,
+            message.commit_lsn,
             message.commit_idx,
             message.group_id,
             message.idempotency_key,
-            payload.json,
-            now,
-            payload.bytes,
-            payload.content_type,
-            codec::route_column(&message.route),
+            message.payload,
+            inserted_at,
+            message.payload_bytes,
+            message.content_type,
+            message.route,
         ])?;
         if inserted == 1 && last_stored.is_some_and(|last| position < last) {
-            demote.execute(params![sink, message.group_id, lsn, message.commit_idx])?;
+            demote.execute(params![
+                sink,
+                message.group_id,
+                message.commit_lsn,
+                message.commit_idx
+            ])?;
         }
         last_stored = last_stored.max(Some(position));
         new += inserted;

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::codec::{StoredPayload, route_from_column};
 use super::delivery::{Held, move_to_dead_letters};
-use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms};
+use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms, segments};
 use crate::lsn::Lsn;
 use crate::metrics;
 use crate::plugins::Route;
@@ -255,7 +255,7 @@ impl Store {
             )?
             .query_row(params![sink, now], |row| row.get(0))?;
         Ok(MessageCounts {
-            stored: stored as u64,
+            stored: stored as u64 + segments::count(&conn, sink)?,
             in_flight: in_flight as u64,
         })
     }
@@ -278,7 +278,7 @@ impl Store {
             .prepare_cached("SELECT count(*) FROM held_changes WHERE sink = ?1")?
             .query_row(params![sink], |row| row.get(0))?;
         Ok(QueueDepths {
-            buffered: (stored - in_delivery).max(0) as u64,
+            buffered: (stored - in_delivery).max(0) as u64 + segments::count(&conn, sink)?,
             in_delivery: in_delivery as u64,
             held: held as u64,
         })
@@ -339,7 +339,8 @@ fn json_text(payload: StoredPayload) -> Result<Box<RawValue>, StoreError> {
 /// visible at `now`, in commit order, each leased until `until` under a
 /// fresh ack id with one more delivery counted. Stops before the payloads
 /// leased would pass `max_bytes` in all; with `first_regardless`, the first
-/// message is leased whatever its size.
+/// message is leased whatever its size. When `pull_messages` has too few,
+/// the sink's next segments join it (see [`super::segments`]).
 pub(super) fn lease_heads(
     tx: &Transaction<'_>,
     sink: &str,
@@ -349,6 +350,47 @@ pub(super) fn lease_heads(
     max_bytes: usize,
     first_regardless: bool,
 ) -> Result<Vec<Leased>, StoreError> {
+    let mut lease = Lease {
+        leased: Vec::new(),
+        total_bytes: 0,
+        max_bytes,
+        first_regardless,
+    };
+    let mut materialized = 0;
+    loop {
+        let wanted = limit.saturating_sub(lease.leased.len() as u32);
+        let full = lease_visible_heads(tx, sink, now, until, wanted, &mut lease)?;
+        // A lease that ends at once (a zero wait) leaves its messages
+        // visible: looking again would hand them out twice.
+        let more_helps = !full && until > now && lease.leased.len() < limit as usize;
+        if !more_helps
+            || materialized == segments::MATERIALIZE_PER_LEASE
+            || !segments::materialize_next(tx, sink)?
+        {
+            return Ok(lease.leased);
+        }
+        materialized += 1;
+    }
+}
+
+/// What [`lease_heads`] has leased so far, and its byte budget.
+struct Lease {
+    leased: Vec<Leased>,
+    total_bytes: usize,
+    max_bytes: usize,
+    first_regardless: bool,
+}
+
+/// Leases up to `limit` visible heads of `pull_messages` into `lease`;
+/// true when its byte budget stopped it.
+fn lease_visible_heads(
+    tx: &Transaction<'_>,
+    sink: &str,
+    now: i64,
+    until: i64,
+    limit: u32,
+    lease: &mut Lease,
+) -> Result<bool, StoreError> {
     let mut heads = tx.prepare_cached(
         "SELECT id, payload, deliver_count, commit_lsn, commit_idx, group_id, idempotency_key,
                 payload_bytes, content_type, route
@@ -358,7 +400,7 @@ pub(super) fn lease_heads(
          ORDER BY commit_lsn, commit_idx
          LIMIT ?3",
     )?;
-    let mut lease = tx.prepare_cached(
+    let mut take = tx.prepare_cached(
         "UPDATE pull_messages
          SET ack_id = ?2, not_visible_until = ?3, deliver_count = deliver_count + 1,
              last_delivered_at = ?4, first_attempt_at = coalesce(first_attempt_at, ?4)
@@ -382,21 +424,19 @@ pub(super) fn lease_heads(
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    let mut leased = Vec::with_capacity(rows.len());
-    let mut total_bytes = 0usize;
     for (id, payload, deliver_count, lsn, commit_idx, group_id, idempotency_key, extra) in rows {
         let (bytes, content_type, route) = extra;
         let size = bytes.as_ref().map_or(payload.len(), Vec::len);
-        let may_exceed = first_regardless && leased.is_empty();
-        if !may_exceed && total_bytes.saturating_add(size) > max_bytes {
-            break;
+        let may_exceed = lease.first_regardless && lease.leased.is_empty();
+        if !may_exceed && lease.total_bytes.saturating_add(size) > lease.max_bytes {
+            return Ok(true);
         }
-        total_bytes = total_bytes.saturating_add(size);
+        lease.total_bytes = lease.total_bytes.saturating_add(size);
         let payload = StoredPayload::from_columns(payload, bytes, content_type);
         let route = route_from_column(route, || format!("message {id}"))?;
         let ack_id = AckId::new();
-        lease.execute(params![id, ack_id.to_string(), until, now])?;
-        leased.push(Leased {
+        take.execute(params![id, ack_id.to_string(), until, now])?;
+        lease.leased.push(Leased {
             ack_id,
             commit_lsn: lsn_from_sql(lsn)?,
             commit_idx,
@@ -408,7 +448,7 @@ pub(super) fn lease_heads(
             deliver_count: deliver_count.saturating_add(1),
         });
     }
-    Ok(leased)
+    Ok(false)
 }
 
 /// Moves the group heads of `sink` that were handed out `max_deliver` times

@@ -236,6 +236,25 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE sink_cursors ADD COLUMN open_lsn INTEGER;
     ALTER TABLE sink_cursors ADD COLUMN open_idx INTEGER;
     "#,
+    // 13: segments (`store::segments`): a big batch's messages (a backfill
+    // chunk, a bulk transaction) kept as rows of up to 1,000 messages each,
+    // `body` their columns encoded and compressed, until a receive or a
+    // push worker needs them in `pull_messages`. `commit_lsn`/`commit_idx`
+    // are those of the first message, `messages` how many it holds, and
+    // `inserted_at` when they were stored. A sink's segments always come
+    // after its `pull_messages` rows in commit order.
+    r#"
+    CREATE TABLE pull_segments (
+        id           INTEGER PRIMARY KEY,
+        sink         TEXT NOT NULL,
+        commit_lsn   INTEGER NOT NULL,
+        commit_idx   INTEGER NOT NULL,
+        messages     INTEGER NOT NULL,
+        body         BLOB NOT NULL,
+        inserted_at  INTEGER NOT NULL,
+        UNIQUE (sink, commit_lsn, commit_idx)
+    ) STRICT;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

@@ -5,11 +5,11 @@ use serde_json::json;
 
 use super::*;
 
-const WAIT: Duration = Duration::from_secs(30);
-const NO_LIMIT: u32 = u32::MAX;
+pub(super) const WAIT: Duration = Duration::from_secs(30);
+pub(super) const NO_LIMIT: u32 = u32::MAX;
 
 /// Receive rules with unlimited deliveries.
-fn limits(ack_wait: Duration, max_ack_pending: u32) -> ReceiveLimits {
+pub(super) fn limits(ack_wait: Duration, max_ack_pending: u32) -> ReceiveLimits {
     ReceiveLimits {
         ack_wait,
         max_ack_pending,
@@ -17,13 +17,13 @@ fn limits(ack_wait: Duration, max_ack_pending: u32) -> ReceiveLimits {
     }
 }
 
-fn open_temp() -> (tempfile::TempDir, Store) {
+pub(super) fn open_temp() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
     (dir, store)
 }
 
-fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
+pub(super) fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
     NewMessage {
         commit_lsn: Lsn(lsn),
         commit_idx: idx,
@@ -35,12 +35,12 @@ fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
     }
 }
 
-fn batch(sink: &str, messages: Vec<NewMessage>) -> Vec<SinkBatch> {
+pub(super) fn batch(sink: &str, messages: Vec<NewMessage>) -> Vec<SinkBatch> {
     vec![SinkBatch::of(sink, messages)]
 }
 
 /// (lsn, idx) of each delivered message, from its payload.
-fn positions(delivered: &[Delivered]) -> Vec<(u64, u32)> {
+pub(super) fn positions(delivered: &[Delivered]) -> Vec<(u64, u32)> {
     delivered
         .iter()
         .map(|d| {
@@ -52,7 +52,7 @@ fn positions(delivered: &[Delivered]) -> Vec<(u64, u32)> {
         .collect()
 }
 
-fn ack_ids(delivered: &[Delivered]) -> Vec<AckId> {
+pub(super) fn ack_ids(delivered: &[Delivered]) -> Vec<AckId> {
     delivered.iter().map(|d| d.ack_id).collect()
 }
 

@@ -1,0 +1,406 @@
+//! Segments: a big batch's messages stored as a few compressed rows.
+//!
+//! A backfill chunk or a bulk transaction brings thousands of messages at
+//! once. Written as one `pull_messages` row each (with that table's four
+//! indexes), they made the store's transaction the bound of a backfill
+//! (BENCHMARKS.md, issue 8). A batch of at least [`STAGE_AT`] messages for
+//! a sink is instead written as `pull_segments` rows of up to
+//! [`SEGMENT_MESSAGES`] messages each: their [`MessageColumns`] encoded
+//! with postcard and compressed with zstd, one blob per segment.
+//!
+//! Segments are a queue in front of `pull_messages`: a sink's segments
+//! always come after its `pull_messages` rows, so once a sink has a
+//! segment, its later batches, however small, become segments too. When a
+//! receive or a push worker finds fewer deliverable messages than it asked
+//! for, [`materialize_next`] moves the sink's earliest segment into
+//! `pull_messages` in the same transaction, through the same insert (group
+//! heads and duplicates handled alike). Per-group order holds because no
+//! message of a group can overtake one that is still in a segment: it is
+//! either in a later segment or not stored yet.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::codec::MessageColumns;
+use super::{StoreError, insert_messages};
+
+/// A batch of at least this many messages for one sink is written as
+/// segments.
+pub(super) const STAGE_AT: usize = 256;
+
+/// The most messages one segment holds.
+const SEGMENT_MESSAGES: usize = 1000;
+
+/// The most segments one lease moves into `pull_messages`: enough to fill
+/// any batch, and a bound on one receive's work when the segments bring no
+/// deliverable message (all of a group whose head is in flight).
+pub(super) const MATERIALIZE_PER_LEASE: usize = 4;
+
+/// zstd's level: its fastest regular one. The messages of a chunk share
+/// their metadata and keys, which even this level mostly removes.
+const ZSTD_LEVEL: i32 = 1;
+
+/// Whether `count` messages for `sink` go into segments: a big batch, or
+/// any batch while the sink has segments (they must stay behind them).
+pub(super) fn takes(tx: &Transaction<'_>, sink: &str, count: usize) -> Result<bool, StoreError> {
+    if count == 0 {
+        return Ok(false);
+    }
+    if count >= STAGE_AT {
+        return Ok(true);
+    }
+    let any: bool = tx
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM pull_segments WHERE sink = ?1)")?
+        .query_row(params![sink], |row| row.get(0))?;
+    Ok(any)
+}
+
+/// Writes `messages` (in commit order) for `sink` as segments stored at
+/// `now`; returns how many messages they hold. A segment already stored at
+/// the same position (a chunk replayed after a crash) is kept as it was.
+pub(super) fn stage(
+    tx: &Transaction<'_>,
+    sink: &str,
+    messages: &[MessageColumns<'_>],
+    now: i64,
+) -> Result<usize, StoreError> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO pull_segments (sink, commit_lsn, commit_idx, messages, body, inserted_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
+    )?;
+    let mut staged = 0;
+    for members in messages.chunks(SEGMENT_MESSAGES) {
+        let first = &members[0];
+        let body = encode(members);
+        let inserted = insert.execute(params![
+            sink,
+            first.commit_lsn,
+            first.commit_idx,
+            members.len() as i64,
+            body,
+            now
+        ])?;
+        staged += inserted * members.len();
+    }
+    Ok(staged)
+}
+
+/// Moves the earliest segment of `sink` into `pull_messages`; false when
+/// the sink has none.
+pub(super) fn materialize_next(tx: &Transaction<'_>, sink: &str) -> Result<bool, StoreError> {
+    let next: Option<(i64, Vec<u8>, i64)> = tx
+        .prepare_cached(
+            "SELECT id, body, inserted_at FROM pull_segments WHERE sink = ?1
+             ORDER BY commit_lsn, commit_idx LIMIT 1",
+        )?
+        .query_row(params![sink], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    let Some((id, body, inserted_at)) = next else {
+        return Ok(false);
+    };
+    let raw = decompress(&body, id)?;
+    let messages = decode(&raw, id)?;
+    insert_messages(tx, sink, &messages, inserted_at)?;
+    tx.prepare_cached("DELETE FROM pull_segments WHERE id = ?1")?
+        .execute(params![id])?;
+    Ok(true)
+}
+
+/// How many messages the segments of `sink` hold.
+pub(super) fn count(conn: &rusqlite::Connection, sink: &str) -> Result<u64, StoreError> {
+    let count: i64 = conn
+        .prepare_cached("SELECT coalesce(sum(messages), 0) FROM pull_segments WHERE sink = ?1")?
+        .query_row(params![sink], |row| row.get(0))?;
+    Ok(count.max(0) as u64)
+}
+
+/// Deletes the segments of `sink`; returns how many messages they held.
+pub(super) fn remove(tx: &Transaction<'_>, sink: &str) -> Result<usize, StoreError> {
+    let held = count(tx, sink)?;
+    tx.execute("DELETE FROM pull_segments WHERE sink = ?1", params![sink])?;
+    Ok(held as usize)
+}
+
+/// A segment's body: `members` encoded, then compressed.
+fn encode(members: &[MessageColumns<'_>]) -> Vec<u8> {
+    // Neither can fail: postcard writes any sequence of these plain fields
+    // to a growing buffer, and zstd fails only on parameters it rejects
+    // (the level is a constant within its range).
+    let raw = postcard::to_allocvec(members).expect("message columns always encode");
+    zstd::bulk::compress(&raw, ZSTD_LEVEL).expect("zstd compresses any input at level 1")
+}
+
+/// The encoded messages of segment `id`'s `body`.
+fn decompress(body: &[u8], id: i64) -> Result<Vec<u8>, StoreError> {
+    zstd::stream::decode_all(body).map_err(|e| corrupt(id, e))
+}
+
+/// The messages of segment `id`, borrowing their text from `raw`.
+fn decode(raw: &[u8], id: i64) -> Result<Vec<MessageColumns<'_>>, StoreError> {
+    postcard::from_bytes(raw).map_err(|e| corrupt(id, e))
+}
+
+fn corrupt(id: i64, error: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        what: "segment",
+        detail: format!("pull_segments row {id} does not decode: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::super::tests::{NO_LIMIT, WAIT, ack_ids, batch, limits, msg, open_temp, positions};
+    use super::*;
+    use crate::lsn::Lsn;
+    use crate::plugins::{Payload, Route};
+    use crate::store::{NewMessage, SinkBatch, Store};
+
+    /// `count` messages at `lsn`, one group each (`g0`, `g1`, ...), as a
+    /// backfill chunk brings them.
+    fn chunk(lsn: u64, count: u32) -> Vec<NewMessage> {
+        (0..count).map(|i| msg(lsn, i, &format!("g{i}"))).collect()
+    }
+
+    fn rows(store: &Store, table: &str) -> i64 {
+        store
+            .lock()
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    }
+
+    /// Receives and acks everything `sink` holds, `size` at a time.
+    fn drain(store: &Store, sink: &str, size: u32) -> Vec<(u64, u32)> {
+        let mut seen = Vec::new();
+        loop {
+            let got = store.receive(sink, size, limits(WAIT, NO_LIMIT)).unwrap();
+            if got.is_empty() {
+                return seen;
+            }
+            seen.extend(positions(&got));
+            store.ack(sink, &ack_ids(&got)).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_big_batch_is_stored_as_segments_and_received_in_commit_order() {
+        let (_dir, store) = open_temp();
+        store.append(&batch("s", chunk(10, 2500)), Lsn(10)).unwrap();
+        assert_eq!(rows(&store, "pull_messages"), 0);
+        assert_eq!(rows(&store, "pull_segments"), 3, "1000 + 1000 + 500");
+        assert_eq!(store.message_counts("s").unwrap().stored, 2500);
+        assert_eq!(store.queue_depths("s").unwrap().buffered, 2500);
+
+        let seen = drain(&store, "s", 300);
+        let expected: Vec<(u64, u32)> = (0..2500).map(|i| (10, i)).collect();
+        assert_eq!(seen, expected);
+        assert_eq!(rows(&store, "pull_segments"), 0);
+        assert_eq!(store.message_counts("s").unwrap().stored, 0);
+    }
+
+    #[test]
+    fn small_batches_are_rows_until_a_sink_has_segments_then_queue_behind_them() {
+        let (_dir, store) = open_temp();
+        store
+            .append(&batch("s", vec![msg(5, 0, "g1")]), Lsn(5))
+            .unwrap();
+        assert_eq!(rows(&store, "pull_segments"), 0, "a small batch is a row");
+        store
+            .append(&batch("s", chunk(10, STAGE_AT as u32)), Lsn(10))
+            .unwrap();
+        // A later change of g1 and g7: it must not overtake their chunk rows.
+        store
+            .append(
+                &batch("s", vec![msg(20, 0, "g1"), msg(20, 1, "g7")]),
+                Lsn(20),
+            )
+            .unwrap();
+        assert_eq!(rows(&store, "pull_messages"), 1);
+        assert_eq!(rows(&store, "pull_segments"), 2);
+
+        // One message per group in flight: g1's row first, the chunk's
+        // other groups after it, and nothing of lsn 20 yet.
+        let first = store.receive("s", 1000, limits(WAIT, NO_LIMIT)).unwrap();
+        let got = positions(&first);
+        assert_eq!(got[0], (5, 0));
+        assert_eq!(got.len(), STAGE_AT, "g1's chunk row waits behind (5, 0)");
+        assert!(got.iter().all(|&(lsn, _)| lsn < 20), "{got:?}");
+        store.ack("s", &ack_ids(&first)).unwrap();
+
+        let second = store.receive("s", 1000, limits(WAIT, NO_LIMIT)).unwrap();
+        assert_eq!(
+            positions(&second),
+            vec![(10, 1), (20, 1)],
+            "g1's chunk row, then g7's change"
+        );
+        store.ack("s", &ack_ids(&second)).unwrap();
+        let rest = drain(&store, "s", 1000);
+        assert_eq!(rest, vec![(20, 0)]);
+    }
+
+    #[test]
+    fn segments_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weft.db");
+        {
+            let store = Store::open(&path).unwrap();
+            store.append(&batch("s", chunk(10, 1500)), Lsn(10)).unwrap();
+            // Half delivered and acked, a lease open at the crash.
+            let got = store.receive("s", 700, limits(WAIT, NO_LIMIT)).unwrap();
+            store.ack("s", &ack_ids(&got)).unwrap();
+            store
+                .receive("s", 10, limits(Duration::from_millis(1), NO_LIMIT))
+                .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.message_counts("s").unwrap().stored, 800);
+        std::thread::sleep(Duration::from_millis(5));
+        let seen = drain(&store, "s", 250);
+        let expected: Vec<(u64, u32)> = (700..1500).map(|i| (10, i)).collect();
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn a_replayed_chunk_is_stored_once() {
+        let (_dir, store) = open_temp();
+        store.append(&batch("s", chunk(10, 600)), Lsn(10)).unwrap();
+        store.append(&batch("s", chunk(10, 600)), Lsn(10)).unwrap();
+        assert_eq!(store.message_counts("s").unwrap().stored, 600);
+        assert_eq!(drain(&store, "s", 1000).len(), 600);
+    }
+
+    #[test]
+    fn push_workers_get_bytes_payloads_and_routes_back_as_stored() {
+        let (_dir, store) = open_temp();
+        let mut messages = chunk(10, 300);
+        messages[3].payload = Payload::Bytes {
+            content_type: "avro/binary".into(),
+            data: vec![0, 159, 255],
+        }
+        .into();
+        messages[4].route = Route {
+            topic: Some("orders".into()),
+            key: Some("k-4".into()),
+            ..Route::default()
+        };
+        store
+            .append(&batch("push", messages.clone()), Lsn(10))
+            .unwrap();
+        let leased = store
+            .lease_deliverable("push", 1000, Duration::from_secs(30))
+            .unwrap();
+        assert_eq!(leased.len(), 300);
+        for (got, sent) in leased.iter().zip(&messages) {
+            assert_eq!(
+                (got.commit_lsn, got.commit_idx, &got.group_id),
+                (sent.commit_lsn, sent.commit_idx, &sent.group_id)
+            );
+            assert_eq!(got.idempotency_key, sent.idempotency_key);
+            assert_eq!(got.payload, sent.payload);
+            assert_eq!(got.route, sent.route);
+        }
+    }
+
+    #[test]
+    fn a_byte_budget_stops_a_lease_that_segments_fill() {
+        let (_dir, store) = open_temp();
+        store
+            .append(&batch("push", chunk(10, 300)), Lsn(10))
+            .unwrap();
+        let size = store
+            .lease_deliverable_within("push", 1, Duration::from_secs(30), usize::MAX, true)
+            .unwrap()[0]
+            .size_bytes;
+        let leased = store
+            .lease_deliverable_within("push", 1000, Duration::from_secs(30), size * 5, false)
+            .unwrap();
+        assert_eq!(leased.len(), 5);
+    }
+
+    #[test]
+    fn one_lease_moves_a_bounded_number_of_segments() {
+        let (_dir, store) = open_temp();
+        // One group: only its head can go out, so no segment brings a
+        // deliverable message once the head is in flight.
+        let hot: Vec<NewMessage> = (0..6000).map(|i| msg(10, i, "hot")).collect();
+        store.append(&batch("s", hot), Lsn(10)).unwrap();
+        assert_eq!(
+            positions(&store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap()),
+            vec![(10, 0)]
+        );
+        let moved = rows(&store, "pull_messages");
+        assert_eq!(moved, (MATERIALIZE_PER_LEASE * SEGMENT_MESSAGES) as i64);
+        assert!(
+            store
+                .receive("s", 10, limits(WAIT, NO_LIMIT))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(rows(&store, "pull_messages"), 6000);
+        assert_eq!(store.message_counts("s").unwrap().stored, 6000);
+    }
+
+    #[test]
+    fn removing_a_sink_deletes_its_segments_only() {
+        let (_dir, store) = open_temp();
+        let both = vec![
+            SinkBatch::of("gone", chunk(10, 400)),
+            SinkBatch::of("kept", chunk(10, 400)),
+        ];
+        store.append(&both, Lsn(10)).unwrap();
+        assert_eq!(store.remove_sink("gone").unwrap(), 400);
+        assert_eq!(store.message_counts("gone").unwrap().stored, 0);
+        assert_eq!(store.message_counts("kept").unwrap().stored, 400);
+    }
+
+    #[test]
+    fn a_segment_modified_outside_weft_is_reported_not_delivered() {
+        let (_dir, store) = open_temp();
+        store.append(&batch("s", chunk(10, 300)), Lsn(10)).unwrap();
+        store
+            .lock()
+            .execute("UPDATE pull_segments SET body = x'00ff'", [])
+            .unwrap();
+        let err = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap_err();
+        assert!(
+            err.to_string().contains("pull_segments row"),
+            "names the row: {err}"
+        );
+        assert_eq!(
+            store.message_counts("s").unwrap().stored,
+            300,
+            "nothing lost"
+        );
+    }
+
+    #[test]
+    fn a_chunk_of_the_bench_table_compresses() {
+        let messages: Vec<NewMessage> = (0..1000u32)
+            .map(|i| {
+                let mut m = msg(10, i, &format!("g{i}"));
+                m.payload = Payload::Json(json!({
+                    "record": {"id": i, "note": "n".repeat(60)},
+                    "metadata": {"table_schema": "public", "table_name": "bench_rows"}
+                }))
+                .into();
+                m
+            })
+            .collect();
+        let columns: Vec<MessageColumns<'_>> = messages
+            .iter()
+            .map(|m| MessageColumns::of(m).unwrap())
+            .collect();
+        let raw: usize = messages.iter().map(|m| m.payload.body().len()).sum();
+        let body = encode(&columns);
+        assert!(body.len() * 4 < raw, "{} bytes for {raw}", body.len());
+        let plain = decompress(&body, 1).unwrap();
+        assert_eq!(decode(&plain, 1).unwrap(), columns);
+    }
+}
