@@ -71,15 +71,16 @@ pub(super) fn stage(
     let mut staged = 0;
     for members in messages.chunks(SEGMENT_MESSAGES) {
         let first = &members[0];
-        let body = encode(members);
-        let inserted = insert.execute(params![
-            sink,
-            first.commit_lsn,
-            first.commit_idx,
-            members.len() as i64,
-            body,
-            now
-        ])?;
+        let inserted = with_body(members, |body| {
+            insert.execute(params![
+                sink,
+                first.commit_lsn,
+                first.commit_idx,
+                members.len() as i64,
+                body,
+                now
+            ])
+        })?;
         staged += inserted * members.len();
     }
     Ok(staged)
@@ -123,18 +124,66 @@ pub(super) fn remove(tx: &Transaction<'_>, sink: &str) -> Result<usize, StoreErr
     Ok(held as usize)
 }
 
-/// A segment's body: `members` encoded, then compressed.
-fn encode(members: &[MessageColumns<'_>]) -> Vec<u8> {
-    // Neither can fail: postcard writes any sequence of these plain fields
-    // to a growing buffer, and zstd fails only on parameters it rejects
-    // (the level is a constant within its range).
-    let raw = postcard::to_allocvec(members).expect("message columns always encode");
-    zstd::bulk::compress(&raw, ZSTD_LEVEL).expect("zstd compresses any input at level 1")
+/// The buffers and zstd context that segments are encoded with, kept per
+/// thread: allocating them afresh for every segment (a megabyte each time)
+/// cost more in page faults than the compression itself.
+struct Encoder {
+    raw: Vec<u8>,
+    compressed: Vec<u8>,
+    zstd: zstd::bulk::Compressor<'static>,
 }
+
+thread_local! {
+    static ENCODER: std::cell::RefCell<Encoder> = std::cell::RefCell::new(Encoder {
+        raw: Vec::new(),
+        compressed: Vec::new(),
+        // Fails only when zstd cannot allocate its context.
+        zstd: zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd context at level 1"),
+    });
+    static DECODER: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
+        std::cell::RefCell::new(zstd::bulk::Decompressor::new().expect("a zstd decompression context"));
+}
+
+/// Calls `use_body` with the body of a segment of `members`: encoded, then
+/// compressed.
+fn with_body<T>(members: &[MessageColumns<'_>], use_body: impl FnOnce(&[u8]) -> T) -> T {
+    ENCODER.with_borrow_mut(|encoder| {
+        // Neither can fail: postcard writes any sequence of these plain
+        // fields to a growing buffer, and the destination has room for
+        // zstd's worst case.
+        encoder.raw.clear();
+        let raw = postcard::to_extend(members, std::mem::take(&mut encoder.raw))
+            .expect("message columns always encode");
+        encoder.compressed.clear();
+        encoder
+            .compressed
+            .reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        encoder
+            .zstd
+            .compress_to_buffer(&raw, &mut encoder.compressed)
+            .expect("the buffer holds zstd's bound");
+        encoder.raw = raw;
+        use_body(&encoder.compressed)
+    })
+}
+
+/// A segment body's encoded messages can be no bigger than this: a body
+/// whose header claims more was not written by weft.
+const MAX_RAW_BYTES: u64 = 4 << 30;
 
 /// The encoded messages of segment `id`'s `body`.
 fn decompress(body: &[u8], id: i64) -> Result<Vec<u8>, StoreError> {
-    zstd::stream::decode_all(body).map_err(|e| corrupt(id, e))
+    let size = match zstd::zstd_safe::get_frame_content_size(body) {
+        Ok(Some(size)) if size <= MAX_RAW_BYTES => size as usize,
+        Ok(Some(size)) => return Err(corrupt(id, format!("it claims {size} bytes"))),
+        Ok(None) => return Err(corrupt(id, "its size is missing")),
+        Err(_) => return Err(corrupt(id, "it is not a zstd frame")),
+    };
+    let mut raw = Vec::with_capacity(size);
+    DECODER
+        .with_borrow_mut(|zstd| zstd.decompress_to_buffer(body, &mut raw))
+        .map_err(|e| corrupt(id, e))?;
+    Ok(raw)
 }
 
 /// The messages of segment `id`, borrowing their text from `raw`.
@@ -398,7 +447,7 @@ mod tests {
             .map(|m| MessageColumns::of(m).unwrap())
             .collect();
         let raw: usize = messages.iter().map(|m| m.payload.body().len()).sum();
-        let body = encode(&columns);
+        let body = with_body(&columns, <[u8]>::to_vec);
         assert!(body.len() * 4 < raw, "{} bytes for {raw}", body.len());
         let plain = decompress(&body, 1).unwrap();
         assert_eq!(decode(&plain, 1).unwrap(), columns);
