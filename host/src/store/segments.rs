@@ -30,9 +30,10 @@ pub(super) const STAGE_AT: usize = 256;
 /// The most messages one segment holds.
 const SEGMENT_MESSAGES: usize = 1000;
 
-/// The most segments one lease moves into `pull_messages`: enough to fill
-/// any batch, and a bound on one receive's work when the segments bring no
-/// deliverable message (all of a group whose head is in flight).
+/// The most segments one lease moves into `pull_messages`: 4,000
+/// messages, four times a pull receive's largest batch, and a bound on one
+/// lease's work when the segments bring no deliverable message (all of a
+/// group whose head is in flight).
 pub(super) const MATERIALIZE_PER_LEASE: usize = 4;
 
 /// zstd's level: its fastest regular one. The messages of a chunk share
