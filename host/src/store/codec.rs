@@ -127,6 +127,15 @@ pub(super) struct MessageColumns<'a> {
 }
 
 impl<'a> MessageColumns<'a> {
+    /// About how many bytes the message's columns hold.
+    pub(super) fn approx_bytes(&self) -> usize {
+        self.payload.len()
+            + self.payload_bytes.as_ref().map_or(0, Vec::len)
+            + self.group_id.len()
+            + self.idempotency_key.len()
+            + self.route.as_ref().map_or(0, |route| route.len())
+    }
+
     /// The columns of `message`, borrowing its text.
     pub(super) fn of(message: &'a NewMessage) -> Result<MessageColumns<'a>, StoreError> {
         let payload = payload_columns(&message.payload);

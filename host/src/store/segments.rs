@@ -18,6 +18,8 @@
 //! message of a group can overtake one that is still in a segment: it is
 //! either in a later segment or not stored yet.
 
+use std::sync::{Mutex, MutexGuard};
+
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::codec::MessageColumns;
@@ -30,10 +32,15 @@ pub(super) const STAGE_AT: usize = 256;
 /// The most messages one segment holds.
 const SEGMENT_MESSAGES: usize = 1000;
 
-/// The most segments one lease moves into `pull_messages`: 4,000
-/// messages, four times a pull receive's largest batch, and a bound on one
-/// lease's work when the segments bring no deliverable message (all of a
-/// group whose head is in flight).
+/// The most bytes of messages one segment holds (unless its one message is
+/// bigger): what encoding, compressing or moving a segment holds in memory
+/// at once, so that big rows make smaller segments, not bigger buffers.
+const SEGMENT_BYTES: usize = 1 << 20;
+
+/// The most segments one lease moves into `pull_messages`: up to 4,000
+/// messages (four times a pull receive's largest batch) or 4 MiB, a bound
+/// on one lease's work when the segments bring no deliverable message (all
+/// of a group whose head is in flight).
 pub(super) const MATERIALIZE_PER_LEASE: usize = 4;
 
 /// zstd's level: its fastest regular one. The messages of a chunk share
@@ -70,7 +77,7 @@ pub(super) fn stage(
          ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
     )?;
     let mut staged = 0;
-    for members in messages.chunks(SEGMENT_MESSAGES) {
+    for members in split(messages) {
         let first = &members[0];
         let inserted = with_body(members, |body| {
             insert.execute(params![
@@ -85,6 +92,26 @@ pub(super) fn stage(
         staged += inserted * members.len();
     }
     Ok(staged)
+}
+
+/// `messages` cut into segments of at most [`SEGMENT_MESSAGES`] messages
+/// and [`SEGMENT_BYTES`] bytes, in order.
+fn split<'m, 'a>(messages: &'m [MessageColumns<'a>]) -> Vec<&'m [MessageColumns<'a>]> {
+    let mut segments = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (at, message) in messages.iter().enumerate() {
+        let size = message.approx_bytes();
+        let full = at - start == SEGMENT_MESSAGES || bytes + size > SEGMENT_BYTES;
+        if at > start && full {
+            segments.push(&messages[start..at]);
+            (start, bytes) = (at, 0);
+        }
+        bytes += size;
+    }
+    if start < messages.len() {
+        segments.push(&messages[start..]);
+    }
+    segments
 }
 
 /// Moves the earliest segment of `sink` into `pull_messages`; false when
@@ -125,47 +152,64 @@ pub(super) fn remove(tx: &Transaction<'_>, sink: &str) -> Result<usize, StoreErr
     Ok(held as usize)
 }
 
-/// The buffers and zstd context that segments are encoded with, kept per
-/// thread: allocating them afresh for every segment (a megabyte each time)
-/// cost more in page faults than the compression itself.
+/// The buffers and zstd context that segments are encoded with.
+/// Allocating them afresh for every segment (a megabyte each time) cost
+/// more in page faults than the compression itself; one set per thread
+/// would keep a few megabytes in every blocking thread that ever stored a
+/// batch. Appends hold the store's connection while they encode, so one
+/// shared set is never contended.
 struct Encoder {
     raw: Vec<u8>,
     compressed: Vec<u8>,
     zstd: zstd::bulk::Compressor<'static>,
 }
 
-thread_local! {
-    static ENCODER: std::cell::RefCell<Encoder> = std::cell::RefCell::new(Encoder {
-        raw: Vec::new(),
-        compressed: Vec::new(),
-        // Fails only when zstd cannot allocate its context.
-        zstd: zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd context at level 1"),
-    });
-    static DECODER: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
-        std::cell::RefCell::new(zstd::bulk::Decompressor::new().expect("a zstd decompression context"));
+static ENCODER: Mutex<Option<Encoder>> = Mutex::new(None);
+
+/// The zstd context segments are decompressed with, shared for the same
+/// reason.
+static DECODER: Mutex<Option<zstd::bulk::Decompressor<'static>>> = Mutex::new(None);
+
+/// Locks `shared`: a panic while it was held left at worst a buffer with
+/// stale bytes, which every use clears first.
+fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Calls `use_body` with the body of a segment of `members`: encoded, then
 /// compressed.
 fn with_body<T>(members: &[MessageColumns<'_>], use_body: impl FnOnce(&[u8]) -> T) -> T {
-    ENCODER.with_borrow_mut(|encoder| {
-        // Neither can fail: postcard writes any sequence of these plain
-        // fields to a growing buffer, and the destination has room for
-        // zstd's worst case.
-        encoder.raw.clear();
-        let raw = postcard::to_extend(members, std::mem::take(&mut encoder.raw))
-            .expect("message columns always encode");
-        encoder.compressed.clear();
-        encoder
-            .compressed
-            .reserve(zstd::zstd_safe::compress_bound(raw.len()));
-        encoder
-            .zstd
-            .compress_to_buffer(&raw, &mut encoder.compressed)
-            .expect("the buffer holds zstd's bound");
-        encoder.raw = raw;
-        use_body(&encoder.compressed)
-    })
+    let mut shared = lock(&ENCODER);
+    let encoder = shared.get_or_insert_with(|| Encoder {
+        raw: Vec::new(),
+        compressed: Vec::new(),
+        // Fails only when zstd cannot allocate its context.
+        zstd: zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd context at level 1"),
+    });
+    // Neither can fail: postcard writes any sequence of these plain
+    // fields to a growing buffer, and the destination has room for
+    // zstd's worst case.
+    encoder.raw.clear();
+    let raw = postcard::to_extend(members, std::mem::take(&mut encoder.raw))
+        .expect("message columns always encode");
+    encoder.compressed.clear();
+    encoder
+        .compressed
+        .reserve(zstd::zstd_safe::compress_bound(raw.len()));
+    encoder
+        .zstd
+        .compress_to_buffer(&raw, &mut encoder.compressed)
+        .expect("the buffer holds zstd's bound");
+    encoder.raw = raw;
+    let used = use_body(&encoder.compressed);
+    // A segment of one huge message must not pin its size for good.
+    if encoder.raw.capacity() > 2 * SEGMENT_BYTES {
+        encoder.raw = Vec::new();
+        encoder.compressed = Vec::new();
+    }
+    used
 }
 
 /// A segment body's encoded messages can be no bigger than this: a body
@@ -181,8 +225,12 @@ fn decompress(body: &[u8], id: i64) -> Result<Vec<u8>, StoreError> {
         Err(_) => return Err(corrupt(id, "it is not a zstd frame")),
     };
     let mut raw = Vec::with_capacity(size);
-    DECODER
-        .with_borrow_mut(|zstd| zstd.decompress_to_buffer(body, &mut raw))
+    let mut shared = lock(&DECODER);
+    let zstd = match &mut *shared {
+        Some(zstd) => zstd,
+        empty => empty.insert(zstd::bulk::Decompressor::new().map_err(|e| corrupt(id, e))?),
+    };
+    zstd.decompress_to_buffer(body, &mut raw)
         .map_err(|e| corrupt(id, e))?;
     Ok(raw)
 }
@@ -372,6 +420,24 @@ mod tests {
             .lease_deliverable_within("push", 1000, Duration::from_secs(30), size * 5, false)
             .unwrap();
         assert_eq!(leased.len(), 5);
+    }
+
+    #[test]
+    fn big_messages_make_smaller_segments() {
+        let (_dir, store) = open_temp();
+        let messages: Vec<NewMessage> = (0..300u32)
+            .map(|i| {
+                let mut m = msg(10, i, &format!("g{i}"));
+                m.payload =
+                    Payload::Json(json!({"idx": i, "lsn": 10, "blob": "x".repeat(10_000)})).into();
+                m
+            })
+            .collect();
+        store.append(&batch("s", messages), Lsn(10)).unwrap();
+        // 300 messages of ~10 kB: about 100 per 1 MiB segment.
+        assert_eq!(rows(&store, "pull_segments"), 3);
+        let seen = drain(&store, "s", 1000);
+        assert_eq!(seen, (0..300).map(|i| (10, i)).collect::<Vec<_>>());
     }
 
     #[test]
