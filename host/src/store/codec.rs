@@ -117,7 +117,7 @@ pub(super) struct MessageColumns<'a> {
     #[serde(borrow)]
     pub(super) payload: Cow<'a, str>,
     /// The `payload_bytes` column.
-    pub(super) payload_bytes: Option<Vec<u8>>,
+    pub(super) payload_bytes: Option<Cow<'a, [u8]>>,
     /// The `content_type` column.
     #[serde(borrow)]
     pub(super) content_type: Option<Cow<'a, str>>,
@@ -130,7 +130,7 @@ impl<'a> MessageColumns<'a> {
     /// About how many bytes the message's columns hold.
     pub(super) fn approx_bytes(&self) -> usize {
         self.payload.len()
-            + self.payload_bytes.as_ref().map_or(0, Vec::len)
+            + self.payload_bytes.as_ref().map_or(0, |bytes| bytes.len())
             + self.group_id.len()
             + self.idempotency_key.len()
             + self.route.as_ref().map_or(0, |route| route.len())
@@ -145,7 +145,7 @@ impl<'a> MessageColumns<'a> {
             group_id: Cow::Borrowed(&message.group_id),
             idempotency_key: Cow::Borrowed(&message.idempotency_key),
             payload: Cow::Borrowed(payload.json),
-            payload_bytes: payload.bytes.map(<[u8]>::to_vec),
+            payload_bytes: payload.bytes.map(Cow::Borrowed),
             content_type: payload.content_type.map(Cow::Borrowed),
             route: route_column(&message.route).map(Cow::Owned),
         })

@@ -517,7 +517,7 @@ fn insert_messages(
             message.idempotency_key,
             message.payload,
             inserted_at,
-            message.payload_bytes,
+            message.payload_bytes.as_deref(),
             message.content_type,
             message.route,
         ])?;

@@ -237,8 +237,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE sink_cursors ADD COLUMN open_idx INTEGER;
     "#,
     // 13: segments (`store::segments`): a big batch's messages (a backfill
-    // chunk, a bulk transaction) kept as rows of up to 1,000 messages each,
-    // `body` their columns encoded and compressed, until a receive or a
+    // chunk, a bulk transaction) kept as rows of up to 1,000 messages or
+    // 1 MiB each, `body` their columns encoded and compressed, until a receive or a
     // push worker needs them in `pull_messages`. `commit_lsn`/`commit_idx`
     // are those of the first message, `messages` how many it holds, and
     // `inserted_at` when they were stored. A sink's segments always come

@@ -5,8 +5,9 @@
 //! indexes), they made the store's transaction the bound of a backfill
 //! (BENCHMARKS.md, issue 8). A batch of at least [`STAGE_AT`] messages for
 //! a sink is instead written as `pull_segments` rows of up to
-//! [`SEGMENT_MESSAGES`] messages each: their [`MessageColumns`] encoded
-//! with postcard and compressed with zstd, one blob per segment.
+//! [`SEGMENT_MESSAGES`] messages or [`SEGMENT_BYTES`] bytes each: their
+//! [`MessageColumns`] encoded with postcard and compressed with zstd, one
+//! blob per segment.
 //!
 //! Segments are a queue in front of `pull_messages`: a sink's segments
 //! always come after its `pull_messages` rows, so once a sink has a
