@@ -82,7 +82,14 @@ impl Message {
     /// database configured as `database_name`. Takes the change so that its
     /// row moves into the message instead of being copied (a backfill's
     /// chunk is mostly this).
-    pub fn from_change(change: Change, database_name: &str, consumer: &ConsumerRef) -> Message {
+    /// `timestamps` keeps the last commit time's text: a chunk's or a
+    /// transaction's changes share theirs.
+    pub fn from_change(
+        change: Change,
+        database_name: &str,
+        consumer: &ConsumerRef,
+        timestamps: &mut TimestampTexts,
+    ) -> Message {
         let changes = change.changes();
         let record_pks = change.primary_key_values();
         let idempotency_key = match (&change.backfill, &change.webhook) {
@@ -108,7 +115,7 @@ impl Message {
             metadata: Metadata {
                 table_schema: relation.schema.clone(),
                 table_name: relation.name.clone(),
-                commit_timestamp: timestamp_text(commit_timestamp),
+                commit_timestamp: timestamps.text(commit_timestamp),
                 commit_lsn,
                 commit_idx,
                 idempotency_key,
@@ -205,6 +212,27 @@ impl TruncateMessage {
 }
 
 /// `metadata.commit_timestamp`: ISO-8601 in UTC with microseconds.
+/// The text of the last commit time rendered, reused while the times
+/// repeat.
+#[derive(Debug, Default)]
+pub struct TimestampTexts {
+    last: Option<(chrono::DateTime<chrono::Utc>, String)>,
+}
+
+impl TimestampTexts {
+    /// `at` as a message's `commit_timestamp`.
+    pub fn text(&mut self, at: chrono::DateTime<chrono::Utc>) -> String {
+        match &self.last {
+            Some((last, text)) if *last == at => text.clone(),
+            _ => {
+                let text = timestamp_text(at);
+                self.last = Some((at, text.clone()));
+                text
+            }
+        }
+    }
+}
+
 fn timestamp_text(at: chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
@@ -220,8 +248,18 @@ pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
 /// row within one backfill, so a chunk read again after a crash is
 /// recognised as a duplicate; a new backfill gives new keys.
 pub fn backfill_idempotency_key(backfill_id: &str, primary_key: &[String]) -> String {
-    base64::engine::general_purpose::STANDARD
-        .encode(format!("{backfill_id}:{}", primary_key.join(":")))
+    let mut plain = String::with_capacity(
+        backfill_id.len() + primary_key.iter().map(|v| v.len() + 1).sum::<usize>(),
+    );
+    plain.push_str(backfill_id);
+    plain.push(':');
+    for (i, value) in primary_key.iter().enumerate() {
+        if i > 0 {
+            plain.push(':');
+        }
+        plain.push_str(value);
+    }
+    base64::engine::general_purpose::STANDARD.encode(plain)
 }
 
 /// The idempotency key of the message at `index` of the webhook request
@@ -265,5 +303,26 @@ mod tests {
     fn idempotency_key_matches_sequin() {
         // Base64 of "123:4".
         assert_eq!(idempotency_key(Lsn(123), 4), "MTIzOjQ=");
+    }
+
+    #[test]
+    fn a_backfill_key_joins_the_backfill_id_and_the_key_values_with_colons() {
+        let decoded = |key: String| {
+            String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(key)
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            decoded(backfill_idempotency_key("bf", &["1".into(), "a:b".into()])),
+            "bf:1:a:b"
+        );
+        assert_eq!(
+            decoded(backfill_idempotency_key("bf", &["7".into()])),
+            "bf:7"
+        );
+        assert_eq!(decoded(backfill_idempotency_key("bf", &[])), "bf:");
     }
 }

@@ -7,6 +7,7 @@
 //! column is NULL. It may also carry a `WHERE` filter
 //! ([`super::row_filter`]). Both combine.
 
+use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
@@ -265,14 +266,20 @@ impl ChunkQuery {
             .iter()
             .map(|row| row.get::<_, i64>(0) as u32)
             .collect();
-        let rows = transaction.query(&sql, &params).await.map_err(db_error)?;
-        transaction.commit().await.map_err(db_error)?;
+        // Rows are turned into ours as they arrive: holding the driver's
+        // rows for the whole chunk as well would double its memory.
+        let mut rows = Box::pin(
+            transaction
+                .query_raw(&sql, params)
+                .await
+                .map_err(db_error)?,
+        );
         let relation = &table.relation;
-        let mut out = Vec::with_capacity(rows.len());
-        let mut last = None;
+        let mut out = Vec::with_capacity(limit);
+        let mut last_row = None;
         let width = relation.columns.len();
         let name = relation.qualified_name();
-        for row in &rows {
+        while let Some(row) = rows.try_next().await.map_err(db_error)? {
             // The relation's columns, then the order columns: the query
             // lists them so.
             let mut ordered = Row::with_capacity(width);
@@ -283,13 +290,16 @@ impl ChunkQuery {
                 };
                 ordered.insert(column.name.clone(), value);
             }
-            last = Some(
-                (width..width + self.order.len())
-                    .map(|i| row.get::<_, String>(i))
-                    .collect(),
-            );
             out.push((relation.key_of(&ordered), ordered));
+            last_row = Some(row);
         }
+        drop(rows);
+        transaction.commit().await.map_err(db_error)?;
+        let last = last_row.map(|row| {
+            (width..width + self.order.len())
+                .map(|i| row.get::<_, String>(i))
+                .collect()
+        });
         Ok(((out, in_progress), last))
     }
 

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use crate::change::{Action, Change};
 use crate::config::SinkConfig;
 use crate::lsn::Lsn;
-use crate::message::{ConsumerRef, Message};
+use crate::message::{ConsumerRef, Message, TimestampTexts};
 use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
 use crate::store::{
@@ -175,13 +175,18 @@ impl SinkPipeline {
     /// rows move into the messages.
     pub fn prepare(&self, changes: Vec<Change>) -> Prepared {
         let mut pending = Vec::with_capacity(changes.len());
+        let mut timestamps = TimestampTexts::default();
         pending.extend(
             changes
                 .into_iter()
                 .filter(|change| self.accepts(change))
                 .map(|change| {
-                    let message =
-                        Message::from_change(change, self.config.database_name(), &self.consumer);
+                    let message = Message::from_change(
+                        change,
+                        self.config.database_name(),
+                        &self.consumer,
+                        &mut timestamps,
+                    );
                     Pending {
                         group_id: group_id(&message),
                         message,

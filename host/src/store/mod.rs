@@ -457,10 +457,12 @@ fn store_messages(
     messages: &[NewMessage],
     now: i64,
 ) -> Result<usize, StoreError> {
-    let columns = messages
-        .iter()
-        .map(MessageColumns::of)
-        .collect::<Result<Vec<_>, _>>()?;
+    // Sized up front: collecting `Result`s cannot, and a backfill chunk's
+    // thousands of messages would grow it by copies.
+    let mut columns = Vec::with_capacity(messages.len());
+    for message in messages {
+        columns.push(MessageColumns::of(message)?);
+    }
     if segments::takes(tx, sink, columns.len())? {
         segments::stage(tx, sink, &columns, now)
     } else {

@@ -20,10 +20,38 @@ pub(super) fn number(text: &str) -> Value {
     if text == "NaN" || text == "Infinity" || text == "-Infinity" {
         return Value::String(text.to_string());
     }
-    match numeric_canonical(text).and_then(|t| serde_json::from_str::<Number>(&t).ok()) {
+    // Integers and plain decimals (nearly every value) are canonical as
+    // Postgres prints them: parse them without rewriting the text first.
+    let parsed = if is_canonical_decimal(text) {
+        serde_json::from_str::<Number>(text).ok()
+    } else {
+        numeric_canonical(text).and_then(|t| serde_json::from_str::<Number>(&t).ok())
+    };
+    match parsed {
         Some(n) => Value::Number(n),
         None => Value::String(text.to_string()),
     }
+}
+
+/// Whether `text` is already what [`numeric_canonical`] makes of it: an
+/// optional `-`, an integer part without leading zeros, an optional
+/// fraction, no exponent, and not a negative zero.
+fn is_canonical_decimal(text: &str) -> bool {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int_part, frac_part) = match rest.split_once('.') {
+        Some((int_part, frac_part)) if !frac_part.is_empty() => (int_part, frac_part),
+        Some(_) => return false,
+        None => (rest, ""),
+    };
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    let int_ok = int_part == "0" || (!int_part.is_empty() && !int_part.starts_with('0'));
+    int_ok
+        && digits(int_part)
+        && digits(frac_part)
+        && !(negative && int_part == "0" && frac_part.bytes().all(|b| b == b'0'))
 }
 
 /// json or jsonb text embedded as jsonb holds it.
@@ -42,12 +70,24 @@ pub(super) fn timestamp(text: &str) -> Value {
 
 /// `2024-01-02 03:04:05+00` → `2024-01-02T03:04:05+00:00`.
 pub(super) fn timestamptz(text: &str) -> Value {
-    let t = text.replacen(' ', "T", 1);
-    let (body, era) = match t.strip_suffix(" BC") {
+    let (body, era) = match text.strip_suffix(" BC") {
         Some(body) => (body, " BC"),
-        None => (t.as_str(), ""),
+        None => (text, ""),
     };
-    Value::String(format!("{}{era}", full_offset(body)))
+    let mut out = String::with_capacity(text.len() + 3);
+    match body.split_once(' ') {
+        Some((date, time)) => {
+            out.push_str(date);
+            out.push('T');
+            out.push_str(time);
+        }
+        None => out.push_str(body),
+    }
+    if ends_with_whole_hour_offset(body) {
+        out.push_str(":00");
+    }
+    out.push_str(era);
+    Value::String(out)
 }
 
 /// jsonb's object key order: shorter keys first, then bytewise.
@@ -115,18 +155,15 @@ fn numeric_canonical(text: &str) -> Option<String> {
     Some(out)
 }
 
-/// `+00` → `+00:00`: Postgres's ISO style prints whole-hour offsets without
-/// minutes, `to_jsonb()` (XSD style) always with.
-fn full_offset(text: &str) -> String {
+/// Whether `text` ends in a whole-hour offset such as `+00`: Postgres's ISO
+/// style prints those without minutes, `to_jsonb()` (XSD style) always with.
+fn ends_with_whole_hour_offset(text: &str) -> bool {
     let bytes = text.as_bytes();
-    if bytes.len() >= 3 {
+    bytes.len() >= 3 && {
         let sign = bytes[bytes.len() - 3];
         let hours = &bytes[bytes.len() - 2..];
-        if (sign == b'+' || sign == b'-') && hours.iter().all(u8::is_ascii_digit) {
-            return format!("{text}:00");
-        }
+        (sign == b'+' || sign == b'-') && hours.iter().all(u8::is_ascii_digit)
     }
-    text.to_string()
 }
 
 /// Reorders object keys as jsonb stores them and prints numbers as numeric
@@ -146,5 +183,56 @@ fn jsonb_order(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(jsonb_order).collect()),
         Value::Number(n) => number(&n.to_string()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_decimals_parse_as_the_rewritten_text_would() {
+        let inputs = [
+            "0",
+            "7",
+            "-7",
+            "10",
+            "1234567890123456789012",
+            "0.5",
+            "-0.5",
+            "10.50",
+            "-0",
+            "-0.00",
+            "007",
+            "00.1",
+            ".5",
+            "5.",
+            "+5",
+            "1e3",
+            "-",
+            "",
+            "1.2.3",
+            "12a",
+            "0.000",
+        ];
+        for text in inputs {
+            let slow =
+                numeric_canonical(text).and_then(|t| serde_json::from_str::<Number>(&t).ok());
+            if is_canonical_decimal(text) {
+                let fast = serde_json::from_str::<Number>(text).ok();
+                assert_eq!(fast, slow, "{text:?}");
+                assert!(fast.is_some(), "{text:?} is canonical but does not parse");
+            }
+            assert_eq!(
+                number(text),
+                slow.map(Value::Number)
+                    .unwrap_or_else(|| Value::String(text.to_string())),
+                "{text:?}"
+            );
+        }
+        assert!(is_canonical_decimal("-12.30"));
+        assert!(!is_canonical_decimal("-0.0"));
+        assert!(!is_canonical_decimal("01"));
+        assert!(!is_canonical_decimal("1e5"));
     }
 }
