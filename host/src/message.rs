@@ -253,13 +253,19 @@ pub fn backfill_idempotency_key(backfill_id: &str, primary_key: &[String]) -> St
     );
     plain.push_str(backfill_id);
     plain.push(':');
-    for (i, value) in primary_key.iter().enumerate() {
-        if i > 0 {
-            plain.push(':');
-        }
-        plain.push_str(value);
-    }
+    push_key_values(&mut plain, primary_key);
     base64::engine::general_purpose::STANDARD.encode(plain)
+}
+
+/// Appends `values` to `out` joined by colons, as keys and groups join a
+/// row's primary-key values (without a `Vec` and `format!` per row).
+pub(crate) fn push_key_values(out: &mut String, values: &[String]) {
+    for (i, value) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        out.push_str(value);
+    }
 }
 
 /// The idempotency key of the message at `index` of the webhook request

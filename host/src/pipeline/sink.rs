@@ -522,12 +522,23 @@ fn carries_bytes(sink_type: &str) -> bool {
 /// The message group of a message: its table and primary-key values.
 /// Messages of one group are delivered one at a time, in commit order.
 pub fn group_id(message: &Message) -> String {
-    format!(
-        "{}.{}:{}",
-        message.metadata.table_schema,
-        message.metadata.table_name,
-        message.metadata.record_pks.join(":")
-    )
+    let metadata = &message.metadata;
+    let mut id = String::with_capacity(
+        metadata.table_schema.len()
+            + metadata.table_name.len()
+            + metadata
+                .record_pks
+                .iter()
+                .map(|v| v.len() + 1)
+                .sum::<usize>()
+            + 2,
+    );
+    id.push_str(&metadata.table_schema);
+    id.push('.');
+    id.push_str(&metadata.table_name);
+    id.push(':');
+    crate::message::push_key_values(&mut id, &metadata.record_pks);
+    id
 }
 
 /// `chain`'s functions as `kind=name` pairs, `-` for none (computed once:

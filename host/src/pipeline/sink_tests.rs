@@ -221,3 +221,32 @@ async fn only_runs_with_a_trap_owe_a_cooldown() {
     );
     assert_eq!(sink.take_cooldown(), Duration::ZERO, "taken once");
 }
+
+#[test]
+fn a_group_is_the_table_and_the_key_values_joined_by_colons() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = sink(
+        dir.path(),
+        "    destination: {type: sequin_stream}\n",
+        false,
+    );
+    let prepared = sink.prepare(vec![change(10, 0, 7, "a")]);
+    assert_eq!(prepared.0[0].group_id, "public.items:7");
+    let mut message = prepared.0[0].message.clone();
+    message.metadata.record_pks = vec!["1".into(), "x:y".into()];
+    assert_eq!(group_id(&message), "public.items:1:x:y");
+    message.metadata.record_pks.clear();
+    assert_eq!(group_id(&message), "public.items:");
+}
+
+#[test]
+fn payloads_render_whole_whatever_size_came_before() {
+    let big = json!({"text": "x".repeat(200_000)});
+    let small = json!({"id": 1});
+    for value in [&small, &big, &small, &big] {
+        let StoredPayload::Json(text) = StoredPayload::json_of(value) else {
+            panic!("JSON expected")
+        };
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), *value);
+    }
+}

@@ -3,12 +3,17 @@
 //! bytes payload), and `route` (the resolved routing keys as JSON).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use crate::plugins::{Payload, Route};
 
 use super::{NewMessage, StoreError, lsn_to_sql};
+
+/// The largest payload size [`StoredPayload::json_of`] sizes the next
+/// buffer from: after a huge message, the next starts no bigger than this.
+const MAX_LEN_HINT: usize = 64 * 1024;
 
 /// The media type of a bytes payload stored without one.
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -34,10 +39,14 @@ impl StoredPayload {
     /// `value` rendered as JSON text, without a `serde_json::Value` in
     /// between (the message JSON of a sink without a transform).
     pub fn json_of(value: &impl serde::Serialize) -> StoredPayload {
-        // Messages run to several hundred bytes: start big enough that the
-        // buffer rarely grows.
-        let mut text = Vec::with_capacity(1024);
+        // Sized from the last message rendered (a sink's messages are much
+        // alike) with some room, so that the buffer rarely grows and holds
+        // little it does not use: a backfill renders millions of them, and
+        // every byte of slack is memory touched and given back.
+        static LAST_LEN: AtomicUsize = AtomicUsize::new(1024);
+        let mut text = Vec::with_capacity(LAST_LEN.load(Ordering::Relaxed) + 64);
         serde_json::to_writer(&mut text, value).expect("a payload always serialises");
+        LAST_LEN.store(text.len().min(MAX_LEN_HINT), Ordering::Relaxed);
         StoredPayload::Json(String::from_utf8(text).expect("serde_json writes UTF-8"))
     }
 
