@@ -3,6 +3,8 @@
 //! This module is the one place that knows the envelope and the idempotency
 //! key: sinks never build either themselves.
 
+use std::sync::Arc;
+
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -14,9 +16,9 @@ use crate::lsn::Lsn;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConsumerRef {
     /// A stable UUID derived from the sink's name.
-    pub id: String,
+    pub id: Arc<str>,
     /// The sink's name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ConsumerRef {
@@ -27,8 +29,9 @@ impl ConsumerRef {
                 &uuid::Uuid::NAMESPACE_OID,
                 format!("weft.sink.{name}").as_bytes(),
             )
-            .to_string(),
-            name: name.to_string(),
+            .to_string()
+            .into(),
+            name: name.into(),
         }
     }
 }
@@ -37,11 +40,11 @@ impl ConsumerRef {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Metadata {
     /// Schema of the changed table.
-    pub table_schema: String,
+    pub table_schema: Arc<str>,
     /// Name of the changed table.
-    pub table_name: String,
+    pub table_name: Arc<str>,
     /// Commit time, ISO-8601 in UTC with microseconds.
-    pub commit_timestamp: String,
+    pub commit_timestamp: Arc<str>,
     /// LSN of the commit, as an integer.
     pub commit_lsn: Lsn,
     /// Position of the change within its transaction.
@@ -51,7 +54,7 @@ pub struct Metadata {
     /// Primary-key values as strings, in key order.
     pub record_pks: Vec<String>,
     /// The database's `name` in the config (not the Postgres database name).
-    pub database_name: String,
+    pub database_name: Arc<str>,
     /// Transaction annotations; weft does not set them yet.
     pub transaction_annotations: Option<Value>,
     /// Data added by an enrichment function.
@@ -82,13 +85,14 @@ impl Message {
     /// database configured as `database_name`. Takes the change so that its
     /// row moves into the message instead of being copied (a backfill's
     /// chunk is mostly this).
-    /// `timestamps` keeps the last commit time's text: a chunk's or a
-    /// transaction's changes share theirs.
+    /// `shared` keeps the texts consecutive messages share (their table's
+    /// names, their commit time): a chunk's or a transaction's changes are
+    /// one allocation fewer each for every one.
     pub fn from_change(
         change: Change,
-        database_name: &str,
+        database_name: &Arc<str>,
         consumer: &ConsumerRef,
-        timestamps: &mut TimestampTexts,
+        shared: &mut SharedTexts,
     ) -> Message {
         let changes = change.changes();
         let record_pks = change.primary_key_values();
@@ -108,19 +112,20 @@ impl Message {
             webhook,
             ..
         } = change;
+        let (table_schema, table_name) = shared.table(&relation);
         Message {
             record: new.or(old).unwrap_or_default(),
             changes,
             action,
             metadata: Metadata {
-                table_schema: relation.schema.clone(),
-                table_name: relation.name.clone(),
-                commit_timestamp: timestamps.text(commit_timestamp),
+                table_schema,
+                table_name,
+                commit_timestamp: shared.timestamp(commit_timestamp),
                 commit_lsn,
                 commit_idx,
                 idempotency_key,
                 record_pks,
-                database_name: database_name.to_string(),
+                database_name: Arc::clone(database_name),
                 transaction_annotations: None,
                 enrichment: None,
                 webhook_source: webhook.map(|tag| tag.source.clone()),
@@ -189,14 +194,14 @@ impl TruncateMessage {
             action: "truncate",
             metadata: TruncateMetadata {
                 common: Metadata {
-                    table_schema: relation.schema.clone(),
-                    table_name: relation.name.clone(),
-                    commit_timestamp: timestamp_text(truncate.commit_timestamp),
+                    table_schema: relation.schema.as_str().into(),
+                    table_name: relation.name.as_str().into(),
+                    commit_timestamp: timestamp_text(truncate.commit_timestamp).into(),
                     commit_lsn: truncate.commit_lsn,
                     commit_idx,
                     idempotency_key: idempotency_key(truncate.commit_lsn, commit_idx),
                     record_pks: Vec::new(),
-                    database_name: database_name.to_string(),
+                    database_name: database_name.into(),
                     transaction_annotations: None,
                     enrichment: None,
                     webhook_source: None,
@@ -212,21 +217,39 @@ impl TruncateMessage {
 }
 
 /// `metadata.commit_timestamp`: ISO-8601 in UTC with microseconds.
-/// The text of the last commit time rendered, reused while the times
-/// repeat.
+/// The metadata texts of the last message built, shared with the next
+/// while they repeat: its table's schema and name, its commit time.
 #[derive(Debug, Default)]
-pub struct TimestampTexts {
-    last: Option<(chrono::DateTime<chrono::Utc>, String)>,
+pub struct SharedTexts {
+    table: Option<(Arc<Relation>, Arc<str>, Arc<str>)>,
+    timestamp: Option<(chrono::DateTime<chrono::Utc>, Arc<str>)>,
 }
 
-impl TimestampTexts {
-    /// `at` as a message's `commit_timestamp`.
-    pub fn text(&mut self, at: chrono::DateTime<chrono::Utc>) -> String {
-        match &self.last {
-            Some((last, text)) if *last == at => text.clone(),
+impl SharedTexts {
+    /// `relation`'s schema and name.
+    pub fn table(&mut self, relation: &Arc<Relation>) -> (Arc<str>, Arc<str>) {
+        match &self.table {
+            Some((last, schema, name)) if Arc::ptr_eq(last, relation) => {
+                (Arc::clone(schema), Arc::clone(name))
+            }
             _ => {
-                let text = timestamp_text(at);
-                self.last = Some((at, text.clone()));
+                let (schema, name): (Arc<str>, Arc<str>) = (
+                    relation.schema.as_str().into(),
+                    relation.name.as_str().into(),
+                );
+                self.table = Some((Arc::clone(relation), schema.clone(), name.clone()));
+                (schema, name)
+            }
+        }
+    }
+
+    /// `at` as a message's `commit_timestamp`.
+    pub fn timestamp(&mut self, at: chrono::DateTime<chrono::Utc>) -> Arc<str> {
+        match &self.timestamp {
+            Some((last, text)) if *last == at => Arc::clone(text),
+            _ => {
+                let text: Arc<str> = timestamp_text(at).into();
+                self.timestamp = Some((at, Arc::clone(&text)));
                 text
             }
         }
@@ -309,6 +332,32 @@ mod tests {
     fn idempotency_key_matches_sequin() {
         // Base64 of "123:4".
         assert_eq!(idempotency_key(Lsn(123), 4), "MTIzOjQ=");
+    }
+
+    #[test]
+    fn consecutive_messages_share_their_table_and_commit_time_texts() {
+        let table = |name: &str| {
+            Arc::new(Relation {
+                oid: 1,
+                schema: "public".into(),
+                name: name.into(),
+                columns: Vec::new(),
+                primary_key: Vec::new(),
+            })
+        };
+        let (orders, users) = (table("orders"), table("users"));
+        let mut shared = SharedTexts::default();
+        let (schema, name) = shared.table(&orders);
+        let (schema_again, name_again) = shared.table(&orders);
+        assert!(Arc::ptr_eq(&schema, &schema_again) && Arc::ptr_eq(&name, &name_again));
+        assert_eq!((&*schema, &*name), ("public", "orders"));
+        assert_eq!(&*shared.table(&users).1, "users");
+        let at = chrono::DateTime::from_timestamp(1_700_000_000, 123_456_000).unwrap();
+        let text = shared.timestamp(at);
+        assert!(Arc::ptr_eq(&text, &shared.timestamp(at)));
+        assert_eq!(&*text, "2023-11-14T22:13:20.123456Z");
+        let later = shared.timestamp(at + chrono::Duration::microseconds(1));
+        assert_eq!(&*later, "2023-11-14T22:13:20.123457Z");
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl PullApiState {
         let id = uuid::Uuid::parse_str(id_or_name).ok()?.to_string();
         sinks
             .iter()
-            .find(|(name, _)| ConsumerRef::for_sink(name).id == id)
+            .find(|(name, _)| *ConsumerRef::for_sink(name).id == *id)
             .map(|(_, stream)| stream.clone())
     }
 

@@ -7,6 +7,7 @@
 //! proceeds. Either way the stream, the slot and the other groups go on.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{debug, warn};
@@ -14,7 +15,7 @@ use tracing::{debug, warn};
 use crate::change::{Action, Change};
 use crate::config::SinkConfig;
 use crate::lsn::Lsn;
-use crate::message::{ConsumerRef, Message, TimestampTexts};
+use crate::message::{ConsumerRef, Message, SharedTexts};
 use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
 use crate::store::{
@@ -49,6 +50,8 @@ pub enum SinkPipelineError {
 pub struct SinkPipeline {
     config: SinkConfig,
     consumer: ConsumerRef,
+    /// The config's database name, shared by every message.
+    database_name: Arc<str>,
     chain: FunctionChain,
     /// [`SinkPipeline::plugins`].
     plugins: String,
@@ -91,6 +94,7 @@ impl SinkPipeline {
         };
         SinkPipeline {
             consumer: ConsumerRef::for_sink(&config.name),
+            database_name: config.database_name().into(),
             backlog: BacklogGuard::new(&config),
             breaker: Breaker::new(&config.name, config.quarantine_after_traps),
             retry,
@@ -175,7 +179,7 @@ impl SinkPipeline {
     /// rows move into the messages.
     pub fn prepare(&self, changes: Vec<Change>) -> Prepared {
         let mut pending = Vec::with_capacity(changes.len());
-        let mut timestamps = TimestampTexts::default();
+        let mut shared = SharedTexts::default();
         pending.extend(
             changes
                 .into_iter()
@@ -183,9 +187,9 @@ impl SinkPipeline {
                 .map(|change| {
                     let message = Message::from_change(
                         change,
-                        self.config.database_name(),
+                        &self.database_name,
                         &self.consumer,
-                        &mut timestamps,
+                        &mut shared,
                     );
                     Pending {
                         group_id: group_id(&message),

@@ -92,9 +92,9 @@ impl Texts {
 fn relation_index<'a>(relations: &mut Vec<types::Relation<'a>>, message: &'a Message) -> u32 {
     let m = &message.metadata;
     let found = relations.iter().position(|r| {
-        r.table_name == m.table_name
-            && r.table_schema == m.table_schema
-            && r.database_name == m.database_name
+        r.table_name == &*m.table_name
+            && r.table_schema == &*m.table_schema
+            && r.database_name == &*m.database_name
     });
     let index = found.unwrap_or_else(|| {
         relations.push(types::Relation {
@@ -157,8 +157,8 @@ mod tests {
             assert_eq!(indexes, [0, 1, 0, 2]);
             let pks: Vec<&[&str]> = changes.iter().map(|c| c.metadata.record_pks).collect();
             assert_eq!(pks, [&["1"][..], &["2", "eu"], &["1"], &["1"]]);
-            assert_eq!(context.consumer_name, users.metadata.consumer.name);
-            assert_eq!(context.consumer_id, users.metadata.consumer.id);
+            assert_eq!(context.consumer_name, &*users.metadata.consumer.name);
+            assert_eq!(context.consumer_id, &*users.metadata.consumer.id);
             assert_eq!(changes[0].record, r#"{"id":1}"#);
         });
     }
