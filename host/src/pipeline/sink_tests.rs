@@ -240,7 +240,7 @@ fn a_group_is_the_table_and_the_key_values_joined_by_colons() {
 }
 
 #[test]
-fn payloads_render_whole_whatever_size_came_before() {
+fn payloads_render_whole_and_keep_little_slack_whatever_size_came_before() {
     let big = json!({"text": "x".repeat(200_000)});
     let small = json!({"id": 1});
     for value in [&small, &big, &small, &big] {
@@ -248,5 +248,11 @@ fn payloads_render_whole_whatever_size_came_before() {
             panic!("JSON expected")
         };
         assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), *value);
+        assert!(
+            text.capacity() - text.len() <= 4096,
+            "a {}-byte payload keeps {} bytes it does not use",
+            text.len(),
+            text.capacity() - text.len()
+        );
     }
 }

@@ -15,6 +15,9 @@ use super::{NewMessage, StoreError, lsn_to_sql};
 /// buffer from: after a huge message, the next starts no bigger than this.
 const MAX_LEN_HINT: usize = 64 * 1024;
 
+/// The unused bytes a rendered payload may keep.
+const MAX_SLACK: usize = 4096;
+
 /// The media type of a bytes payload stored without one.
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
@@ -47,6 +50,11 @@ impl StoredPayload {
         let mut text = Vec::with_capacity(LAST_LEN.load(Ordering::Relaxed) + 64);
         serde_json::to_writer(&mut text, value).expect("a payload always serialises");
         LAST_LEN.store(text.len().min(MAX_LEN_HINT), Ordering::Relaxed);
+        // A small message after a big one (or a big one that grew the
+        // buffer by doubling) would hold the slack until it is stored.
+        if text.capacity() - text.len() > MAX_SLACK {
+            text.shrink_to_fit();
+        }
         StoredPayload::Json(String::from_utf8(text).expect("serde_json writes UTF-8"))
     }
 
