@@ -85,9 +85,8 @@ impl Message {
     /// database configured as `database_name`. Takes the change so that its
     /// row moves into the message instead of being copied (a backfill's
     /// chunk is mostly this).
-    /// `shared` keeps the texts consecutive messages share (their table's
-    /// names, their commit time): a chunk's or a transaction's changes are
-    /// one allocation fewer each for every one.
+    /// `shared` hands out the texts consecutive messages repeat (their
+    /// table's names, their commit time) without copying them per message.
     pub fn from_change(
         change: Change,
         database_name: &Arc<str>,
@@ -216,7 +215,6 @@ impl TruncateMessage {
     }
 }
 
-/// `metadata.commit_timestamp`: ISO-8601 in UTC with microseconds.
 /// The metadata texts of the last message built, shared with the next
 /// while they repeat: its table's schema and name, its commit time.
 #[derive(Debug, Default)]
@@ -256,6 +254,7 @@ impl SharedTexts {
     }
 }
 
+/// `metadata.commit_timestamp`: ISO-8601 in UTC with microseconds.
 fn timestamp_text(at: chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
@@ -271,13 +270,16 @@ pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
 /// row within one backfill, so a chunk read again after a crash is
 /// recognised as a duplicate; a new backfill gives new keys.
 pub fn backfill_idempotency_key(backfill_id: &str, primary_key: &[String]) -> String {
-    let mut plain = String::with_capacity(
-        backfill_id.len() + primary_key.iter().map(|v| v.len() + 1).sum::<usize>(),
-    );
+    let mut plain = String::with_capacity(backfill_id.len() + 1 + key_values_len(primary_key));
     plain.push_str(backfill_id);
     plain.push(':');
     push_key_values(&mut plain, primary_key);
     base64::engine::general_purpose::STANDARD.encode(plain)
+}
+
+/// How long `values` are once [`push_key_values`] joins them.
+pub(crate) fn key_values_len(values: &[String]) -> usize {
+    values.iter().map(String::len).sum::<usize>() + values.len().saturating_sub(1)
 }
 
 /// Appends `values` to `out` joined by colons, as keys and groups join a

@@ -530,12 +530,8 @@ pub fn group_id(message: &Message) -> String {
     let mut id = String::with_capacity(
         metadata.table_schema.len()
             + metadata.table_name.len()
-            + metadata
-                .record_pks
-                .iter()
-                .map(|v| v.len() + 1)
-                .sum::<usize>()
-            + 2,
+            + 2
+            + crate::message::key_values_len(&metadata.record_pks),
     );
     id.push_str(&metadata.table_schema);
     id.push('.');

@@ -1,6 +1,7 @@
 //! Scalars that `to_jsonb()` renders other than as their output text:
 //! booleans, numbers, json/jsonb and timestamps.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use serde_json::{Map, Number, Value};
@@ -22,12 +23,12 @@ pub(super) fn number(text: &str) -> Value {
     }
     // Integers and plain decimals (nearly every value) are canonical as
     // Postgres prints them: parse them without rewriting the text first.
-    let parsed = if is_canonical_decimal(text) {
-        serde_json::from_str::<Number>(text).ok()
+    let canonical = if is_canonical_decimal(text) {
+        Some(Cow::Borrowed(text))
     } else {
-        numeric_canonical(text).and_then(|t| serde_json::from_str::<Number>(&t).ok())
+        numeric_canonical(text).map(Cow::Owned)
     };
-    match parsed {
+    match canonical.and_then(|t| serde_json::from_str::<Number>(&t).ok()) {
         Some(n) => Value::Number(n),
         None => Value::String(text.to_string()),
     }
