@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 use crate::change::{Action, Change};
 use crate::config::SinkConfig;
 use crate::lsn::Lsn;
+use crate::message::json::{self, JsonCache};
 use crate::message::{ConsumerRef, Message, SharedTexts};
 use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
@@ -61,6 +62,8 @@ pub struct SinkPipeline {
     /// Time the sink owes for function calls that trapped (see
     /// [`TRAP_COOLDOWN_FACTOR`]); the pipeline pauses for it.
     cooldown: Duration,
+    /// The metadata JSON the sink's consecutive messages share.
+    json_cache: JsonCache,
 }
 
 /// After a chain run in which a function trapped (or timed out, ran out of
@@ -102,6 +105,7 @@ impl SinkPipeline {
             plugins: plugin_names(&chain),
             chain,
             cooldown: Duration::ZERO,
+            json_cache: JsonCache::default(),
         }
     }
 
@@ -340,7 +344,7 @@ impl SinkPipeline {
             for p in pending {
                 let message = &p.message;
                 let position = (message.metadata.commit_lsn, message.metadata.commit_idx);
-                match self.to_new_message(position, &p.group_id, message, None, None) {
+                match self.new_message(position, &p.group_id, message, None, None) {
                     Ok(stored) => settled.messages.push(stored),
                     Err(error) => settled.dead_letters.push(dead_letter(p, p.attempts, error)),
                 }
@@ -374,7 +378,7 @@ impl SinkPipeline {
                         payload,
                         route,
                     } = *done;
-                    match self.to_new_message(position, group_id, &message, payload, route) {
+                    match self.new_message(position, group_id, &message, payload, route) {
                         Ok(message) => settled.messages.push(message),
                         Err(error) => settled.dead_letters.push(dead_letter(
                             original,
@@ -426,8 +430,8 @@ impl SinkPipeline {
     /// The stored message for `message` as the chain left it, with the
     /// transform's `payload` and the routing function's `route` if any, or
     /// why the sink cannot carry it.
-    fn to_new_message(
-        &self,
+    fn new_message(
+        &mut self,
         (commit_lsn, commit_idx): (Lsn, u32),
         group_id: &str,
         message: &Message,
@@ -459,7 +463,9 @@ impl SinkPipeline {
         );
         let payload = match payload {
             Some(payload) => payload.into(),
-            None => StoredPayload::json_of(message),
+            None => StoredPayload::written(|text| {
+                json::write_message(text, message, &mut self.json_cache);
+            }),
         };
         Ok(NewMessage {
             commit_lsn,

@@ -42,20 +42,28 @@ impl StoredPayload {
     /// `value` rendered as JSON text, without a `serde_json::Value` in
     /// between (the message JSON of a sink without a transform).
     pub fn json_of(value: &impl serde::Serialize) -> StoredPayload {
+        StoredPayload::written(|text| {
+            serde_json::to_writer(text, value).expect("a payload always serialises")
+        })
+    }
+
+    /// The JSON text `write` appends to an empty buffer (it must write
+    /// UTF-8).
+    pub fn written(write: impl FnOnce(&mut Vec<u8>)) -> StoredPayload {
         // Sized from the last message rendered (a sink's messages are much
         // alike) with some room, so that the buffer rarely grows and holds
         // little it does not use: a backfill renders millions of them, and
         // every byte of slack is memory touched and given back.
         static LAST_LEN: AtomicUsize = AtomicUsize::new(1024);
         let mut text = Vec::with_capacity(LAST_LEN.load(Ordering::Relaxed) + 64);
-        serde_json::to_writer(&mut text, value).expect("a payload always serialises");
+        write(&mut text);
         LAST_LEN.store(text.len().min(MAX_LEN_HINT), Ordering::Relaxed);
         // A small message after a big one (or a big one that grew the
         // buffer by doubling) would hold the slack until it is stored.
         if text.capacity() - text.len() > MAX_SLACK {
             text.shrink_to_fit();
         }
-        StoredPayload::Json(String::from_utf8(text).expect("serde_json writes UTF-8"))
+        StoredPayload::Json(String::from_utf8(text).expect("payloads are written as UTF-8"))
     }
 
     /// The payload of a row's `payload`, `payload_bytes` and `content_type`

@@ -24,6 +24,13 @@ pub(super) fn number(text: &str) -> Value {
     // Integers and plain decimals (nearly every value) are canonical as
     // Postgres prints them: parse them without rewriting the text first.
     let canonical = if is_canonical_decimal(text) {
+        // An integer that fits an i64 (keys, counts: most numbers) needs
+        // no JSON parser: its canonical text is what `Number` prints.
+        if !text.contains('.')
+            && let Ok(integer) = text.parse::<i64>()
+        {
+            return Value::Number(integer.into());
+        }
         Some(Cow::Borrowed(text))
     } else {
         numeric_canonical(text).map(Cow::Owned)
@@ -199,6 +206,10 @@ mod tests {
             "-7",
             "10",
             "1234567890123456789012",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "-9223372036854775809",
             "0.5",
             "-0.5",
             "10.50",

@@ -12,6 +12,8 @@ use serde_json::Value;
 use crate::change::{Action, Change, Relation, Row, Truncate};
 use crate::lsn::Lsn;
 
+pub mod json;
+
 /// The consumer (sink) a message is delivered to.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConsumerRef {

@@ -1,0 +1,358 @@
+//! A [`Message`]'s JSON written directly: byte for byte what
+//! `serde_json::to_writer` writes for it, at a fraction of the cost.
+//!
+//! A sink without a transform renders every message it stores, and a
+//! backfill stores millions. serde's generic path spent most of that
+//! scanning every key and value for characters to escape, one byte at a
+//! time, and rendering the metadata texts that a chunk's messages all share
+//! (their table, commit time, database and consumer) once per message
+//! (BENCHMARKS.md, "Twelfth round"). Here keys are literals, texts without
+//! such characters are copied as they are, and the shared metadata is
+//! rendered once per run of messages that share it ([`JsonCache`]).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Message, Metadata};
+use crate::change::Row;
+
+/// The pieces of metadata JSON that consecutive messages share, rendered
+/// once. Holding the texts they were rendered from keeps a piece from
+/// being mistaken for another's: an `Arc` is only compared by address while
+/// it is alive.
+#[derive(Debug, Default)]
+pub struct JsonCache {
+    /// From `"metadata":{` to `"commit_idx":`.
+    head: Fragment,
+    /// `,"database_name":…,"transaction_annotations":`.
+    database: Fragment,
+    /// `,"consumer":{…}}`, which closes the metadata.
+    consumer: Fragment,
+}
+
+/// A piece of JSON and the shared texts (and number) it was rendered from.
+#[derive(Debug, Default)]
+struct Fragment {
+    rendered: bool,
+    texts: Vec<Arc<str>>,
+    number: u64,
+    json: Vec<u8>,
+}
+
+impl Fragment {
+    /// The piece for `texts` and `number`: the one kept when it was
+    /// rendered from these very texts, else rendered by `render` now.
+    fn get(
+        &mut self,
+        texts: &[&Arc<str>],
+        number: u64,
+        render: impl FnOnce(&mut Vec<u8>),
+    ) -> &[u8] {
+        let same = self.rendered
+            && self.number == number
+            && self.texts.len() == texts.len()
+            && self.texts.iter().zip(texts).all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same {
+            self.texts = texts.iter().map(|text| Arc::clone(text)).collect();
+            self.number = number;
+            self.json.clear();
+            render(&mut self.json);
+            self.rendered = true;
+        }
+        &self.json
+    }
+}
+
+/// Appends `message`'s JSON to `out`, as `serde_json::to_writer` would.
+pub fn write_message(out: &mut Vec<u8>, message: &Message, cache: &mut JsonCache) {
+    out.extend_from_slice(b"{\"record\":");
+    write_row(out, &message.record);
+    out.extend_from_slice(b",\"changes\":");
+    match &message.changes {
+        Some(changes) => write_row(out, changes),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"action\":\"");
+    out.extend_from_slice(message.action.as_str().as_bytes());
+    out.extend_from_slice(b"\",");
+    write_metadata(out, &message.metadata, cache);
+    out.push(b'}');
+}
+
+/// Appends `"metadata":{…}`.
+fn write_metadata(out: &mut Vec<u8>, metadata: &Metadata, cache: &mut JsonCache) {
+    let texts = [
+        &metadata.table_schema,
+        &metadata.table_name,
+        &metadata.commit_timestamp,
+    ];
+    out.extend_from_slice(cache.head.get(&texts, metadata.commit_lsn.0, |json| {
+        json.extend_from_slice(b"\"metadata\":{\"table_schema\":");
+        write_str(json, &metadata.table_schema);
+        json.extend_from_slice(b",\"table_name\":");
+        write_str(json, &metadata.table_name);
+        json.extend_from_slice(b",\"commit_timestamp\":");
+        write_str(json, &metadata.commit_timestamp);
+        json.extend_from_slice(b",\"commit_lsn\":");
+        write_integer(json, metadata.commit_lsn.0);
+        json.extend_from_slice(b",\"commit_idx\":");
+    }));
+    write_integer(out, metadata.commit_idx.into());
+    out.extend_from_slice(b",\"idempotency_key\":");
+    write_str(out, &metadata.idempotency_key);
+    out.extend_from_slice(b",\"record_pks\":[");
+    for (i, value) in metadata.record_pks.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, value);
+    }
+    out.push(b']');
+    out.extend_from_slice(cache.database.get(&[&metadata.database_name], 0, |json| {
+        json.extend_from_slice(b",\"database_name\":");
+        write_str(json, &metadata.database_name);
+        json.extend_from_slice(b",\"transaction_annotations\":");
+    }));
+    write_optional(out, metadata.transaction_annotations.as_ref());
+    if let Some(enrichment) = &metadata.enrichment {
+        out.extend_from_slice(b",\"enrichment\":");
+        write_value(out, enrichment);
+    }
+    if let Some(source) = &metadata.webhook_source {
+        out.extend_from_slice(b",\"webhook_source\":");
+        write_str(out, source);
+    }
+    let consumer = &metadata.consumer;
+    out.extend_from_slice(
+        cache
+            .consumer
+            .get(&[&consumer.id, &consumer.name], 0, |json| {
+                json.extend_from_slice(b",\"consumer\":{\"id\":");
+                write_str(json, &consumer.id);
+                json.extend_from_slice(b",\"name\":");
+                write_str(json, &consumer.name);
+                json.extend_from_slice(b"}}");
+            }),
+    );
+}
+
+/// Appends `value`, or `null`.
+fn write_optional(out: &mut Vec<u8>, value: Option<&Value>) {
+    match value {
+        Some(value) => write_value(out, value),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// Appends a row (or any JSON object) in its keys' order.
+fn write_row(out: &mut Vec<u8>, row: &Row) {
+    out.push(b'{');
+    for (i, (key, value)) in row.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, key);
+        out.push(b':');
+        write_value(out, value);
+    }
+    out.push(b'}');
+}
+
+/// Appends `value` in compact form.
+fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        // Numbers keep Postgres's text (`arbitrary_precision`), which is
+        // what serde_json writes too.
+        Value::Number(number) => out.extend_from_slice(number.as_str().as_bytes()),
+        Value::String(text) => write_str(out, text),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(object) => write_row(out, object),
+    }
+}
+
+/// Appends `number` in decimal.
+fn write_integer(out: &mut Vec<u8>, number: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(number).as_bytes());
+}
+
+/// Appends `text` as a JSON string: copied as it is when nothing in it
+/// needs escaping (nearly always), else escaped by serde_json.
+fn write_str(out: &mut Vec<u8>, text: &str) {
+    if is_plain(text.as_bytes()) {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, text).expect("writing to a Vec cannot fail");
+    }
+}
+
+/// Whether `bytes` holds nothing JSON escapes: no control character
+/// (below 0x20), `"` or `\`, exactly serde_json's set.
+fn is_plain(bytes: &[u8]) -> bool {
+    // Sixteen bytes at a time with no early exit inside, which the
+    // compiler turns into vector compares.
+    let mut chunks = bytes.chunks_exact(16);
+    for chunk in &mut chunks {
+        if chunk.iter().fold(false, |found, &b| found | escapes(b)) {
+            return false;
+        }
+    }
+    !chunks.remainder().iter().any(|&b| escapes(b))
+}
+
+/// Whether JSON escapes the byte `b`.
+const fn escapes(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::change::Action;
+    use crate::lsn::Lsn;
+    use crate::message::ConsumerRef;
+
+    fn row(value: Value) -> Row {
+        match value {
+            Value::Object(row) => row,
+            _ => panic!("a row is an object"),
+        }
+    }
+
+    fn message(schema: &str, name: &str, lsn: u64, record: Row) -> Message {
+        Message {
+            record,
+            changes: None,
+            action: Action::Read,
+            metadata: Metadata {
+                table_schema: schema.into(),
+                table_name: name.into(),
+                commit_timestamp: "2026-12-04T18:00:00.123456Z".into(),
+                commit_lsn: Lsn(lsn),
+                commit_idx: 7,
+                idempotency_key: "b1:42".into(),
+                record_pks: vec!["42".into()],
+                database_name: "source".into(),
+                transaction_annotations: None,
+                enrichment: None,
+                webhook_source: None,
+                consumer: ConsumerRef::for_sink("orders"),
+            },
+        }
+    }
+
+    fn written(message: &Message, cache: &mut JsonCache) -> String {
+        let mut out = Vec::new();
+        write_message(&mut out, message, cache);
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    /// Texts that serde_json escapes, and some it leaves alone, at every
+    /// place of a 16-byte block and in its remainder.
+    fn awkward_texts() -> Vec<String> {
+        let mut texts: Vec<String> = [
+            "",
+            "plain",
+            "quote \" inside",
+            "back\\slash",
+            "tab\there",
+            "nul \u{0} and \u{1f}",
+            "del \u{7f} stays",
+            "ünïcödé ✓ 🦀",
+            "\u{2028} line separator",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        for at in 0..40 {
+            let mut text = "x".repeat(40);
+            text.replace_range(at..at + 1, "\"");
+            texts.push(text.clone());
+            text.replace_range(at..at + 1, "\n");
+            texts.push(text);
+        }
+        texts
+    }
+
+    #[test]
+    fn messages_are_written_exactly_as_serde_json_writes_them() {
+        let mut cache = JsonCache::default();
+        for (i, text) in awkward_texts().into_iter().enumerate() {
+            let mut record = row(json!({
+                "id": 42,
+                "price": "12.50",
+                "amount": serde_json::from_str::<Value>("1234567890123456789012.000001").unwrap(),
+                "ratio": -1.5e-7,
+                "flag": i % 2 == 0,
+                "gone": null,
+                "doc": {"a": [1, "two", {"three": null}], "": []},
+                "tags": ["x", text.clone()],
+            }));
+            record.insert(text.clone(), Value::String(text.clone()));
+            let mut message = message(&text, "orders", 1000 + i as u64, record.clone());
+            message.action = [Action::Insert, Action::Update, Action::Delete, Action::Read][i % 4];
+            message.changes = (i % 3 == 0).then(|| row(json!({"status": text.clone()})));
+            message.metadata.idempotency_key = text.clone();
+            message.metadata.record_pks = vec![text.clone(), "7".into()];
+            message.metadata.transaction_annotations = (i % 5 == 0).then(|| json!({"by": text}));
+            message.metadata.enrichment = (i % 2 == 1).then(|| json!({"customer": {"tier": text}}));
+            message.metadata.webhook_source = (i % 7 == 0).then(|| text.clone());
+            message.metadata.database_name = text.as_str().into();
+            message.metadata.consumer = ConsumerRef::for_sink(&text);
+            let expected = serde_json::to_string(&message).unwrap();
+            assert_eq!(written(&message, &mut cache), expected, "text {text:?}");
+        }
+    }
+
+    #[test]
+    fn shared_metadata_is_rendered_again_when_it_changes() {
+        let mut cache = JsonCache::default();
+        let first = message("public", "orders", 10, row(json!({"id": 1})));
+        let mut same_texts = first.clone();
+        same_texts.metadata.commit_idx = 8;
+        let mut next_chunk = first.clone();
+        next_chunk.metadata.commit_lsn = Lsn(11);
+        let other_table = message("sales", "refunds", 10, row(json!({"id": 2})));
+        let mut other_consumer = first.clone();
+        other_consumer.metadata.consumer = ConsumerRef::for_sink("refunds");
+        other_consumer.metadata.database_name = "replica".into();
+        for message in [
+            &first,
+            &same_texts,
+            &next_chunk,
+            &other_table,
+            &first,
+            &other_consumer,
+            &first,
+        ] {
+            let expected = serde_json::to_string(message).unwrap();
+            assert_eq!(written(message, &mut cache), expected);
+        }
+    }
+
+    #[test]
+    fn only_control_characters_quotes_and_backslashes_need_escaping() {
+        for b in 0..=255u8 {
+            let escaped = serde_json::to_string(&char::from(b).to_string()).unwrap();
+            let plain = format!("\"{}\"", char::from(b));
+            assert_eq!(escapes(b), escaped != plain, "byte {b:#x}");
+        }
+    }
+}
