@@ -227,9 +227,11 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
         started.elapsed()
     );
     // Holding the big transaction would add at least its extra 90 MB; the
-    // allowance (a third of that) covers allocator arenas and caches that
-    // warm up over a longer stream (seen: 0 to 22 MiB on the CI machine).
-    let allowance_kib = 30 * 1024;
+    // allowance (under half of that) covers allocator arenas and caches
+    // that warm up over a longer stream (seen: 0 to 22 MiB on an earlier CI
+    // machine; 17 to 32 MiB on a 2-core VM on 2026-12-04, before and after
+    // the direct message JSON, which one CI run's 32 failed at 30).
+    let allowance_kib = 40 * 1024;
     assert!(
         rss_big_stored < rss_small_stored + allowance_kib && rss_big < rss_small + allowance_kib,
         "weft's memory grew with the transaction: stored {rss_small_stored} → {rss_big_stored} KiB, drained {rss_small} → {rss_big} KiB"
