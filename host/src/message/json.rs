@@ -54,7 +54,8 @@ impl Fragment {
             && self.texts.len() == texts.len()
             && self.texts.iter().zip(texts).all(|(a, b)| Arc::ptr_eq(a, b));
         if !same {
-            self.texts = texts.iter().map(|text| Arc::clone(text)).collect();
+            self.texts.clear();
+            self.texts.extend(texts.iter().map(|text| Arc::clone(text)));
             self.number = number;
             self.json.clear();
             render(&mut self.json);
@@ -101,14 +102,10 @@ fn write_metadata(out: &mut Vec<u8>, metadata: &Metadata, cache: &mut JsonCache)
     write_integer(out, metadata.commit_idx.into());
     out.extend_from_slice(b",\"idempotency_key\":");
     write_str(out, &metadata.idempotency_key);
-    out.extend_from_slice(b",\"record_pks\":[");
-    for (i, value) in metadata.record_pks.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(out, value);
-    }
-    out.push(b']');
+    out.extend_from_slice(b",\"record_pks\":");
+    write_sequence(out, b"[]", &metadata.record_pks, |out, value| {
+        write_str(out, value)
+    });
     out.extend_from_slice(cache.database.get(&[&metadata.database_name], 0, |json| {
         json.extend_from_slice(b",\"database_name\":");
         write_str(json, &metadata.database_name);
@@ -147,16 +144,28 @@ fn write_optional(out: &mut Vec<u8>, value: Option<&Value>) {
 
 /// Appends a row (or any JSON object) in its keys' order.
 fn write_row(out: &mut Vec<u8>, row: &Row) {
-    out.push(b'{');
-    for (i, (key, value)) in row.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    write_sequence(out, b"{}", row, |out, (key, value)| {
         write_str(out, key);
         out.push(b':');
         write_value(out, value);
+    });
+}
+
+/// Appends `items` between the two `brackets`, separated by commas.
+fn write_sequence<T>(
+    out: &mut Vec<u8>,
+    brackets: &[u8; 2],
+    items: impl IntoIterator<Item = T>,
+    mut write_item: impl FnMut(&mut Vec<u8>, T),
+) {
+    out.push(brackets[0]);
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_item(out, item);
     }
-    out.push(b'}');
+    out.push(brackets[1]);
 }
 
 /// Appends `value` in compact form.
@@ -169,16 +178,7 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
         // what serde_json writes too.
         Value::Number(number) => out.extend_from_slice(number.as_str().as_bytes()),
         Value::String(text) => write_str(out, text),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_value(out, item);
-            }
-            out.push(b']');
-        }
+        Value::Array(items) => write_sequence(out, b"[]", items, write_value),
         Value::Object(object) => write_row(out, object),
     }
 }
