@@ -330,17 +330,23 @@ pub struct SchemaChange {
 }
 
 /// Updates of some rows of `table`, written just before and after a
-/// schema change in its transaction.
+/// schema change in its transaction. Besides 20 random rows it upserts a
+/// sentinel row (id -1, which the workload never inserts), so the change
+/// has a row image on each side even when the random workload has not
+/// written the table yet, or has deleted every row of it.
 fn touch(table: &str) -> &'static str {
     match table {
         "accounts" => {
-            "UPDATE accounts SET updated_at = now() WHERE id IN (SELECT id FROM accounts ORDER BY random() LIMIT 20);"
+            "UPDATE accounts SET updated_at = now() WHERE id IN (SELECT id FROM accounts ORDER BY random() LIMIT 20); \
+             INSERT INTO accounts (id, owner, balance) VALUES (-1, 'sentinel', 1.5) ON CONFLICT (id) DO UPDATE SET updated_at = now();"
         }
         "events" => {
-            "UPDATE events SET ok = NOT ok WHERE id IN (SELECT id FROM events ORDER BY random() LIMIT 20);"
+            "UPDATE events SET ok = NOT ok WHERE id IN (SELECT id FROM events ORDER BY random() LIMIT 20); \
+             INSERT INTO events (id, kind, ok) VALUES (-1, 'sentinel', true) ON CONFLICT (id) DO UPDATE SET ok = NOT events.ok;"
         }
         "lines" => {
-            "UPDATE lines SET qty = qty + 1 WHERE (order_id, line) IN (SELECT order_id, line FROM lines ORDER BY random() LIMIT 20);"
+            "UPDATE lines SET qty = qty + 1 WHERE (order_id, line) IN (SELECT order_id, line FROM lines ORDER BY random() LIMIT 20); \
+             INSERT INTO lines (order_id, line, qty) VALUES (-1, 0, 1) ON CONFLICT (order_id, line) DO UPDATE SET qty = lines.qty + 1;"
         }
         other => panic!("no touch for table {other}"),
     }
