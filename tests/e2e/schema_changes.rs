@@ -3,17 +3,18 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
 use weft::source::SourceError;
+use weft::source::events;
 
 use crate::harness::postgres::PgCluster;
 
 struct Source {
-    events: mpsc::Receiver<SourceEvent>,
+    events: events::EventReceiver,
     shutdown: CancellationToken,
     handle: JoinHandle<Result<(), SourceError>>,
     _durable: watch::Sender<Lsn>,
@@ -23,7 +24,7 @@ impl Source {
     fn start(pg: &PgCluster, slot: &str, publication: &str, tables: &[&str]) -> Source {
         let config =
             crate::harness::source::source_config(&pg.url("postgres"), slot, publication, tables);
-        let (tx, events) = mpsc::channel(1024);
+        let (tx, events) = events::channel(1024, events::MAX_BYTES);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));

@@ -4,10 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use weft::change::SourceEvent;
 use weft::lsn::Lsn;
+use weft::source::events;
 use weft::source::{SourceConfig, SourceError, slot};
 
 use crate::harness::postgres::{PgCluster, PgOptions};
@@ -24,7 +25,7 @@ async fn a_slot_held_by_another_consumer_names_its_pid_and_the_fix() {
         ..Default::default()
     });
     pg.psql("CREATE TABLE t (id int PRIMARY KEY)");
-    let (tx, mut first_events) = mpsc::channel(64);
+    let (tx, mut first_events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let first_shutdown = CancellationToken::new();
     let first = tokio::spawn(weft::source::run(
@@ -36,7 +37,7 @@ async fn a_slot_held_by_another_consumer_names_its_pid_and_the_fix() {
     pg.wait_for_active_slot("shared");
     let pid = pg.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'shared'");
 
-    let (tx, _events) = mpsc::channel(64);
+    let (tx, _events) = events::channel(64, events::MAX_BYTES);
     let (_durable2, durable_rx) = watch::channel(Lsn::ZERO);
     let started = Instant::now();
     let e = tokio::time::timeout(
@@ -85,7 +86,7 @@ async fn a_slot_held_by_another_consumer_names_its_pid_and_the_fix() {
 async fn a_released_slot_is_taken_over_without_error() {
     let pg = PgCluster::start();
     pg.psql("CREATE TABLE t (id int PRIMARY KEY)");
-    let (tx, _events) = mpsc::channel(64);
+    let (tx, _events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
     let first = tokio::spawn(weft::source::run(
@@ -95,7 +96,7 @@ async fn a_released_slot_is_taken_over_without_error() {
         shutdown.clone(),
     ));
     pg.wait_for_active_slot("handover");
-    let (tx, mut events) = mpsc::channel(64);
+    let (tx, mut events) = events::channel(64, events::MAX_BYTES);
     let (_durable2, durable_rx) = watch::channel(Lsn::ZERO);
     let second_shutdown = CancellationToken::new();
     let second = tokio::spawn(weft::source::run(
@@ -156,7 +157,7 @@ async fn tables_without_a_primary_key_are_streamed_with_an_empty_key_and_named()
     );
 
     // Accepted: inserts (and, under FULL, updates) stream with no key.
-    let (tx, mut events) = mpsc::channel(64);
+    let (tx, mut events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(weft::source::run(c, tx, durable_rx, shutdown.clone()));

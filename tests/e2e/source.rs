@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
+use weft::source::events;
 use weft::source::{PgConnectOptions, SourceConfig, SourceError};
 
 use crate::harness::postgres::{PgCluster, PgOptions};
@@ -39,7 +40,7 @@ struct Txn {
 }
 
 struct Running {
-    events: mpsc::Receiver<SourceEvent>,
+    events: events::EventReceiver,
     durable: watch::Sender<Lsn>,
     shutdown: CancellationToken,
     handle: JoinHandle<Result<(), SourceError>>,
@@ -51,7 +52,7 @@ impl Running {
     }
 
     fn start_with_capacity(config: SourceConfig, capacity: usize) -> Running {
-        let (tx, events) = mpsc::channel(capacity);
+        let (tx, events) = events::channel(capacity, events::MAX_BYTES);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
@@ -527,7 +528,7 @@ async fn keeps_confirming_and_stops_promptly_under_backpressure() {
 }
 
 async fn run_once(config: SourceConfig) -> SourceError {
-    let (tx, _rx) = mpsc::channel(16);
+    let (tx, _rx) = events::channel(16, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
     tokio::time::timeout(

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use weft::change::SourceEvent;
 use weft::lsn::Lsn;
+use weft::source::events;
 use weft::source::protocol::ReplicationConnection;
 use weft::source::{PgConnectOptions, SourceError};
 
@@ -178,7 +179,7 @@ async fn sslmode_verifies_the_server_certificate() {
         "tls_pub",
         &["public.t"],
     );
-    let (tx, mut events) = mpsc::channel(64);
+    let (tx, mut events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
@@ -236,7 +237,7 @@ async fn plain_connections_to_a_tls_only_server_fail_clearly() {
         "p",
         &[],
     );
-    let (tx, _events) = mpsc::channel(8);
+    let (tx, _events) = events::channel(8, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let e = tokio::time::timeout(
         Duration::from_secs(30),

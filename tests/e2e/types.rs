@@ -10,11 +10,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
+use weft::source::events;
 use weft::source::{SourceConfig, SourceError};
 
 use crate::harness::column_types::{CASES, SCHEMA, reference_client, snapshot};
@@ -30,7 +31,7 @@ fn config(url: &str, slot: &str, publication: &str) -> SourceConfig {
 
 /// A running source and the test's ends of its channels.
 struct Running {
-    events: mpsc::Receiver<SourceEvent>,
+    events: events::EventReceiver,
     _durable: watch::Sender<Lsn>,
     shutdown: CancellationToken,
     handle: JoinHandle<Result<(), SourceError>>,
@@ -38,7 +39,7 @@ struct Running {
 
 impl Running {
     fn start(config: SourceConfig) -> Running {
-        let (tx, events) = mpsc::channel(4096);
+        let (tx, events) = events::channel(4096, events::MAX_BYTES);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));

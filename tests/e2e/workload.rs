@@ -23,7 +23,8 @@
 //! the middle. Then everything is drained (acked) and compared: every
 //! committed change exactly once per idempotency key, in commit order per
 //! row, with the right values (after an ALTER TYPE, the new type's
-//! rendering: numbers are compared digit for digit).
+//! rendering: numbers are compared digit for digit). Also: rows of 1 MiB
+//! must wait for the pipeline by bytes, not fill a 1,024-event queue.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -203,9 +204,10 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
     // Bounded memory: a 2.5× bigger transaction must not need more memory.
     // The smaller one is already big enough to fill every bounded buffer
     // between the source and the store (the source's channel of 1,024
-    // changes, a pipeline batch of 8 MB, the append in flight), which a
-    // 10 MB transaction of 10 kB rows does not: against one, the 100 MB
-    // transaction grew the peak by 17 to 32 MiB of buffers filling up.
+    // changes or 8 MiB, a pipeline batch of 8 MB, the append in flight),
+    // which a 10 MB transaction of 10 kB rows does not: against one, the
+    // 100 MB transaction grew the peak by 17 to 32 MiB of buffers filling
+    // up.
     // Each transaction is first stored whole (the slot confirmed past it),
     // then drained in batches of 250 (a receive's response is held whole,
     // so its size is the consumer's choice, not the transaction's).
@@ -366,4 +368,61 @@ fn a_crash_in_the_middle_of_a_big_transaction_loses_nothing() {
         drained.duplicates, 0,
         "messages acked before the kill came again after the restart"
     );
+}
+
+/// One transaction of `rows` rows of 1 MiB each into `docs`.
+fn megabyte_rows(pg: &PgCluster, first_id: i64, rows: i64) {
+    let last = first_id + rows - 1;
+    pg.psql(&format!(
+        "INSERT INTO docs SELECT g, repeat(md5(g::text), 32768) FROM generate_series({first_id}, {last}) g;"
+    ));
+}
+
+#[test]
+fn rows_of_a_megabyte_wait_for_the_pipeline_by_bytes_not_by_count() {
+    // The source decodes far faster than the pipeline stores 1 MiB rows,
+    // so its channel fills. Counted in events (1,024) the channel would
+    // hold the whole 160 MiB transaction; counted in bytes it holds 8 MiB.
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE docs (id int PRIMARY KEY, body text);");
+    let config = format!(
+        "{}sinks:\n  - name: docs\n    database: load\n    source: {{ include_tables: [public.docs] }}\n    destination: {{ type: sequin_stream }}\n",
+        load_database_yaml(&pg, "weft_docs")
+    );
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_docs", &config);
+    let confirmed = |weft: &WeftProcess| {
+        pg.wait_for_slot_to_confirm(
+            "weft_docs",
+            pg.current_wal_lsn(),
+            Duration::from_secs(180),
+            || format!("log tail:\n{}", tail(&weft.log_text())),
+        )
+    };
+    megabyte_rows(&pg, 1, 16);
+    confirmed(&weft);
+    let warm = peak_rss_kib(&weft);
+    megabyte_rows(&pg, 1_000, 160);
+    confirmed(&weft);
+    let peak = peak_rss_kib(&weft);
+    eprintln!(
+        "weft peak RSS (VmHWM): {} MiB after 16 rows of 1 MiB, {} MiB after 160 more",
+        warm / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak < warm + 64 * 1024,
+        "160 rows of 1 MiB grew weft's peak RSS from {warm} to {peak} KiB"
+    );
+    // Every row is stored whole; received 8 at a time, not as one 176 MiB
+    // response.
+    let mut ids = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ids.len() < 176 && Instant::now() < deadline {
+        for message in weft.receive("docs", 8, 1000) {
+            let record = &message["data"]["record"];
+            assert_eq!(record["body"].as_str().map(str::len), Some(1 << 20));
+            ids.insert(record["id"].as_i64().expect("an id"));
+        }
+    }
+    assert_eq!(ids.len(), 176, "every row is delivered once");
 }

@@ -54,7 +54,7 @@ pub use sink_set::{SinkSetChange, SinkSetHandle};
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -62,6 +62,7 @@ use crate::api::PullApiState;
 use crate::backfill::{Backfills, ChunkStored, Watermarks};
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
+use crate::source::events::EventReceiver;
 use crate::store::{Store, StoredUpTo};
 use append::{Appended, InFlightAppend};
 use handout::Handout;
@@ -188,7 +189,7 @@ impl Pipeline {
     /// Consumes `events` until the channel closes or `shutdown` fires.
     pub async fn run(
         mut self,
-        mut events: mpsc::Receiver<SourceEvent>,
+        mut events: EventReceiver,
         shutdown: CancellationToken,
     ) -> Result<(), PipelineError> {
         let mut cursors = HashMap::new();
@@ -238,8 +239,8 @@ impl Pipeline {
             // Take whatever else is already waiting, up to the batch limits.
             while !batch.is_full(&self.limits) {
                 match events.try_recv() {
-                    Ok(event) => self.push(&mut batch, event),
-                    Err(_) => break,
+                    Some(event) => self.push(&mut batch, event),
+                    None => break,
                 }
             }
             if batch.has_work(&self.limits) {
@@ -702,7 +703,7 @@ sinks:
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
         let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown)
             .with_backfills(backfills.clone());
-        let (events, rx) = mpsc::channel(64);
+        let (events, rx) = crate::source::events::channel(64, crate::source::events::MAX_BYTES);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         let rows = (1..=12)
             .map(|id| {
@@ -774,7 +775,7 @@ sinks:
                 Some(sink_set)
             }
         };
-        let (sender, rx) = mpsc::channel(4);
+        let (sender, rx) = crate::source::events::channel(4, crate::source::events::MAX_BYTES);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         if let Some(sink_set) = joining {
             let sink = SinkPipeline::new(config.sinks[0].clone(), FunctionChain::default());
@@ -889,7 +890,7 @@ sinks:
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
         let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown);
-        let (events, rx) = mpsc::channel(4);
+        let (events, rx) = crate::source::events::channel(4, crate::source::events::MAX_BYTES);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         // 35 changes of one transaction pass through a 4-slot channel and
         // 10-change batches: they are stored before the commit arrives.

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
@@ -19,13 +19,13 @@ pub use chains::{load_chain, restore_cpu_shares};
 
 use crate::api::PullApiState;
 use crate::backfill::{BackfillLauncher, Backfills};
-use crate::change::SourceEvent;
 use crate::config::{Config, DatabaseConfig, SinkConfig};
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
 use crate::pipeline::{BatchLimits, Pipeline, SinkPipeline};
 use crate::plugins::{EngineSettings, PluginEngine};
 use crate::registry::PluginRegistry;
+use crate::source::events::{self, EventReceiver, EventSender};
 use crate::store::Store;
 use database_feed::BuiltFeed;
 use live_sinks::LiveSinks;
@@ -384,15 +384,8 @@ fn wire_pipeline(
     pipelines: Vec<SinkPipeline>,
     store: &Store,
     pull_api: &PullApiState,
-) -> (
-    Pipeline,
-    mpsc::Sender<SourceEvent>,
-    mpsc::Receiver<SourceEvent>,
-    watch::Receiver<Lsn>,
-) {
-    // Events can carry big rows (TOAST values, webhook batches): a short
-    // queue keeps memory bounded while the pipeline stores a batch.
-    let (events_tx, events_rx) = mpsc::channel(1024);
+) -> (Pipeline, EventSender, EventReceiver, watch::Receiver<Lsn>) {
+    let (events_tx, events_rx) = events::channel(events::CAPACITY, events::MAX_BYTES);
     let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
     let pipeline = Pipeline::new(
         pipelines,

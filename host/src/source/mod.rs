@@ -21,6 +21,7 @@
 //! * [`unchanged_toast`]: metric and health warning for unchanged TOAST
 //!   values shown as `"unchanged_toast"`.
 
+pub mod events;
 pub mod heartbeat;
 pub mod pgoutput;
 pub mod protocol;
@@ -37,11 +38,10 @@ pub mod unchanged_toast;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::change::SourceEvent;
 use crate::health::{self, EntityKind, Status};
 use crate::lsn::Lsn;
 
@@ -497,7 +497,7 @@ pub const REPLICATION_CHECK: &str = "replication";
 /// emitted in this run.
 pub async fn run(
     config: SourceConfig,
-    events: mpsc::Sender<SourceEvent>,
+    events: events::EventSender,
     durable: watch::Receiver<Lsn>,
     shutdown: CancellationToken,
 ) -> Result<(), SourceError> {

@@ -22,9 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::events::EventSender;
 use super::heartbeat::{HEARTBEAT_PREFIX, HeartbeatContent, HeartbeatWatch};
 use super::pgoutput::{Decoder, LogicalMessage, OldTuple, PgTimestamp};
 use super::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
@@ -82,7 +83,7 @@ pub struct Session<'a> {
     heartbeat_session: uuid::Uuid,
     heartbeat_watch: HeartbeatWatch,
     decoder: Decoder,
-    events: &'a mpsc::Sender<SourceEvent>,
+    events: &'a EventSender,
     durable: watch::Receiver<Lsn>,
     shutdown: &'a CancellationToken,
     progress: &'a mut Progress,
@@ -105,7 +106,7 @@ impl<'a> Session<'a> {
     /// Connects, checks and streams until shutdown (`Ok`) or an error.
     pub async fn run(
         config: &SourceConfig,
-        events: &'a mpsc::Sender<SourceEvent>,
+        events: &'a EventSender,
         durable: watch::Receiver<Lsn>,
         shutdown: &'a CancellationToken,
         progress: &'a mut Progress,
@@ -300,22 +301,21 @@ impl<'a> Session<'a> {
     /// alive (status updates) while the pipeline applies backpressure.
     async fn emit(&mut self, event: SourceEvent) -> Result<Option<Stop>, SourceError> {
         let events = self.events;
-        match events.try_reserve() {
-            Ok(permit) => {
-                permit.send(event);
-                return Ok(None);
-            }
-            Err(mpsc::error::TrySendError::Closed(())) => return Err(SourceError::PipelineClosed),
-            Err(mpsc::error::TrySendError::Full(())) => {}
+        if let Some(room) = events
+            .try_reserve(&event)
+            .map_err(|_| SourceError::PipelineClosed)?
+        {
+            room.send(event);
+            return Ok(None);
         }
         let mut ticker = tokio::time::interval(STATUS_THROTTLE);
         ticker.tick().await;
         loop {
             tokio::select! {
                 biased;
-                permit = events.reserve() => {
-                    let permit = permit.map_err(|_| SourceError::PipelineClosed)?;
-                    permit.send(event);
+                room = events.reserve(&event) => {
+                    let room = room.map_err(|_| SourceError::PipelineClosed)?;
+                    room.send(event);
                     return Ok(None);
                 }
                 _ = self.shutdown.cancelled() => return Ok(Some(Stop::Shutdown)),

@@ -12,13 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::change::{Action, Change, Relation, SourceEvent, WebhookTag};
 use crate::lsn::Lsn;
 use crate::message::WEBHOOK_SCHEMA;
+use crate::source::events::EventSender;
 use crate::store::{Store, StoreError, WebhookRequest};
 
 /// Most requests read from the log at once.
@@ -60,7 +61,7 @@ impl WebhookFeed {
     /// pruning what `durable` (the pipeline's stored position) covers.
     pub async fn run(
         self,
-        events: mpsc::Sender<SourceEvent>,
+        events: EventSender,
         mut durable: watch::Receiver<Lsn>,
         shutdown: CancellationToken,
     ) -> Result<(), StoreError> {
@@ -229,7 +230,8 @@ sinks:
             PullApiState::new(store.clone(), shutdown.clone()),
             BatchLimits::default(),
         );
-        let (events_tx, events_rx) = mpsc::channel(16);
+        let (events_tx, events_rx) =
+            crate::source::events::channel(16, crate::source::events::MAX_BYTES);
         let feed = WebhookFeed::new(
             "hooks",
             store.clone(),
