@@ -778,23 +778,26 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// mimalloc's `purge_delay` (0: return freed memory to the OS at once) and
-/// `arena_eager_commit` (0: commit arena memory as it is used): with them
-/// weft's peak RSS stays where glibc's was, at 1.45x glibc's throughput;
-/// without them mimalloc kept 2.5-3x the RSS (BENCHMARKS.md). The numbers
-/// are positions in mimalloc's `mi_option_t` (the same in its v2 and v3).
-/// A `MIMALLOC_*` variable in the environment is read first and still wins
-/// for everything else.
+/// mimalloc's `purge_delay` (100 ms: freed memory goes back to the OS once
+/// it stayed unused that long) and `arena_eager_commit` (0: commit arena
+/// memory as it is used). Purging at once (0, weft's default until
+/// 2026-12-04) kept the peak RSS flattest, but a backfill then spent a
+/// third of weft's CPU faulting freed pages back in; 100 ms stores a
+/// backfill 1.4-1.6x as fast for ~20-25 MiB more peak RSS while it runs.
+/// Without lazy commit mimalloc kept 2.5-3x the RSS (BENCHMARKS.md). The
+/// numbers are positions in mimalloc's `mi_option_t` (the same in its v2
+/// and v3). A `MIMALLOC_*` variable in the environment is read first and
+/// still wins.
 fn tune_allocator() {
     const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-    for (option, env) in [
-        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY"),
-        (ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT"),
+    for (option, env, value) in [
+        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 100),
+        (ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT", 0),
     ] {
         if std::env::var_os(env).is_none() {
             // SAFETY: setting an option only tunes the allocator's policy.
-            unsafe { libmimalloc_sys::mi_option_set(option, 0) };
+            unsafe { libmimalloc_sys::mi_option_set(option, value) };
         }
     }
 }
