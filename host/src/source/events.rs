@@ -28,7 +28,8 @@ const SMALL_EVENT_BYTES: usize = 64;
 
 /// A channel for at most `capacity` events and `max_bytes` of them.
 pub fn channel(capacity: usize, max_bytes: usize) -> (EventSender, EventReceiver) {
-    let max_bytes = max_bytes.clamp(1, Semaphore::MAX_PERMITS) as u32;
+    // A semaphore takes at most u32::MAX permits at once.
+    let max_bytes = max_bytes.clamp(1, u32::MAX as usize) as u32;
     let budget = Arc::new(Semaphore::new(max_bytes as usize));
     let (slots, receiver) = mpsc::channel(capacity);
     (
@@ -49,10 +50,11 @@ pub fn channel(capacity: usize, max_bytes: usize) -> (EventSender, EventReceiver
 #[error("the pipeline stopped taking events")]
 pub struct Closed;
 
-/// An event and the bytes it holds of the budget.
+/// An event and the bytes it holds of the budget, given back when the
+/// pipeline takes the event (and the permit drops).
 struct Counted {
     event: SourceEvent,
-    bytes: u32,
+    _bytes: OwnedSemaphorePermit,
 }
 
 /// The source's end of the channel. Clones share the same bounds.
@@ -88,7 +90,7 @@ impl EventSender {
             .reserve_owned()
             .await
             .map_err(|_| Closed)?;
-        Ok(Reserved { slot, held, bytes })
+        Ok(Reserved { slot, held })
     }
 
     /// Room for `event` if there is some now.
@@ -101,7 +103,7 @@ impl EventSender {
             return Ok(None);
         };
         match self.slots.clone().try_reserve_owned() {
-            Ok(slot) => Ok(Some(Reserved { slot, held, bytes })),
+            Ok(slot) => Ok(Some(Reserved { slot, held })),
             Err(mpsc::error::TrySendError::Full(_)) => Ok(None),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(Closed),
         }
@@ -119,17 +121,15 @@ impl EventSender {
 pub struct Reserved {
     slot: mpsc::OwnedPermit<Counted>,
     held: OwnedSemaphorePermit,
-    bytes: u32,
 }
 
 impl Reserved {
     /// Sends `event`, which should be the event the room was reserved for:
     /// its bytes stay taken until the pipeline receives it.
     pub fn send(self, event: SourceEvent) {
-        self.held.forget();
         self.slot.send(Counted {
             event,
-            bytes: self.bytes,
+            _bytes: self.held,
         });
     }
 }
@@ -144,19 +144,12 @@ impl EventReceiver {
     /// The next event; `None` once every sender is gone and the channel is
     /// empty. Cancel-safe.
     pub async fn recv(&mut self) -> Option<SourceEvent> {
-        let counted = self.slots.recv().await?;
-        Some(self.release(counted))
+        Some(self.slots.recv().await?.event)
     }
 
     /// The next event if one is waiting.
     pub fn try_recv(&mut self) -> Option<SourceEvent> {
-        let counted = self.slots.try_recv().ok()?;
-        Some(self.release(counted))
-    }
-
-    fn release(&self, counted: Counted) -> SourceEvent {
-        self.budget.add_permits(counted.bytes as usize);
-        counted.event
+        Some(self.slots.try_recv().ok()?.event)
     }
 }
 
@@ -263,6 +256,14 @@ mod tests {
         assert!(sender.try_reserve(&change(1)).unwrap().is_none());
         receiver.try_recv().unwrap();
         assert!(sender.try_reserve(&change(1)).unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_budget_past_what_a_semaphore_counts_is_capped_not_wrapped() {
+        // Cut to 32 bits, 4 GiB + 1,000 bytes would be a budget of 1,000.
+        let (sender, _receiver) = channel(4, (1 << 32) + 1_000);
+        sender.send(change(600)).await.unwrap();
+        assert!(sender.try_reserve(&change(600)).unwrap().is_some());
     }
 
     #[tokio::test]
