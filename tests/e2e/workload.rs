@@ -131,11 +131,11 @@ fn peak_rss_kib(weft: &WeftProcess) -> u64 {
         .expect("VmHWM in /proc status")
 }
 
-/// Waits until weft confirmed the slot past everything written so far,
+/// Waits until weft confirmed `slot` past everything written so far,
 /// i.e. stored it durably.
-fn wait_until_confirmed(pg: &PgCluster, weft: &WeftProcess) {
+fn wait_until_confirmed(pg: &PgCluster, weft: &WeftProcess, slot: &str) {
     let written = pg.current_wal_lsn();
-    pg.wait_for_slot_to_confirm("weft_load", written, Duration::from_secs(120), || {
+    pg.wait_for_slot_to_confirm(slot, written, Duration::from_secs(120), || {
         format!("log tail:\n{}", tail(&weft.log_text()))
     });
 }
@@ -212,12 +212,12 @@ fn every_committed_change_arrives_once_in_order_with_bounded_memory() {
     // then drained in batches of 250 (a receive's response is held whole,
     // so its size is the consumer's choice, not the transaction's).
     let small = bulk_transaction(&pg, 1, SMALL_MB);
-    wait_until_confirmed(&pg, &weft);
+    wait_until_confirmed(&pg, &weft, "weft_load");
     let rss_small_stored = peak_rss_kib(&weft);
     drained.drain(&weft, "all", 250, small as usize, Duration::from_secs(60));
     let rss_small = peak_rss_kib(&weft);
     let big = bulk_transaction(&pg, 1_000_000, BIG_MB);
-    wait_until_confirmed(&pg, &weft);
+    wait_until_confirmed(&pg, &weft, "weft_load");
     let rss_big_stored = peak_rss_kib(&weft);
     drained.drain(
         &weft,
@@ -390,19 +390,11 @@ fn rows_of_a_megabyte_wait_for_the_pipeline_by_bytes_not_by_count() {
         load_database_yaml(&pg, "weft_docs")
     );
     let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_docs", &config);
-    let confirmed = |weft: &WeftProcess| {
-        pg.wait_for_slot_to_confirm(
-            "weft_docs",
-            pg.current_wal_lsn(),
-            Duration::from_secs(180),
-            || format!("log tail:\n{}", tail(&weft.log_text())),
-        )
-    };
     megabyte_rows(&pg, 1, 16);
-    confirmed(&weft);
+    wait_until_confirmed(&pg, &weft, "weft_docs");
     let warm = peak_rss_kib(&weft);
     megabyte_rows(&pg, 1_000, 160);
-    confirmed(&weft);
+    wait_until_confirmed(&pg, &weft, "weft_docs");
     let peak = peak_rss_kib(&weft);
     eprintln!(
         "weft peak RSS (VmHWM): {} MiB after 16 rows of 1 MiB, {} MiB after 160 more",
