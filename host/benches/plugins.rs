@@ -84,7 +84,7 @@ fn main() {
         let batch: Vec<Message> = (0..size)
             .map(|i| {
                 let mut m = sample(i);
-                m.record = json!({"id": i}).as_object().unwrap().clone();
+                m.record = json!({"id": i}).as_object().unwrap().clone().into();
                 m
             })
             .collect();
@@ -227,7 +227,7 @@ fn print_header(rounds: usize, round_time: Duration) {
     println!(
         "row: {} bytes of record JSON, {} columns; median of {rounds} rounds of >= {:?}",
         serde_json::to_string(&sample(0).record).unwrap().len(),
-        sample(0).record.len(),
+        sample(0).record.to_map().len(),
         round_time
     );
 }
@@ -294,7 +294,7 @@ fn languages(rounds: usize, round_time: Duration) {
     let narrow: Vec<Message> = (0..100)
         .map(|i| {
             let mut m = sample(i);
-            m.record = json!({"id": i}).as_object().unwrap().clone();
+            m.record = json!({"id": i}).as_object().unwrap().clone().into();
             m
         })
         .collect();
@@ -377,6 +377,7 @@ fn languages(rounds: usize, round_time: Duration) {
 fn native_even(message: &Message) -> Result<bool, &'static str> {
     message
         .record
+        .to_map()
         .get("id")
         .and_then(Value::as_i64)
         .map(|id| id % 2 == 0)
@@ -437,11 +438,12 @@ fn per_message(rounds: usize, round_time: Duration, size: usize, mut run: impl F
 /// record, build the message JSON.
 fn native_upcase(message: &Message) -> Value {
     let mut edited = message.clone();
-    if let Some(Value::String(text)) = edited.record.get_mut("customer") {
+    if let Some(Value::String(text)) = edited.record.to_mut().get_mut("customer") {
         *text = text.to_uppercase();
     }
     edited
         .record
+        .to_mut()
         .insert("transformed_by".into(), "weft-upcase".into());
     serde_json::to_value(&edited).expect("a message serialises")
 }
@@ -461,7 +463,7 @@ fn sample(i: usize) -> Message {
     });
     let commit_lsn = Lsn(0x1_6B37_4D48 + i as u64);
     Message {
-        record: record.as_object().unwrap().clone(),
+        record: record.as_object().unwrap().clone().into(),
         changes: None,
         action: Action::Insert,
         metadata: Metadata {

@@ -1,5 +1,6 @@
 //! The change model: what the source produces and every later stage consumes.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -99,15 +100,16 @@ pub struct Change {
     pub xid: u32,
     /// When the transaction committed.
     pub commit_timestamp: DateTime<Utc>,
-    /// The new row, for insert, update and read; `None` for delete.
+    /// The new row, for insert and update; `None` for delete, and for a
+    /// read, whose row travels as JSON in [`Change::backfill`].
     pub new: Option<Row>,
     /// The old row when Postgres sent one: on delete, and on update when the
     /// replica identity changed or is FULL. Under REPLICA IDENTITY FULL it is
     /// the whole row; otherwise only the identity columns.
     pub old: Option<Row>,
-    /// Set on a `read` change a backfill emitted: it goes to that
-    /// backfill's sink only, with a key derived from the backfill.
-    pub backfill: Option<Arc<BackfillTag>>,
+    /// Set on a `read` change a backfill emitted, with its row: it goes to
+    /// that backfill's sink only, with a key derived from the backfill.
+    pub backfill: Option<BackfillRead>,
     /// Set on a change a webhook source accepted (see
     /// `crate::webhook_source`): it names the source and keys the message.
     pub webhook: Option<Arc<WebhookTag>>,
@@ -132,6 +134,20 @@ pub struct BackfillTag {
     pub sink: String,
 }
 
+/// A row a backfill read, as its runner wrote it: the record's JSON object
+/// (in column order, each value as a change renders it) and its
+/// primary-key values. Written once from Postgres's text, it is copied into
+/// the stored message as it is (see [`crate::message::Record`]).
+#[derive(Debug, Clone)]
+pub struct BackfillRead {
+    /// The backfill that read the row.
+    pub tag: Arc<BackfillTag>,
+    /// The primary-key values, as strings, in key order.
+    pub key: Vec<String>,
+    /// The row's JSON object (weft wrote it: it is not parsed again).
+    pub record: Box<str>,
+}
+
 /// A backfill watermark seen on the stream: a `pg_logical_emit_message`
 /// with prefix [`WATERMARK_PREFIX`], at its position in commit order.
 #[derive(Debug, Clone)]
@@ -153,14 +169,21 @@ pub struct Watermark {
 pub const WATERMARK_PREFIX: &str = "weft:backfill";
 
 impl Change {
-    /// The row the message shows as `record`: the new row, or the old row for
-    /// a delete.
-    pub fn record(&self) -> &Row {
+    /// The row the message shows as `record`: the new row, the old row for
+    /// a delete, or a read's row (parsed from its JSON).
+    pub fn record(&self) -> Cow<'_, Row> {
         static EMPTY: std::sync::OnceLock<Row> = std::sync::OnceLock::new();
-        self.new
-            .as_ref()
-            .or(self.old.as_ref())
-            .unwrap_or_else(|| EMPTY.get_or_init(Row::new))
+        if let Some(read) = &self.backfill {
+            return Cow::Owned(
+                serde_json::from_str(&read.record).expect("a read's record is a JSON object"),
+            );
+        }
+        Cow::Borrowed(
+            self.new
+                .as_ref()
+                .or(self.old.as_ref())
+                .unwrap_or_else(|| EMPTY.get_or_init(Row::new)),
+        )
     }
 
     /// The message's `changes`: for an update, the old values of the columns
@@ -183,7 +206,10 @@ impl Change {
 
     /// The primary-key values of the row, as strings, in key order.
     pub fn primary_key_values(&self) -> Vec<String> {
-        self.relation.key_of(self.record())
+        match &self.backfill {
+            Some(read) => read.key.clone(),
+            None => self.relation.key_of(&self.record()),
+        }
     }
 }
 
@@ -211,6 +237,7 @@ impl Change {
     pub fn approx_bytes(&self) -> usize {
         128 + self.new.as_ref().map_or(0, approx_row_bytes)
             + self.old.as_ref().map_or(0, approx_row_bytes)
+            + self.backfill.as_ref().map_or(0, |read| read.record.len())
     }
 }
 

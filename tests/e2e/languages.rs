@@ -183,7 +183,7 @@ fn the_even_filter_in_rust_js_python_and_c_agrees_through_the_binary() {
 pub(crate) fn message(record: &str) -> Message {
     let record: Map<String, Value> = serde_json::from_str(record).expect("a JSON object");
     Message {
-        record,
+        record: record.into(),
         changes: None,
         action: Action::Insert,
         metadata: Metadata {

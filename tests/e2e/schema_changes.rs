@@ -66,7 +66,7 @@ impl Source {
 
 /// The row as JSON text: column names, their order and the values.
 fn record(change: &Change) -> String {
-    serde_json::to_string(change.record()).unwrap()
+    serde_json::to_string(&change.record()).unwrap()
 }
 
 fn column_names(change: &Change) -> Vec<&str> {

@@ -230,7 +230,7 @@ async fn streams_committed_changes_in_commit_order() {
         "DEFAULT identity: only the key on delete"
     );
     assert_eq!(
-        serde_json::Value::Object(delete_l.record().clone())["memo"],
+        serde_json::Value::Object(delete_l.record().into_owned())["memo"],
         json!("open")
     );
     assert_eq!(delete_l.primary_key_values(), vec!["10".to_string()]);

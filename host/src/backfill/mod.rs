@@ -24,6 +24,7 @@
 
 pub mod launcher;
 mod row_filter;
+mod row_json;
 pub mod runner;
 pub mod scope;
 mod watermarks;
@@ -34,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::change::{BackfillTag, Relation, Row};
+use crate::change::{BackfillTag, Relation};
 
 pub use launcher::{BackfillLauncher, BackfillTarget, TableSelection};
 pub use row_filter::{FilterError, RowFilter};
@@ -93,12 +94,15 @@ pub enum Mark {
     High,
 }
 
+/// A row of a chunk: its primary-key values and its JSON object.
+pub(crate) type ReadRow = (Vec<String>, Box<str>);
+
 /// A chunk between its watermarks.
 struct PendingChunk {
     tag: Arc<BackfillTag>,
     relation: Arc<Relation>,
-    /// The rows and their keys, once the query ran.
-    rows: Option<Vec<(Vec<String>, Row)>>,
+    /// The rows (their keys and JSON), once the query ran.
+    rows: Option<Vec<ReadRow>>,
     /// The transactions in progress for the query's snapshot (their 32-bit
     /// xids): one that had already committed before the low watermark
     /// makes the chunk stale (see [`Watermarks`]).
@@ -156,13 +160,13 @@ impl Backfills {
         rx
     }
 
-    /// Hands over chunk `token`'s rows (key, row), in key order, read after
+    /// Hands over chunk `token`'s rows, in key order, read after
     /// the key `from` up to the key `cursor` with a snapshot for which the
     /// transactions `in_progress` had not committed.
     pub(crate) fn fill(
         &self,
         token: &str,
-        (rows, in_progress): (Vec<(Vec<String>, Row)>, Vec<u32>),
+        (rows, in_progress): (Vec<ReadRow>, Vec<u32>),
         (from, cursor): (Option<Vec<String>>, Option<Vec<String>>),
         done: bool,
     ) {

@@ -85,7 +85,7 @@ pub(crate) struct Table {
     /// `format_type` of each primary-key column, in key order.
     pub(crate) key_types: Vec<String>,
     /// `format_type` of each column, in the relation's column order.
-    types: Vec<String>,
+    pub(crate) types: Vec<String>,
     /// How each column's text renders in JSON, in the relation's column
     /// order: as changes render it ([`crate::source::types`]).
     pub(crate) kinds: Vec<TypeKind>,

@@ -13,10 +13,10 @@ use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, IsolationLevel};
 
+use super::ReadRow;
 use super::row_filter::{self, RowFilter};
+use super::row_json::RowWriter;
 use super::runner::{BackfillError, Table, db_error, quote_ident};
-use crate::change::Row;
-use crate::source::types;
 
 /// Which rows a backfill reads: all of them by default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -70,9 +70,9 @@ impl BackfillScope {
     }
 }
 
-/// A chunk's rows (key, row) and the transactions in progress for their
+/// A chunk's rows (key, JSON) and the transactions in progress for their
 /// snapshot.
-pub(crate) type ChunkRows = (Vec<(Vec<String>, Row)>, Vec<u32>);
+pub(crate) type ChunkRows = (Vec<ReadRow>, Vec<u32>);
 
 /// The query reading one backfill's chunks, built and checked against the
 /// table once per run.
@@ -274,23 +274,14 @@ impl ChunkQuery {
                 .await
                 .map_err(db_error)?,
         );
-        let relation = &table.relation;
         let mut out = Vec::with_capacity(limit);
         let mut last_row = None;
-        let width = relation.columns.len();
-        let name = relation.qualified_name();
+        let width = table.relation.columns.len();
+        let mut writer = RowWriter::new(table);
         while let Some(row) = rows.try_next().await.map_err(db_error)? {
             // The relation's columns, then the order columns: the query
             // lists them so.
-            let mut ordered = Row::with_capacity(width);
-            for (i, (column, kind)) in relation.columns.iter().zip(&table.kinds).enumerate() {
-                let value = match row.get::<_, Option<&str>>(i) {
-                    None => Value::Null,
-                    Some(text) => types::render_lenient(kind, text, &name, &column.name),
-                };
-                ordered.insert(column.name.clone(), value);
-            }
-            out.push((relation.key_of(&ordered), ordered));
+            out.push(writer.write(|i| row.get::<_, Option<&str>>(i)));
             last_row = Some(row);
         }
         drop(rows);

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::{Backfills, Mark, WatermarkContent};
-use crate::change::{Action, Change, Watermark};
+use crate::change::{Action, BackfillRead, Change, Watermark};
 use crate::store::{Store, StoreError};
 
 /// A chunk's keys changed on the stream since its low watermark.
@@ -196,16 +196,20 @@ impl Watermarks {
                     rows.into_iter()
                         .filter(|(key, _)| !window.changed.contains(key))
                         .zip(watermark.commit_idx + 1..)
-                        .map(|((_, row), commit_idx)| Change {
+                        .map(|((key, record), commit_idx)| Change {
                             relation: Arc::clone(&chunk.relation),
                             action: Action::Read,
                             commit_lsn: watermark.commit_lsn,
                             commit_idx,
                             xid: watermark.xid,
                             commit_timestamp: watermark.commit_timestamp,
-                            new: Some(row),
+                            new: None,
                             old: None,
-                            backfill: Some(Arc::clone(&tag)),
+                            backfill: Some(BackfillRead {
+                                tag: Arc::clone(&tag),
+                                key,
+                                record,
+                            }),
                             webhook: None,
                         }),
                 );
@@ -232,7 +236,7 @@ impl Watermarks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::change::{BackfillTag, Column, Relation, Row};
+    use crate::change::{BackfillTag, Column, Relation};
     use crate::lsn::Lsn;
     use serde_json::json;
 
@@ -251,11 +255,8 @@ mod tests {
         })
     }
 
-    fn row(id: i64) -> (Vec<String>, Row) {
-        let serde_json::Value::Object(row) = json!({"id": id}) else {
-            unreachable!()
-        };
-        (vec![id.to_string()], row)
+    fn row(id: i64) -> (Vec<String>, Box<str>) {
+        (vec![id.to_string()], json!({"id": id}).to_string().into())
     }
 
     fn watermark(token: &str, mark: &str, lsn: u64) -> Watermark {
@@ -280,7 +281,9 @@ mod tests {
     }
 
     fn update(id: i64) -> Change {
-        let (_, row) = row(id);
+        let serde_json::Value::Object(row) = json!({"id": id}) else {
+            unreachable!()
+        };
         Change {
             relation: relation(),
             action: Action::Update,

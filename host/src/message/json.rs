@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Message, Metadata};
+use super::{Message, Metadata, Record};
 use crate::change::Row;
 
 /// The pieces of metadata JSON that consecutive messages share, rendered
@@ -68,7 +68,10 @@ impl Fragment {
 /// Appends `message`'s JSON to `out`, as `serde_json::to_writer` would.
 pub fn write_message(out: &mut Vec<u8>, message: &Message, cache: &mut JsonCache) {
     out.extend_from_slice(b"{\"record\":");
-    write_row(out, &message.record);
+    match &message.record {
+        Record::Map(row) => write_row(out, row),
+        Record::Json(json) => out.extend_from_slice(json.as_bytes()),
+    }
     out.extend_from_slice(b",\"changes\":");
     match &message.changes {
         Some(changes) => write_row(out, changes),
@@ -143,7 +146,7 @@ fn write_optional(out: &mut Vec<u8>, value: Option<&Value>) {
 }
 
 /// Appends a row (or any JSON object) in its keys' order.
-fn write_row(out: &mut Vec<u8>, row: &Row) {
+pub(crate) fn write_row(out: &mut Vec<u8>, row: &Row) {
     write_sequence(out, b"{}", row, |out, (key, value)| {
         write_str(out, key);
         out.push(b':');
@@ -169,7 +172,7 @@ fn write_sequence<T>(
 }
 
 /// Appends `value` in compact form.
-fn write_value(out: &mut Vec<u8>, value: &Value) {
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
@@ -190,7 +193,7 @@ fn write_integer(out: &mut Vec<u8>, number: u64) {
 
 /// Appends `text` as a JSON string: copied as it is when nothing in it
 /// needs escaping (nearly always), else escaped by serde_json.
-fn write_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     if is_plain(text.as_bytes()) {
         out.reserve(text.len() + 2);
         out.push(b'"');
@@ -203,7 +206,7 @@ fn write_str(out: &mut Vec<u8>, text: &str) {
 
 /// Whether `bytes` holds nothing JSON escapes: no control character
 /// (below 0x20), `"` or `\`, exactly serde_json's set.
-fn is_plain(bytes: &[u8]) -> bool {
+pub(crate) fn is_plain(bytes: &[u8]) -> bool {
     // Sixteen bytes at a time with no early exit inside, which the
     // compiler turns into vector compares.
     let mut chunks = bytes.chunks_exact(16);
@@ -238,7 +241,7 @@ mod tests {
 
     fn message(schema: &str, name: &str, lsn: u64, record: Row) -> Message {
         Message {
-            record,
+            record: record.into(),
             changes: None,
             action: Action::Read,
             metadata: Metadata {

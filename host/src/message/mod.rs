@@ -13,6 +13,9 @@ use crate::change::{Action, Change, Relation, Row, Truncate};
 use crate::lsn::Lsn;
 
 pub mod json;
+mod record;
+
+pub use record::Record;
 
 /// The consumer (sink) a message is delivered to.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -73,7 +76,7 @@ pub struct Metadata {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Message {
     /// The row: new values, or the old row on delete.
-    pub record: Row,
+    pub record: Record,
     /// Old values of changed columns on update; null otherwise.
     pub changes: Option<Row>,
     /// insert, update, delete or read.
@@ -96,12 +99,6 @@ impl Message {
         shared: &mut SharedTexts,
     ) -> Message {
         let changes = change.changes();
-        let record_pks = change.primary_key_values();
-        let idempotency_key = match (&change.backfill, &change.webhook) {
-            (Some(tag), _) => backfill_idempotency_key(&tag.id, &record_pks),
-            (None, Some(tag)) => webhook_idempotency_key(&tag.request_id, change.commit_idx),
-            (None, None) => idempotency_key(change.commit_lsn, change.commit_idx),
-        };
         let Change {
             relation,
             action,
@@ -111,11 +108,28 @@ impl Message {
             new,
             old,
             webhook,
+            backfill,
             ..
         } = change;
+        // A read carries its key and its JSON; a change's come from its row.
+        let (record, record_pks, idempotency_key) = match backfill {
+            Some(read) => {
+                let key = backfill_idempotency_key(&read.tag.id, &read.key);
+                (Record::Json(read.record), read.key, key)
+            }
+            None => {
+                let row = new.or(old).unwrap_or_default();
+                let record_pks = relation.key_of(&row);
+                let key = match &webhook {
+                    Some(tag) => webhook_idempotency_key(&tag.request_id, commit_idx),
+                    None => idempotency_key(commit_lsn, commit_idx),
+                };
+                (Record::Map(row), record_pks, key)
+            }
+        };
         let (table_schema, table_name) = shared.table(&relation);
         Message {
-            record: new.or(old).unwrap_or_default(),
+            record,
             changes,
             action,
             metadata: Metadata {

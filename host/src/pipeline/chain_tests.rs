@@ -137,7 +137,9 @@ fn chain_runs_enrichment_filter_transform_routing_with_one_outcome_per_change() 
         }
         other => panic!("expected the enrichment to fail on row 4, got {other:?}"),
     }
-    assert!(matches!(&outcomes[3], ChainOutcome::Message(m) if m.message.record["id"] == 6));
+    assert!(
+        matches!(&outcomes[3], ChainOutcome::Message(m) if m.message.record.to_map()["id"] == 6)
+    );
 }
 
 #[test]
@@ -392,7 +394,7 @@ fn a_trapping_batch_is_bisected_so_only_the_poison_changes_fail() {
                 let ChainOutcome::Message(done) = outcome else {
                     panic!("change {id} should pass, got {outcome:?}");
                 };
-                assert_eq!(done.message.record["id"], id, "order kept");
+                assert_eq!(done.message.record.to_map()["id"], id, "order kept");
             }
         }
     }

@@ -707,9 +707,8 @@ sinks:
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         let rows = (1..=12)
             .map(|id| {
-                let mut row = crate::change::Row::new();
-                row.insert("id".into(), serde_json::json!(id));
-                (vec![id.to_string()], row)
+                let row = serde_json::json!({ "id": id }).to_string();
+                (vec![id.to_string()], row.into_boxed_str())
             })
             .collect();
         backfills.fill(

@@ -149,8 +149,8 @@ impl SinkPipeline {
     /// own backfills' reads, and only its webhook source's messages; the
     /// filter function comes later, in the chain).
     pub fn accepts(&self, change: &Change) -> bool {
-        if let Some(tag) = &change.backfill
-            && tag.sink != self.config.name
+        if let Some(read) = &change.backfill
+            && read.tag.sink != self.config.name
         {
             return false;
         }
@@ -171,6 +171,9 @@ impl SinkPipeline {
         let filters = &self.config.column_filters;
         if filters.is_empty() {
             return true;
+        }
+        if change.backfill.is_some() {
+            return crate::config::column_filter::all_match(filters, &change.record());
         }
         let row = match change.action {
             Action::Delete => change.old.as_ref(),

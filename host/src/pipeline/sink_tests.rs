@@ -256,3 +256,76 @@ fn payloads_render_whole_and_keep_little_slack_whatever_size_came_before() {
         );
     }
 }
+
+/// A backfill's read of row `id`, its record written as JSON.
+fn read(idx: u32, id: i64, what: &str) -> Change {
+    Change {
+        action: Action::Read,
+        new: None,
+        backfill: Some(crate::change::BackfillRead {
+            tag: Arc::new(crate::change::BackfillTag {
+                id: "b".into(),
+                sink: "s".into(),
+            }),
+            key: vec![id.to_string()],
+            record: json!({"id": id, "do": what}).to_string().into(),
+        }),
+        ..change(30, idx, id, what)
+    }
+}
+
+#[test]
+fn column_filters_read_a_backfills_written_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sink = sink(
+        dir.path(),
+        "    destination: {type: sequin_stream}\n",
+        false,
+    );
+    sink.config.column_filters = vec![
+        serde_json::from_value(
+            json!({"column_name": "do", "operator": "=", "comparison_value": "keep"}),
+        )
+        .unwrap(),
+    ];
+    assert!(sink.accepts(&read(1, 1, "keep")));
+    assert!(!sink.accepts(&read(2, 2, "drop")));
+    assert!(sink.accepts(&change(30, 3, 3, "keep")), "as changes are");
+    let other_sink = Change {
+        backfill: read(4, 4, "keep").backfill.map(|mut read| {
+            read.tag = Arc::new(crate::change::BackfillTag {
+                id: "b".into(),
+                sink: "elsewhere".into(),
+            });
+            read
+        }),
+        ..read(4, 4, "keep")
+    };
+    assert!(!sink.accepts(&other_sink), "another sink's backfill");
+}
+
+#[test]
+fn a_read_becomes_a_message_with_its_written_record_and_its_backfill_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = sink(
+        dir.path(),
+        "    destination: {type: sequin_stream}\n",
+        false,
+    );
+    let Prepared(pending) = sink.prepare(vec![read(1, 7, "x")]);
+    let message = &pending[0].message;
+    assert!(
+        matches!(&message.record, crate::message::Record::Json(json) if &**json == r#"{"id":7,"do":"x"}"#)
+    );
+    assert_eq!(message.metadata.record_pks, vec!["7".to_string()]);
+    assert_eq!(
+        message.metadata.idempotency_key,
+        crate::message::backfill_idempotency_key("b", &["7".to_string()])
+    );
+    assert_eq!(pending[0].group_id, "public.items:7");
+    let mut out = Vec::new();
+    crate::message::json::write_message(&mut out, message, &mut Default::default());
+    let written: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(written["record"], json!({"id": 7, "do": "x"}));
+    assert_eq!(written, serde_json::to_value(message).unwrap());
+}

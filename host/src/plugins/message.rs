@@ -5,7 +5,7 @@
 
 use super::bindings::types;
 use crate::change::Action;
-use crate::message::Message;
+use crate::message::{Message, Record};
 
 /// Calls `call` with the WIT form of `batch`, the messages of one sink: what
 /// they share (the sink, and each table once in `relations`, which changes
@@ -75,7 +75,10 @@ struct Texts {
 impl Texts {
     fn of(message: &Message) -> Texts {
         Texts {
-            record: json_text(&message.record),
+            record: match &message.record {
+                Record::Json(json) => json.to_string(),
+                Record::Map(row) => json_text(row),
+            },
             changes: message.changes.as_ref().map(json_text),
             annotations: message
                 .metadata

@@ -70,7 +70,7 @@ pub(crate) fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 pub(crate) fn message(action: Action, record: Value, changes: Option<Value>) -> Message {
     let as_row = |v: Value| v.as_object().expect("row is an object").clone();
     Message {
-        record: as_row(record),
+        record: as_row(record).into(),
         changes: changes.map(as_row),
         action,
         metadata: Metadata {
@@ -716,7 +716,7 @@ fn measure() {
             .iter()
             .map(|m| {
                 let mut m = m.clone();
-                m.record.insert("do".into(), json!(what));
+                m.record.to_mut().insert("do".into(), json!(what));
                 m
             })
             .collect();

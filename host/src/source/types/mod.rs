@@ -39,6 +39,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::message::json;
+
 pub use builtin::builtin_kind;
 
 /// How a column type renders in JSON.
@@ -151,6 +153,37 @@ pub struct StaleComposite {
 /// type's definition (and logging it) instead of failing.
 pub fn render_lenient(kind: &TypeKind, text: &str, relation: &str, column: &str) -> Value {
     render(kind, text).unwrap_or_else(|stale| stale_text(&stale, text, relation, column))
+}
+
+/// Appends the JSON of one non-null value of `column` of `relation` given
+/// in text format: exactly what writing [`render_lenient`]'s value gives,
+/// without building the value for the kinds most columns have (text,
+/// numbers, timestamps with time zone). A backfill writes its rows so.
+pub fn write_json_lenient(
+    kind: &TypeKind,
+    text: &str,
+    (relation, column): (&str, &str),
+    out: &mut Vec<u8>,
+) {
+    match kind {
+        TypeKind::Text => json::write_str(out, text),
+        TypeKind::Number if scalar::is_number_as_printed(text) => {
+            out.extend_from_slice(text.as_bytes())
+        }
+        TypeKind::Timestamptz => {
+            let pieces = scalar::timestamptz_pieces(text);
+            if pieces.iter().all(|piece| json::is_plain(piece.as_bytes())) {
+                out.push(b'"');
+                for piece in pieces {
+                    out.extend_from_slice(piece.as_bytes());
+                }
+                out.push(b'"');
+            } else {
+                json::write_value(out, &scalar::timestamptz(text));
+            }
+        }
+        _ => json::write_value(out, &render_lenient(kind, text, relation, column)),
+    }
 }
 
 /// What a composite value that does not fit its type's definition

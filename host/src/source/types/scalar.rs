@@ -78,24 +78,33 @@ pub(super) fn timestamp(text: &str) -> Value {
 
 /// `2024-01-02 03:04:05+00` → `2024-01-02T03:04:05+00:00`.
 pub(super) fn timestamptz(text: &str) -> Value {
+    let mut out = String::with_capacity(text.len() + 3);
+    out.extend(timestamptz_pieces(text));
+    Value::String(out)
+}
+
+/// The pieces that [`timestamptz`] joins: the date, `T`, the time, `:00`
+/// when the offset is whole hours, and the era (`" BC"`), some empty.
+pub(super) fn timestamptz_pieces(text: &str) -> [&str; 5] {
     let (body, era) = match text.strip_suffix(" BC") {
         Some(body) => (body, " BC"),
         None => (text, ""),
     };
-    let mut out = String::with_capacity(text.len() + 3);
+    let minutes = if ends_with_whole_hour_offset(body) {
+        ":00"
+    } else {
+        ""
+    };
     match body.split_once(' ') {
-        Some((date, time)) => {
-            out.push_str(date);
-            out.push('T');
-            out.push_str(time);
-        }
-        None => out.push_str(body),
+        Some((date, time)) => [date, "T", time, minutes, era],
+        None => [body, "", "", minutes, era],
     }
-    if ends_with_whole_hour_offset(body) {
-        out.push_str(":00");
-    }
-    out.push_str(era);
-    Value::String(out)
+}
+
+/// Whether [`number`] renders `text` as a JSON number spelled as `text`
+/// is: an integer or a plain decimal, as Postgres prints nearly all.
+pub(super) fn is_number_as_printed(text: &str) -> bool {
+    is_canonical_decimal(text)
 }
 
 /// jsonb's object key order: shorter keys first, then bytewise.

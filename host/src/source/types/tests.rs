@@ -272,3 +272,72 @@ fn malformed_text_never_panics() {
         }
     }
 }
+
+#[test]
+fn values_written_directly_are_the_rendered_values_written() {
+    let cases: &[(u32, &[&str])] = &[
+        // text, varchar, uuid: escaped as strings
+        (
+            25,
+            &[
+                "",
+                "plain",
+                "quote \" and \\",
+                "tab\tnewline\n",
+                "ünï ✓",
+                "\u{1}",
+            ],
+        ),
+        (1043, &["x"]),
+        (2950, &["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]),
+        // numbers as printed, and the ones rewritten or given as strings
+        (
+            20,
+            &["0", "-42", "9223372036854775807", "-9223372036854775808"],
+        ),
+        (
+            1700,
+            &[
+                "12.50",
+                "-0.000",
+                "007.10",
+                "1e+5",
+                "NaN",
+                "Infinity",
+                "-Infinity",
+                "123456789012345678901234567890.5",
+                "-0",
+                "1.",
+            ],
+        ),
+        (701, &["1.5e-3", "-1.25", "0.1"]),
+        (16, &["t", "f", "maybe"]),
+        // timestamps, with whole-hour and minute offsets and eras
+        (
+            1184,
+            &[
+                "2024-01-02 03:04:05.123456+00",
+                "2024-01-02 03:04:05+05:30",
+                "0044-03-15 10:00:00+00 BC",
+                "infinity",
+                "-infinity",
+            ],
+        ),
+        (1114, &["2024-01-02 03:04:05"]),
+        (3802, &[r#"{"b": 1, "a": [1, 2]}"#]),
+        (1007, &["{1,2,NULL}"]),
+    ];
+    for (oid, texts) in cases {
+        let kind = builtin_kind(*oid).unwrap();
+        for text in *texts {
+            let mut written = Vec::new();
+            write_json_lenient(&kind, text, ("public.t", "c"), &mut written);
+            let expected = serde_json::to_string(&render_lenient(&kind, text, "public.t", "c"));
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                expected.unwrap(),
+                "type {oid}, text {text:?}"
+            );
+        }
+    }
+}

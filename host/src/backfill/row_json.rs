@@ -1,0 +1,185 @@
+//! A chunk's rows written as JSON objects straight from Postgres's text,
+//! with their primary-key values: what a `read` change carries (see
+//! [`crate::message::Record::Json`]). Each value is rendered as a change
+//! renders it ([`crate::source::types`]), in the table's column order, so a
+//! read row's JSON is what writing the same row as a map would give.
+
+use crate::change::json_key_text;
+use crate::message::json;
+use crate::source::types;
+
+use super::runner::Table;
+
+/// Writes the rows of one table.
+pub(crate) struct RowWriter<'a> {
+    table: &'a Table,
+    /// `schema.table`, for the warnings of values delivered as text.
+    qualified_name: String,
+    /// Per column, what goes before its value: `{"name":` for the first,
+    /// `,"name":` after.
+    prefixes: Vec<Vec<u8>>,
+    /// The positions of the primary-key columns, in key order.
+    key_columns: Vec<usize>,
+    /// The length of the last row written: the next one's buffer starts so
+    /// big, which spares growing it by copies.
+    last_len: usize,
+}
+
+impl<'a> RowWriter<'a> {
+    /// A writer for the rows of `table`.
+    pub(crate) fn new(table: &'a Table) -> RowWriter<'a> {
+        let columns = &table.relation.columns;
+        let prefixes = columns
+            .iter()
+            .enumerate()
+            .map(|(i, column)| {
+                let mut prefix = vec![if i == 0 { b'{' } else { b',' }];
+                json::write_str(&mut prefix, &column.name);
+                prefix.push(b':');
+                prefix
+            })
+            .collect();
+        let key_columns = table
+            .relation
+            .primary_key
+            .iter()
+            .map(|key| {
+                columns
+                    .iter()
+                    .position(|column| &column.name == key)
+                    .expect("a primary-key column is one of the table's columns")
+            })
+            .collect();
+        RowWriter {
+            table,
+            qualified_name: table.relation.qualified_name(),
+            prefixes,
+            key_columns,
+            last_len: 256,
+        }
+    }
+
+    /// The primary-key values and the JSON object of the row whose column
+    /// `i` has the text `value(i)` (`None`: NULL).
+    pub(crate) fn write<'r>(
+        &mut self,
+        value: impl Fn(usize) -> Option<&'r str>,
+    ) -> (Vec<String>, Box<str>) {
+        let columns = &self.table.relation.columns;
+        let mut out = Vec::with_capacity(self.last_len);
+        for (i, (prefix, kind)) in self.prefixes.iter().zip(&self.table.kinds).enumerate() {
+            out.extend_from_slice(prefix);
+            match value(i) {
+                None => out.extend_from_slice(b"null"),
+                Some(text) => types::write_json_lenient(
+                    kind,
+                    text,
+                    (&self.qualified_name, &columns[i].name),
+                    &mut out,
+                ),
+            }
+        }
+        if self.prefixes.is_empty() {
+            out.push(b'{');
+        }
+        out.push(b'}');
+        // A little over the last row's length: the next row is most often
+        // about as long, and shrinking the buffer to fit then stays in place.
+        self.last_len = out.len() + 16;
+        let key = self
+            .key_columns
+            .iter()
+            .map(|&i| match value(i) {
+                None => String::new(),
+                Some(text) => json_key_text(&types::render_lenient(
+                    &self.table.kinds[i],
+                    text,
+                    &self.qualified_name,
+                    &columns[i].name,
+                )),
+            })
+            .collect();
+        let json = String::from_utf8(out).expect("JSON written from UTF-8 text is UTF-8");
+        (key, json.into_boxed_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::change::{Column, Relation, Row};
+    use crate::source::types::builtin_kind;
+
+    /// `public.orders (id bigint, region text, price numeric, at timestamptz, ok bool)`,
+    /// keyed by `(region, id)`.
+    fn orders() -> Table {
+        let columns: Vec<(&str, u32)> = vec![
+            ("id", 20),
+            ("region", 25),
+            ("price", 1700),
+            ("at", 1184),
+            ("ok", 16),
+        ];
+        Table {
+            relation: Arc::new(Relation {
+                oid: 1,
+                schema: "public".into(),
+                name: "orders".into(),
+                columns: columns
+                    .iter()
+                    .map(|(name, oid)| Column {
+                        name: name.to_string(),
+                        type_oid: *oid,
+                        type_modifier: -1,
+                        is_identity_key: matches!(*name, "id" | "region"),
+                    })
+                    .collect(),
+                primary_key: vec!["region".into(), "id".into()],
+            }),
+            key_types: vec!["text".into(), "bigint".into()],
+            types: vec![String::new(); columns.len()],
+            kinds: columns
+                .iter()
+                .map(|(_, oid)| builtin_kind(*oid).unwrap())
+                .collect(),
+            cast_differs: vec![false; columns.len()],
+        }
+    }
+
+    #[test]
+    fn a_row_is_written_as_its_map_would_be_and_keyed_in_key_order() {
+        let table = orders();
+        let mut writer = RowWriter::new(&table);
+        let rows: [[Option<&str>; 5]; 3] = [
+            [
+                Some("7"),
+                Some("eu \"west\""),
+                Some("12.50"),
+                Some("2024-01-02 03:04:05+00"),
+                Some("t"),
+            ],
+            [
+                Some("8"),
+                Some("us"),
+                None,
+                Some("2024-01-02 03:04:05.5+05:30"),
+                Some("f"),
+            ],
+            [Some("9"), Some(""), Some("NaN"), None, None],
+        ];
+        for texts in rows {
+            let (key, json) = writer.write(|i| texts[i]);
+            let mut map = Row::new();
+            for (i, column) in table.relation.columns.iter().enumerate() {
+                let value = texts[i].map_or(serde_json::Value::Null, |text| {
+                    types::render(&table.kinds[i], text).unwrap()
+                });
+                map.insert(column.name.clone(), value);
+            }
+            assert_eq!(&*json, serde_json::to_string(&map).unwrap());
+            assert_eq!(key, table.relation.key_of(&map), "{texts:?}");
+        }
+    }
+}

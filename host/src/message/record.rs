@@ -1,0 +1,136 @@
+//! A message's `record`: the row's values as a map, or as JSON a backfill's
+//! runner already wrote.
+//!
+//! A backfill turns millions of rows into messages. Building each as a map
+//! (a key and a value allocated per column) only to write it out as JSON
+//! again was most of a read row's cost in the pipeline (BENCHMARKS.md,
+//! issue 8), so a read row travels as its JSON text and is copied into the
+//! stored message as it is. Anything that needs the values parses it.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use crate::change::Row;
+
+/// A message's `record`.
+#[derive(Debug, Clone)]
+pub enum Record {
+    /// The values as a map: a change from the stream, or a function's output.
+    Map(Row),
+    /// A JSON object written straight from Postgres's text by a backfill's
+    /// runner, in the table's column order (as a map would be written).
+    /// weft wrote it, so it is trusted to be JSON and not parsed again.
+    Json(Box<str>),
+}
+
+impl Record {
+    /// The values as a map; a written record is parsed (it is always an
+    /// object: only [`crate::backfill`] writes one).
+    pub fn to_map(&self) -> Cow<'_, Row> {
+        match self {
+            Record::Map(row) => Cow::Borrowed(row),
+            Record::Json(json) => {
+                Cow::Owned(serde_json::from_str(json).expect("a written record is a JSON object"))
+            }
+        }
+    }
+
+    /// The values as a map to change; a written record becomes a map.
+    pub fn to_mut(&mut self) -> &mut Row {
+        if let Record::Json(_) = self {
+            *self = Record::Map(self.to_map().into_owned());
+        }
+        match self {
+            Record::Map(row) => row,
+            Record::Json(_) => unreachable!("made a map above"),
+        }
+    }
+
+    /// The heap bytes the record occupies, roughly (see
+    /// [`crate::change::approx_row_bytes`]).
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            Record::Map(row) => crate::change::approx_row_bytes(row),
+            Record::Json(json) => json.len(),
+        }
+    }
+}
+
+impl Default for Record {
+    fn default() -> Record {
+        Record::Map(Row::new())
+    }
+}
+
+impl From<Row> for Record {
+    fn from(row: Row) -> Record {
+        Record::Map(row)
+    }
+}
+
+/// Records are equal when their values are, whichever form they take.
+impl PartialEq for Record {
+    fn eq(&self, other: &Record) -> bool {
+        match (self, other) {
+            (Record::Json(a), Record::Json(b)) => a == b,
+            _ => self.to_map() == other.to_map(),
+        }
+    }
+}
+
+impl Serialize for Record {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Record::Map(row) => row.serialize(serializer),
+            Record::Json(json) => RawValue::from_string(json.to_string())
+                .map_err(serde::ser::Error::custom)?
+                .serialize(serializer),
+        }
+    }
+}
+
+/// A record read back (a held change, a dead letter) is a map.
+impl<'de> Deserialize<'de> for Record {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Record, D::Error> {
+        Row::deserialize(deserializer).map(Record::Map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn written(text: &str) -> Record {
+        Record::Json(text.into())
+    }
+
+    #[test]
+    fn a_written_record_serialises_as_its_text_and_reads_back_as_a_map() {
+        let text = r#"{"id":1,"price":12.50,"note":"a \"b\""}"#;
+        let record = written(text);
+        assert_eq!(serde_json::to_string(&record).unwrap(), text);
+        assert_eq!(
+            serde_json::to_value(&record).unwrap(),
+            json!({"id": 1, "price": serde_json::from_str::<serde_json::Value>("12.50").unwrap(), "note": "a \"b\""})
+        );
+        let back: Record = serde_json::from_str(text).unwrap();
+        assert!(matches!(back, Record::Map(_)));
+        assert_eq!(back, record, "equal by value across forms");
+        assert_eq!(record.to_map()["note"], "a \"b\"");
+        let mut changed = record.clone();
+        changed.to_mut().insert("id".into(), json!(2));
+        assert_eq!(changed.to_map()["id"], 2);
+        assert_ne!(changed, record);
+    }
+
+    #[test]
+    fn records_differing_in_a_value_are_not_equal() {
+        let map: Row = serde_json::from_str(r#"{"id":1}"#).unwrap();
+        assert_ne!(written(r#"{"id":2}"#), Record::Map(map.clone()));
+        assert_eq!(written(r#"{"id":1}"#), Record::Map(map));
+    }
+}
