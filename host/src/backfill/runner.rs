@@ -31,11 +31,13 @@ const MAX_CHUNK_ROWS: usize = 10_000;
 /// The time one chunk's query should take.
 const TARGET_QUERY_TIME: Duration = Duration::from_millis(500);
 /// Chunks handed to the pipeline and not yet stored, at most: the runner
-/// reads the next chunk while the pipeline stores the one before. A chunk's
-/// progress is recorded when its rows are stored, not when its watermark's
-/// transaction is: the next chunk's rows may share a batch with that
-/// commit, and a sink paused by `max_backlog_messages` holds that batch.
-const CHUNKS_IN_FLIGHT: usize = 2;
+/// reads the next chunks while the pipeline stores the ones before. Four,
+/// not two, evens out the stages' uneven times per chunk (1.05-1.08x the
+/// stored rate, BENCHMARKS.md "Fourteenth round") for ~10 MiB more at peak.
+/// A chunk's progress is recorded when its rows are stored, not when its
+/// watermark's transaction is: the next chunk's rows may share a batch with
+/// that commit, and a sink paused by `max_backlog_messages` holds that batch.
+const CHUNKS_IN_FLIGHT: usize = 4;
 /// How long a chunk may take to be stored before it is read again.
 const CHUNK_STORED_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a runner waits for the database's replication slot to exist.
