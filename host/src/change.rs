@@ -174,9 +174,7 @@ impl Change {
     pub fn record(&self) -> Cow<'_, Row> {
         static EMPTY: std::sync::OnceLock<Row> = std::sync::OnceLock::new();
         if let Some(read) = &self.backfill {
-            return Cow::Owned(
-                serde_json::from_str(&read.record).expect("a read's record is a JSON object"),
-            );
+            return Cow::Owned(crate::message::Record::parse_written(&read.record));
         }
         Cow::Borrowed(
             self.new

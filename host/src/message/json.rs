@@ -146,7 +146,7 @@ fn write_optional(out: &mut Vec<u8>, value: Option<&Value>) {
 }
 
 /// Appends a row (or any JSON object) in its keys' order.
-pub(crate) fn write_row(out: &mut Vec<u8>, row: &Row) {
+fn write_row(out: &mut Vec<u8>, row: &Row) {
     write_sequence(out, b"{}", row, |out, (key, value)| {
         write_str(out, key);
         out.push(b':');

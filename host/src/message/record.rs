@@ -31,9 +31,7 @@ impl Record {
     pub fn to_map(&self) -> Cow<'_, Row> {
         match self {
             Record::Map(row) => Cow::Borrowed(row),
-            Record::Json(json) => {
-                Cow::Owned(serde_json::from_str(json).expect("a written record is a JSON object"))
-            }
+            Record::Json(json) => Cow::Owned(Record::parse_written(json)),
         }
     }
 
@@ -48,13 +46,9 @@ impl Record {
         }
     }
 
-    /// The heap bytes the record occupies, roughly (see
-    /// [`crate::change::approx_row_bytes`]).
-    pub fn approx_bytes(&self) -> usize {
-        match self {
-            Record::Map(row) => crate::change::approx_row_bytes(row),
-            Record::Json(json) => json.len(),
-        }
+    /// The values of a JSON object weft wrote (a backfill's read row).
+    pub fn parse_written(json: &str) -> Row {
+        serde_json::from_str(json).expect("a written record is a JSON object")
     }
 }
 
