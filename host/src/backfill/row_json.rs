@@ -4,7 +4,6 @@
 //! renders it ([`crate::source::types`]), in the table's column order, so a
 //! read row's JSON is what writing the same row as a map would give.
 
-use crate::change::json_key_text;
 use crate::message::json;
 use crate::source::types;
 
@@ -17,7 +16,7 @@ pub(crate) struct RowWriter<'a> {
     qualified_name: String,
     /// Per column, what goes before its value: `{"name":` for the first,
     /// `,"name":` after.
-    prefixes: Vec<Vec<u8>>,
+    prefixes: Vec<String>,
     /// The positions of the primary-key columns, in key order.
     key_columns: Vec<usize>,
     /// The length of the last row written: the next one's buffer starts so
@@ -33,9 +32,9 @@ impl<'a> RowWriter<'a> {
             .iter()
             .enumerate()
             .map(|(i, column)| {
-                let mut prefix = vec![if i == 0 { b'{' } else { b',' }];
+                let mut prefix = String::from(if i == 0 { '{' } else { ',' });
                 json::write_str(&mut prefix, &column.name);
-                prefix.push(b':');
+                prefix.push(':');
                 prefix
             })
             .collect();
@@ -66,11 +65,11 @@ impl<'a> RowWriter<'a> {
         value: impl Fn(usize) -> Option<&'r str>,
     ) -> (Vec<String>, Box<str>) {
         let columns = &self.table.relation.columns;
-        let mut out = Vec::with_capacity(self.last_len);
+        let mut out = String::with_capacity(self.last_len);
         for (i, (prefix, kind)) in self.prefixes.iter().zip(&self.table.kinds).enumerate() {
-            out.extend_from_slice(prefix);
+            out.push_str(prefix);
             match value(i) {
-                None => out.extend_from_slice(b"null"),
+                None => out.push_str("null"),
                 Some(text) => types::write_json_lenient(
                     kind,
                     text,
@@ -80,9 +79,9 @@ impl<'a> RowWriter<'a> {
             }
         }
         if self.prefixes.is_empty() {
-            out.push(b'{');
+            out.push('{');
         }
-        out.push(b'}');
+        out.push('}');
         // A little over the last row's length: the next row is most often
         // about as long, and shrinking the buffer to fit then stays in place.
         self.last_len = out.len() + 16;
@@ -91,16 +90,14 @@ impl<'a> RowWriter<'a> {
             .iter()
             .map(|&i| match value(i) {
                 None => String::new(),
-                Some(text) => json_key_text(&types::render_lenient(
+                Some(text) => types::key_text_lenient(
                     &self.table.kinds[i],
                     text,
-                    &self.qualified_name,
-                    &columns[i].name,
-                )),
+                    (&self.qualified_name, &columns[i].name),
+                ),
             })
             .collect();
-        let json = String::from_utf8(out).expect("JSON written from UTF-8 text is UTF-8");
-        (key, json.into_boxed_str())
+        (key, out.into_boxed_str())
     }
 }
 

@@ -10,7 +10,7 @@
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{Client, IsolationLevel};
 
 use super::ReadRow;
@@ -73,6 +73,24 @@ impl BackfillScope {
 /// A chunk's rows (key, JSON) and the transactions in progress for their
 /// snapshot.
 pub(crate) type ChunkRows = (Vec<ReadRow>, Vec<u32>);
+
+/// A value the chunk query cast to `text`, borrowed from its row. Read as
+/// `&str`, every value was also matched by its type's name against the
+/// extension types `&str` takes (three string compares per value).
+struct TextValue<'a>(&'a str);
+
+impl<'a> FromSql<'a> for TextValue<'a> {
+    fn from_sql(
+        _: &Type,
+        raw: &'a [u8],
+    ) -> Result<TextValue<'a>, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(TextValue(std::str::from_utf8(raw)?))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TEXT
+    }
+}
 
 /// The query reading one backfill's chunks, built and checked against the
 /// table once per run.
@@ -281,7 +299,7 @@ impl ChunkQuery {
         while let Some(row) = rows.try_next().await.map_err(db_error)? {
             // The relation's columns, then the order columns: the query
             // lists them so.
-            out.push(writer.write(|i| row.get::<_, Option<&str>>(i)));
+            out.push(writer.write(|i| row.get::<_, Option<TextValue>>(i).map(|v| v.0)));
             last_row = Some(row);
         }
         drop(rows);

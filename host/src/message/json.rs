@@ -37,18 +37,13 @@ struct Fragment {
     rendered: bool,
     texts: Vec<Arc<str>>,
     number: u64,
-    json: Vec<u8>,
+    json: String,
 }
 
 impl Fragment {
     /// The piece for `texts` and `number`: the one kept when it was
     /// rendered from these very texts, else rendered by `render` now.
-    fn get(
-        &mut self,
-        texts: &[&Arc<str>],
-        number: u64,
-        render: impl FnOnce(&mut Vec<u8>),
-    ) -> &[u8] {
+    fn get(&mut self, texts: &[&Arc<str>], number: u64, render: impl FnOnce(&mut String)) -> &str {
         let same = self.rendered
             && self.number == number
             && self.texts.len() == texts.len()
@@ -66,105 +61,105 @@ impl Fragment {
 }
 
 /// Appends `message`'s JSON to `out`, as `serde_json::to_writer` would.
-pub fn write_message(out: &mut Vec<u8>, message: &Message, cache: &mut JsonCache) {
-    out.extend_from_slice(b"{\"record\":");
+pub fn write_message(out: &mut String, message: &Message, cache: &mut JsonCache) {
+    out.push_str("{\"record\":");
     match &message.record {
         Record::Map(row) => write_row(out, row),
-        Record::Json(json) => out.extend_from_slice(json.as_bytes()),
+        Record::Json(json) => out.push_str(json),
     }
-    out.extend_from_slice(b",\"changes\":");
+    out.push_str(",\"changes\":");
     match &message.changes {
         Some(changes) => write_row(out, changes),
-        None => out.extend_from_slice(b"null"),
+        None => out.push_str("null"),
     }
-    out.extend_from_slice(b",\"action\":\"");
-    out.extend_from_slice(message.action.as_str().as_bytes());
-    out.extend_from_slice(b"\",");
+    out.push_str(",\"action\":\"");
+    out.push_str(message.action.as_str());
+    out.push_str("\",");
     write_metadata(out, &message.metadata, cache);
-    out.push(b'}');
+    out.push('}');
 }
 
 /// Appends `"metadata":{…}`.
-fn write_metadata(out: &mut Vec<u8>, metadata: &Metadata, cache: &mut JsonCache) {
+fn write_metadata(out: &mut String, metadata: &Metadata, cache: &mut JsonCache) {
     let texts = [
         &metadata.table_schema,
         &metadata.table_name,
         &metadata.commit_timestamp,
     ];
-    out.extend_from_slice(cache.head.get(&texts, metadata.commit_lsn.0, |json| {
-        json.extend_from_slice(b"\"metadata\":{\"table_schema\":");
+    out.push_str(cache.head.get(&texts, metadata.commit_lsn.0, |json| {
+        json.push_str("\"metadata\":{\"table_schema\":");
         write_str(json, &metadata.table_schema);
-        json.extend_from_slice(b",\"table_name\":");
+        json.push_str(",\"table_name\":");
         write_str(json, &metadata.table_name);
-        json.extend_from_slice(b",\"commit_timestamp\":");
+        json.push_str(",\"commit_timestamp\":");
         write_str(json, &metadata.commit_timestamp);
-        json.extend_from_slice(b",\"commit_lsn\":");
+        json.push_str(",\"commit_lsn\":");
         write_integer(json, metadata.commit_lsn.0);
-        json.extend_from_slice(b",\"commit_idx\":");
+        json.push_str(",\"commit_idx\":");
     }));
     write_integer(out, metadata.commit_idx.into());
-    out.extend_from_slice(b",\"idempotency_key\":");
+    out.push_str(",\"idempotency_key\":");
     write_str(out, &metadata.idempotency_key);
-    out.extend_from_slice(b",\"record_pks\":");
-    write_sequence(out, b"[]", &metadata.record_pks, |out, value| {
+    out.push_str(",\"record_pks\":");
+    write_sequence(out, ['[', ']'], &metadata.record_pks, |out, value| {
         write_str(out, value)
     });
-    out.extend_from_slice(cache.database.get(&[&metadata.database_name], 0, |json| {
-        json.extend_from_slice(b",\"database_name\":");
+    out.push_str(cache.database.get(&[&metadata.database_name], 0, |json| {
+        json.push_str(",\"database_name\":");
         write_str(json, &metadata.database_name);
-        json.extend_from_slice(b",\"transaction_annotations\":");
+        json.push_str(",\"transaction_annotations\":");
     }));
     write_optional(out, metadata.transaction_annotations.as_ref());
     if let Some(enrichment) = &metadata.enrichment {
-        out.extend_from_slice(b",\"enrichment\":");
+        out.push_str(",\"enrichment\":");
         write_value(out, enrichment);
     }
     if let Some(source) = &metadata.webhook_source {
-        out.extend_from_slice(b",\"webhook_source\":");
+        out.push_str(",\"webhook_source\":");
         write_str(out, source);
     }
     let consumer = &metadata.consumer;
-    out.extend_from_slice(
+    out.push_str(
         cache
             .consumer
             .get(&[&consumer.id, &consumer.name], 0, |json| {
-                json.extend_from_slice(b",\"consumer\":{\"id\":");
+                json.push_str(",\"consumer\":{\"id\":");
                 write_str(json, &consumer.id);
-                json.extend_from_slice(b",\"name\":");
+                json.push_str(",\"name\":");
                 write_str(json, &consumer.name);
-                json.extend_from_slice(b"}}");
+                json.push_str("}}");
             }),
     );
 }
 
 /// Appends `value`, or `null`.
-fn write_optional(out: &mut Vec<u8>, value: Option<&Value>) {
+fn write_optional(out: &mut String, value: Option<&Value>) {
     match value {
         Some(value) => write_value(out, value),
-        None => out.extend_from_slice(b"null"),
+        None => out.push_str("null"),
     }
 }
 
 /// Appends a row (or any JSON object) in its keys' order.
-fn write_row(out: &mut Vec<u8>, row: &Row) {
-    write_sequence(out, b"{}", row, |out, (key, value)| {
+fn write_row(out: &mut String, row: &Row) {
+    write_sequence(out, ['{', '}'], row, |out, (key, value)| {
         write_str(out, key);
-        out.push(b':');
+        out.push(':');
         write_value(out, value);
     });
 }
 
 /// Appends `items` between the two `brackets`, separated by commas.
 fn write_sequence<T>(
-    out: &mut Vec<u8>,
-    brackets: &[u8; 2],
+    out: &mut String,
+    brackets: [char; 2],
     items: impl IntoIterator<Item = T>,
-    mut write_item: impl FnMut(&mut Vec<u8>, T),
+    mut write_item: impl FnMut(&mut String, T),
 ) {
     out.push(brackets[0]);
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.push(',');
         }
         write_item(out, item);
     }
@@ -172,35 +167,35 @@ fn write_sequence<T>(
 }
 
 /// Appends `value` in compact form.
-pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
+pub(crate) fn write_value(out: &mut String, value: &Value) {
     match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
         // Numbers keep Postgres's text (`arbitrary_precision`), which is
         // what serde_json writes too.
-        Value::Number(number) => out.extend_from_slice(number.as_str().as_bytes()),
+        Value::Number(number) => out.push_str(number.as_str()),
         Value::String(text) => write_str(out, text),
-        Value::Array(items) => write_sequence(out, b"[]", items, write_value),
+        Value::Array(items) => write_sequence(out, ['[', ']'], items, write_value),
         Value::Object(object) => write_row(out, object),
     }
 }
 
 /// Appends `number` in decimal.
-fn write_integer(out: &mut Vec<u8>, number: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(number).as_bytes());
+fn write_integer(out: &mut String, number: u64) {
+    out.push_str(itoa::Buffer::new().format(number));
 }
 
 /// Appends `text` as a JSON string: copied as it is when nothing in it
 /// needs escaping (nearly always), else escaped by serde_json.
-pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_str(out: &mut String, text: &str) {
     if is_plain(text.as_bytes()) {
         out.reserve(text.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
     } else {
-        serde_json::to_writer(&mut *out, text).expect("writing to a Vec cannot fail");
+        out.push_str(&serde_json::to_string(text).expect("a string always serialises"));
     }
 }
 
@@ -262,9 +257,9 @@ mod tests {
     }
 
     fn written(message: &Message, cache: &mut JsonCache) -> String {
-        let mut out = Vec::new();
+        let mut out = String::new();
         write_message(&mut out, message, cache);
-        String::from_utf8(out).expect("UTF-8")
+        out
     }
 
     /// Texts that serde_json escapes, and some it leaves alone, at every

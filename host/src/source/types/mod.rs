@@ -163,26 +163,36 @@ pub fn write_json_lenient(
     kind: &TypeKind,
     text: &str,
     (relation, column): (&str, &str),
-    out: &mut Vec<u8>,
+    out: &mut String,
 ) {
     match kind {
         TypeKind::Text => json::write_str(out, text),
-        TypeKind::Number if scalar::is_number_as_printed(text) => {
-            out.extend_from_slice(text.as_bytes())
-        }
+        TypeKind::Number if scalar::is_number_as_printed(text) => out.push_str(text),
         TypeKind::Timestamptz => {
             let pieces = scalar::timestamptz_pieces(text);
             if pieces.iter().all(|piece| json::is_plain(piece.as_bytes())) {
-                out.push(b'"');
+                out.push('"');
                 for piece in pieces {
-                    out.extend_from_slice(piece.as_bytes());
+                    out.push_str(piece);
                 }
-                out.push(b'"');
+                out.push('"');
             } else {
                 json::write_value(out, &scalar::timestamptz(text));
             }
         }
         _ => json::write_value(out, &render_lenient(kind, text, relation, column)),
+    }
+}
+
+/// The text one non-null key value of `column` of `relation` given in text
+/// format has in a message's `record_pks` and group: exactly
+/// [`crate::change::json_key_text`] of [`render_lenient`]'s value, without
+/// building the value for text and numbers printed as they render.
+pub fn key_text_lenient(kind: &TypeKind, text: &str, (relation, column): (&str, &str)) -> String {
+    match kind {
+        TypeKind::Text => text.to_string(),
+        TypeKind::Number if scalar::is_number_as_printed(text) => text.to_string(),
+        _ => crate::change::json_key_text(&render_lenient(kind, text, relation, column)),
     }
 }
 

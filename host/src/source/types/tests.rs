@@ -274,7 +274,7 @@ fn malformed_text_never_panics() {
 }
 
 #[test]
-fn values_written_directly_are_the_rendered_values_written() {
+fn values_and_keys_written_directly_are_the_rendered_values_written() {
     let cases: &[(u32, &[&str])] = &[
         // text, varchar, uuid: escaped as strings
         (
@@ -330,13 +330,15 @@ fn values_written_directly_are_the_rendered_values_written() {
     for (oid, texts) in cases {
         let kind = builtin_kind(*oid).unwrap();
         for text in *texts {
-            let mut written = Vec::new();
+            let mut written = String::new();
             write_json_lenient(&kind, text, ("public.t", "c"), &mut written);
-            let expected = serde_json::to_string(&render_lenient(&kind, text, "public.t", "c"));
+            let rendered = render_lenient(&kind, text, "public.t", "c");
+            let expected = serde_json::to_string(&rendered);
+            assert_eq!(written, expected.unwrap(), "type {oid}, text {text:?}");
             assert_eq!(
-                String::from_utf8(written).unwrap(),
-                expected.unwrap(),
-                "type {oid}, text {text:?}"
+                key_text_lenient(&kind, text, ("public.t", "c")),
+                crate::change::json_key_text(&rendered),
+                "key of type {oid}, text {text:?}"
             );
         }
     }
