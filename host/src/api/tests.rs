@@ -50,7 +50,7 @@ impl Server {
                 json!({"record": {"id": lsn}, "action": "insert"}),
             )
             .into(),
-            route: crate::plugins::Route::default(),
+            route: None,
         };
         let batch = [SinkBatch::of("orders", vec![message])];
         self.store.append(&batch, Lsn(lsn)).unwrap();
@@ -399,7 +399,7 @@ async fn receive_and_ack_rate_over_http() {
                 json!({"record": {"id": n, "name": "x".repeat(200)}, "action": "insert"}),
             )
             .into(),
-            route: crate::plugins::Route::default(),
+            route: None,
         })
         .collect();
     let batch = [SinkBatch::of("orders", messages)];
@@ -437,7 +437,7 @@ async fn dead_letters_are_listed_paged_replayed_and_discarded() {
             group_id: format!("g{i}"),
             idempotency_key: crate::message::idempotency_key(Lsn(i), 0),
             payload: crate::plugins::Payload::Json(json!({"record": {"id": i}})).into(),
-            route: crate::plugins::Route::default(),
+            route: None,
         })
         .collect();
     let batch = [SinkBatch::of("hook", messages)];

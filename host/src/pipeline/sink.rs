@@ -476,7 +476,7 @@ impl SinkPipeline {
             group_id: group_id.to_string(),
             idempotency_key: message.metadata.idempotency_key.clone(),
             payload,
-            route,
+            route: route.boxed_unless_empty(),
         })
     }
 }

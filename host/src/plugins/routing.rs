@@ -75,7 +75,26 @@ pub struct Route {
 impl Route {
     /// The names of the keys this route sets, in declaration order.
     pub fn keys(&self) -> Vec<&'static str> {
-        let set = [
+        self.flags()
+            .into_iter()
+            .filter_map(|(name, is_set)| is_set.then_some(name))
+            .collect()
+    }
+
+    /// Whether this route sets no key (a sink without routing).
+    pub fn is_empty(&self) -> bool {
+        self.flags().iter().all(|&(_, is_set)| !is_set)
+    }
+
+    /// This route boxed, or `None` when it sets no key: what a stored
+    /// message carries (see [`crate::store::NewMessage::route`]).
+    pub fn boxed_unless_empty(self) -> Option<Box<Route>> {
+        (!self.is_empty()).then(|| Box::new(self))
+    }
+
+    /// Each key's name and whether this route sets it.
+    fn flags(&self) -> [(&'static str, bool); 14] {
+        [
             ("topic", self.topic.is_some()),
             ("message_key", self.message_key.is_some()),
             ("subject", self.subject.is_some()),
@@ -90,10 +109,7 @@ impl Route {
             ("routing_key", self.routing_key.is_some()),
             ("message_id", self.message_id.is_some()),
             ("table", self.table.is_some()),
-        ];
-        set.into_iter()
-            .filter_map(|(name, is_set)| is_set.then_some(name))
-            .collect()
+        ]
     }
 }
 

@@ -628,7 +628,7 @@ mod tests {
                     json!({ "pad": "x".repeat(pad) })
                 })
                 .into(),
-                route: crate::plugins::Route::default(),
+                route: None,
             })
             .collect();
         store

@@ -173,7 +173,11 @@ impl<'a> MessageColumns<'a> {
             payload: Cow::Borrowed(payload.json),
             payload_bytes: payload.bytes.map(Cow::Borrowed),
             content_type: payload.content_type.map(Cow::Borrowed),
-            route: route_column(&message.route).map(Cow::Owned),
+            route: message
+                .route
+                .as_deref()
+                .and_then(route_column)
+                .map(Cow::Owned),
         })
     }
 }
@@ -227,7 +231,7 @@ pub(super) fn payload_from_columns(
 
 /// The `route` column of `route`: NULL when it sets no key.
 pub(super) fn route_column(route: &Route) -> Option<String> {
-    if route.keys().is_empty() {
+    if route.is_empty() {
         None
     } else {
         Some(serde_json::to_string(route).expect("routes serialize"))

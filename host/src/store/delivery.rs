@@ -484,7 +484,7 @@ mod tests {
                 group_id: group.to_string(),
                 idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
                 payload: crate::plugins::Payload::Json(json!({"lsn": lsn})).into(),
-                route: crate::plugins::Route::default(),
+                route: None,
             })
             .collect();
         let last = Lsn(messages

@@ -31,7 +31,7 @@ pub(super) fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
         idempotency_key: crate::message::idempotency_key(Lsn(lsn), idx),
         payload: crate::plugins::Payload::Json(json!({"lsn": lsn, "idx": idx, "group": group}))
             .into(),
-        route: crate::plugins::Route::default(),
+        route: None,
     }
 }
 

@@ -206,7 +206,7 @@ mod tests {
             group_id: group.into(),
             idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
             payload: crate::plugins::Payload::Json(serde_json::json!({"lsn": lsn})).into(),
-            route: crate::plugins::Route::default(),
+            route: None,
         };
         let batch = [SinkBatch::of(sink, vec![message])];
         store.append(&batch, Lsn(lsn)).unwrap();
