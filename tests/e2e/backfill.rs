@@ -12,7 +12,7 @@ use base64::Engine as _;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::harness::postgres::PgCluster;
+use crate::harness::postgres::{PgCluster, PgOptions};
 use crate::harness::weft::{WeftProcess, http};
 
 const SLOT: &str = "weft_backfill";
@@ -784,6 +784,36 @@ fn a_backfill_whose_table_no_longer_fits_fails_at_once_and_shows_in_health() {
     assert_eq!(status, 201);
     let entity = orders_backfill_health(&weft);
     assert_eq!(entity["status"], "healthy", "{entity}");
+}
+
+/// A `SQL_ASCII` database stores text bytes unchecked, and Postgres
+/// refuses to send a row whose text is not UTF-8. The backfill fails at
+/// once (not after five retries) with the server's own message, which
+/// weft's errors once reduced to "db error".
+#[test]
+fn a_row_postgres_cannot_send_fails_the_backfill_at_once_with_the_servers_message() {
+    let pg = PgCluster::start_with(PgOptions {
+        encoding: Some("SQL_ASCII"),
+        ..Default::default()
+    });
+    // E'\351' is the byte 0xE9 alone: Latin-1 "é", not UTF-8.
+    pg.psql(
+        "CREATE TABLE orders (id int PRIMARY KEY, note text);
+         INSERT INTO orders SELECT g, 'fine' FROM generate_series(1, 20) g;
+         UPDATE orders SET note = E'caf\\351' WHERE id = 7",
+    );
+    let (_dir, weft) = weft_on(&pg, "include_tables: [public.orders]", "");
+    let (status, created) = post_backfill(&weft, json!({"table": "public.orders"}));
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    // Five attempts would take 30 s of backoff.
+    let failed = wait_for_state(&weft, &id, "failed", Duration::from_secs(10));
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("cannot be read") && error.contains("invalid byte sequence"),
+        "{error}"
+    );
+    assert_eq!(orders_backfill_health(&weft)["status"], "error");
 }
 
 /// Every column type of the type test (`tests/e2e/types.rs`) in one wide

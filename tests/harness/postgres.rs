@@ -36,6 +36,8 @@ pub struct PgOptions {
     pub settings: Vec<String>,
     /// Serve TLS with this certificate and key (`ssl = on`).
     pub tls: Option<ServerTls>,
+    /// The cluster's encoding (`initdb -E`); `UTF8` when `None`.
+    pub encoding: Option<&'static str>,
 }
 
 /// TLS settings of a test cluster.
@@ -317,7 +319,8 @@ impl PgCluster {
         let output = self
             .as_postgres_user(&self.bindir.join("initdb"))
             .args(["-D", &data, "-U", "postgres", "--auth=trust"])
-            .args(["-E", "UTF8", "--locale=C", "--no-sync"])
+            .args(["-E", options.encoding.unwrap_or("UTF8")])
+            .args(["--locale=C", "--no-sync"])
             .output()
             .expect("run initdb");
         check(&output, "initdb");

@@ -67,6 +67,13 @@ pub enum BackfillError {
     /// fit the table; the reason, naming the field.
     #[error("{0}")]
     Scope(String),
+    /// Postgres cannot send a row in scope (a data exception, SQLSTATE
+    /// class 22, e.g. bytes that are not UTF-8 in a `SQL_ASCII` database):
+    /// reading it again would fail again.
+    #[error(
+        "a row in the backfill's scope cannot be read: {0}; reading it again would fail again: fix the row (or the backfill's `filter`, if the error is in it) and start a new backfill"
+    )]
+    Unreadable(String),
 }
 
 impl BackfillError {
@@ -77,8 +84,16 @@ impl BackfillError {
     }
 }
 
-pub(crate) fn db_error(error: impl std::fmt::Display) -> BackfillError {
-    BackfillError::Database(error.to_string())
+/// A database error as a backfill's error, with the server's message.
+pub(crate) fn db_error(error: impl std::error::Error + 'static) -> BackfillError {
+    let text = crate::source::with_causes(&error);
+    let code = (&error as &dyn std::error::Error)
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code);
+    match code {
+        Some(code) if code.code().starts_with("22") => BackfillError::Unreadable(text),
+        _ => BackfillError::Database(text),
+    }
 }
 
 /// The table as a backfill reads it: its relation and key column types.

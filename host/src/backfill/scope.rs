@@ -76,7 +76,9 @@ pub(crate) type ChunkRows = (Vec<ReadRow>, Vec<u32>);
 
 /// A value the chunk query cast to `text`, borrowed from its row. Read as
 /// `&str`, every value was also matched by its type's name against the
-/// extension types `&str` takes (three string compares per value).
+/// extension types `&str` takes (three string compares per value). The
+/// text is always UTF-8: Postgres checks what it sends a UTF-8 client, even
+/// from a `SQL_ASCII` database.
 struct TextValue<'a>(&'a str);
 
 impl<'a> FromSql<'a> for TextValue<'a> {
@@ -350,6 +352,15 @@ async fn check_cast(client: &Client, value: &str, ty: &str) -> Result<(), Backfi
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn chunk_values_are_text_and_must_be_utf8() {
+        assert!(TextValue::accepts(&Type::TEXT));
+        assert!(!TextValue::accepts(&Type::VARCHAR));
+        let value = TextValue::from_sql(&Type::TEXT, "ünï".as_bytes()).unwrap();
+        assert_eq!(value.0, "ünï");
+        assert!(TextValue::from_sql(&Type::TEXT, b"caf\xe9").is_err());
+    }
 
     #[test]
     fn a_scope_names_its_kind_and_needs_a_sort_column_for_a_position() {

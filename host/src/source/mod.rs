@@ -243,12 +243,7 @@ impl PgConnectOptions {
                 reason,
             };
         }
-        let mut text = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(inner) = cause {
-            text = format!("{text}: {inner}");
-            cause = inner.source();
-        }
+        let text = with_causes(&e);
         if text.contains("server does not support TLS") {
             return SourceError::Tls {
                 address: self.address(),
@@ -554,6 +549,19 @@ pub async fn run(
     }
     .instrument(span)
     .await
+}
+
+/// `error` followed by each of its causes, `: `-separated. A
+/// `tokio_postgres::Error` alone says only "db error"; the server's message
+/// is its cause.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text = format!("{text}: {inner}");
+        cause = inner.source();
+    }
+    text
 }
 
 #[cfg(test)]
