@@ -55,6 +55,9 @@ fn change(lsn: u64, idx: u32, id: i64, what: &str) -> Change {
 
 /// A sink `s` with `extra` sink YAML, running the hostile transform when
 /// `hostile`, else no function.
+/// The `extra` of [`sink`] for a pull (Sequin Stream) sink.
+const PULL: &str = "    destination: {type: sequin_stream}\n";
+
 fn sink(dir: &std::path::Path, extra: &str, hostile: bool) -> SinkPipeline {
     let text = format!(
         "databases:
@@ -110,7 +113,7 @@ fn stored_ids(store: &Store) -> Vec<(u64, Value)> {
 async fn a_transient_failure_holds_its_group_and_releases_it_in_order_when_due() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
-    let mut failing = sink(dir.path(), "    destination: {type: sequin_stream}\n", true);
+    let mut failing = sink(dir.path(), PULL, true);
     let first = change(10, 0, 1, "retry");
     let other = change(10, 1, 2, "echo");
     let later = change(20, 0, 1, "echo");
@@ -150,11 +153,7 @@ async fn a_transient_failure_holds_its_group_and_releases_it_in_order_when_due()
     );
 
     // Due, with a function that no longer fails: the group goes through in order.
-    let mut fixed = sink(
-        dir.path(),
-        "    destination: {type: sequin_stream}\n",
-        false,
-    );
+    let mut fixed = sink(dir.path(), PULL, false);
     tokio::time::sleep(retry.retry_in + Duration::from_millis(50)).await;
     assert_eq!(fixed.release_held(&store, 100).await.unwrap(), 3);
     assert_eq!(
@@ -205,7 +204,7 @@ async fn past_max_retry_count_a_transient_failure_is_dead_lettered() {
 async fn only_runs_with_a_trap_owe_a_cooldown() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
-    let mut sink = sink(dir.path(), "    destination: {type: sequin_stream}\n", true);
+    let mut sink = sink(dir.path(), PULL, true);
     let clean = change(10, 0, 1, "echo");
     process(&mut sink, vec![clean], &store).await;
     assert_eq!(sink.take_cooldown(), Duration::ZERO);
@@ -225,11 +224,7 @@ async fn only_runs_with_a_trap_owe_a_cooldown() {
 #[test]
 fn a_group_is_the_table_and_the_key_values_joined_by_colons() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = sink(
-        dir.path(),
-        "    destination: {type: sequin_stream}\n",
-        false,
-    );
+    let sink = sink(dir.path(), PULL, false);
     let prepared = sink.prepare(vec![change(10, 0, 7, "a")]);
     assert_eq!(prepared.0[0].group_id, "public.items:7");
     let mut message = prepared.0[0].message.clone();
@@ -277,11 +272,7 @@ fn read(idx: u32, id: i64, what: &str) -> Change {
 #[test]
 fn column_filters_read_a_backfills_written_records() {
     let dir = tempfile::tempdir().unwrap();
-    let mut sink = sink(
-        dir.path(),
-        "    destination: {type: sequin_stream}\n",
-        false,
-    );
+    let mut sink = sink(dir.path(), PULL, false);
     sink.config.column_filters = vec![
         serde_json::from_value(
             json!({"column_name": "do", "operator": "=", "comparison_value": "keep"}),
@@ -307,11 +298,7 @@ fn column_filters_read_a_backfills_written_records() {
 #[test]
 fn a_read_becomes_a_message_with_its_written_record_and_its_backfill_key() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = sink(
-        dir.path(),
-        "    destination: {type: sequin_stream}\n",
-        false,
-    );
+    let sink = sink(dir.path(), PULL, false);
     let Prepared(pending) = sink.prepare(vec![read(1, 7, "x")]);
     let message = &pending[0].message;
     assert!(
