@@ -278,7 +278,10 @@ fn timestamp_text(at: chrono::DateTime<chrono::Utc>) -> String {
 /// The idempotency key of a change: `Base64("<commit_lsn>:<commit_idx>")`,
 /// as Sequin computes it. Stable across restarts and redeliveries.
 pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
-    base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", commit_lsn.0, commit_idx))
+    base64_of(|plain| {
+        use std::fmt::Write;
+        write!(plain, "{}:{}", commit_lsn.0, commit_idx).expect("a String takes any text");
+    })
 }
 
 /// The idempotency key of a backfill's `read` message, as Sequin computes
@@ -286,11 +289,25 @@ pub fn idempotency_key(commit_lsn: Lsn, commit_idx: u32) -> String {
 /// row within one backfill, so a chunk read again after a crash is
 /// recognised as a duplicate; a new backfill gives new keys.
 pub fn backfill_idempotency_key(backfill_id: &str, primary_key: &[String]) -> String {
-    let mut plain = String::with_capacity(backfill_id.len() + 1 + key_values_len(primary_key));
-    plain.push_str(backfill_id);
-    plain.push(':');
-    push_key_values(&mut plain, primary_key);
-    base64::engine::general_purpose::STANDARD.encode(plain)
+    base64_of(|plain| {
+        plain.push_str(backfill_id);
+        plain.push(':');
+        push_key_values(plain, primary_key);
+    })
+}
+
+/// Base64 of the text `write` puts together. The text is put together in
+/// one buffer per thread: every message needs a key, and a backfill makes
+/// them by the million.
+fn base64_of(write: impl FnOnce(&mut String)) -> String {
+    thread_local! {
+        static PLAIN: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    PLAIN.with_borrow_mut(|plain| {
+        plain.clear();
+        write(plain);
+        base64::engine::general_purpose::STANDARD.encode(plain.as_bytes())
+    })
 }
 
 /// How long `values` are once [`push_key_values`] joins them.
@@ -314,7 +331,10 @@ pub(crate) fn push_key_values(out: &mut String, values: &[String]) {
 /// ids are UUIDs stored with the request, so the key is stable across
 /// restarts and redeliveries and never repeats.
 pub fn webhook_idempotency_key(request_id: &str, index: u32) -> String {
-    base64::engine::general_purpose::STANDARD.encode(format!("{request_id}:{index}"))
+    base64_of(|plain| {
+        use std::fmt::Write;
+        write!(plain, "{request_id}:{index}").expect("a String takes any text");
+    })
 }
 
 #[cfg(test)]
@@ -350,6 +370,13 @@ mod tests {
     fn idempotency_key_matches_sequin() {
         // Base64 of "123:4".
         assert_eq!(idempotency_key(Lsn(123), 4), "MTIzOjQ=");
+        // The buffer one key is put together in holds nothing of the last.
+        assert_eq!(
+            backfill_idempotency_key("a-long-backfill-id", &["1".into()]),
+            "YS1sb25nLWJhY2tmaWxsLWlkOjE="
+        );
+        assert_eq!(idempotency_key(Lsn(1), 2), "MToy");
+        assert_eq!(webhook_idempotency_key("r", 0), "cjow");
     }
 
     #[test]

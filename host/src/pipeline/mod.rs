@@ -314,14 +314,14 @@ impl Pipeline {
                 && self.sinks[index].accepts(change)
         });
         for (index, stored) in stored.iter().copied().enumerate() {
-            let prepared = self.sinks[index].prepare(handout.serve(index));
+            let mut prepared = self.sinks[index].prepare(handout.serve(index));
             let sink_span = {
                 let sink = &self.sinks[index];
                 info_span!("sink", sink = sink.name(), plugins = %sink.plugins())
             };
             let mut sink_batch = loop {
                 match self.sinks[index]
-                    .process(&prepared, &self.store)
+                    .process(&mut prepared, &self.store)
                     .instrument(sink_span.clone())
                     .await
                 {

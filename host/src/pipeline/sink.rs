@@ -74,8 +74,9 @@ pub struct SinkPipeline {
 pub const TRAP_COOLDOWN_FACTOR: u32 = 2;
 
 /// A sink's changes as messages, ready for its functions (see
-/// [`SinkPipeline::prepare`]). [`SinkPipeline::process`] borrows them, so
-/// the pipeline can run them again after a failure without keeping a copy.
+/// [`SinkPipeline::prepare`]). [`SinkPipeline::process`] leaves them in
+/// place until nothing can fail any more, so the pipeline can run them
+/// again after a failure without keeping a copy.
 pub struct Prepared(Vec<Pending>);
 
 /// A change on its way through a sink: its message and group.
@@ -212,10 +213,11 @@ impl SinkPipeline {
     /// functions produce (none for changes the filter drops), dead letters
     /// for changes a function failed on for good, and held changes (a
     /// transient failure, a group with an earlier held change, or a
-    /// quarantined sink).
+    /// quarantined sink). Without functions, and with nothing held, the
+    /// messages move out of `prepared` into the batch.
     pub async fn process(
         &mut self,
-        prepared: &Prepared,
+        prepared: &mut Prepared,
         store: &Store,
     ) -> Result<SinkBatch, SinkPipelineError> {
         let pending = &prepared.0;
@@ -243,6 +245,15 @@ impl SinkPipeline {
         } else {
             HashSet::new()
         };
+        if self.chain.is_empty() && held_groups.is_empty() {
+            // Nothing can fail from here on: no copies of keys and groups.
+            let pending = std::mem::take(&mut prepared.0);
+            batch.messages = pending
+                .into_iter()
+                .map(|p| self.message_as_it_is(p))
+                .collect();
+            return Ok(batch);
+        }
         let (run, wait): (Vec<&Pending>, Vec<&Pending>) = pending
             .iter()
             .partition(|p| !held_groups.contains(&p.group_id));
@@ -342,16 +353,11 @@ impl SinkPipeline {
         }
         if self.chain.is_empty() {
             // Nothing can fail without functions: the messages are stored
-            // as they are, rendered straight from the borrowed changes.
-            settled.messages.reserve(pending.len());
-            for p in pending {
-                let message = &p.message;
-                let position = (message.metadata.commit_lsn, message.metadata.commit_idx);
-                match self.new_message(position, &p.group_id, message, None, None) {
-                    Ok(stored) => settled.messages.push(stored),
-                    Err(error) => settled.dead_letters.push(dead_letter(p, p.attempts, error)),
-                }
-            }
+            // as they are (copies: the held changes' path, seldom taken).
+            settled.messages = pending
+                .iter()
+                .map(|&p| self.message_as_it_is(p.clone()))
+                .collect();
             return Ok(settled);
         }
         let messages = pending.iter().map(|p| p.message.clone()).collect();
@@ -455,20 +461,10 @@ impl SinkPipeline {
                 self.chain.sink_type
             ));
         }
-        let route = default_route::merge(
-            default_route::default_route(
-                self.chain.sink_type,
-                message.action,
-                &message.metadata,
-                group_id,
-            ),
-            route,
-        );
+        let route = self.route_of(message, group_id, route);
         let payload = match payload {
             Some(payload) => payload.into(),
-            None => StoredPayload::written(|text| {
-                json::write_message(text, message, &mut self.json_cache);
-            }),
+            None => self.rendered(message),
         };
         Ok(NewMessage {
             commit_lsn,
@@ -476,8 +472,54 @@ impl SinkPipeline {
             group_id: group_id.to_string(),
             idempotency_key: message.metadata.idempotency_key.clone(),
             payload,
-            route: route.boxed_unless_empty(),
+            route,
         })
+    }
+
+    /// The stored message for `pending` when no function runs: the message
+    /// JSON as it is, its group and key moved, not copied.
+    fn message_as_it_is(&mut self, pending: Pending) -> NewMessage {
+        let Pending {
+            mut message,
+            group_id,
+            ..
+        } = pending;
+        let route = self.route_of(&message, &group_id, None);
+        let payload = self.rendered(&message);
+        let metadata = &mut message.metadata;
+        NewMessage {
+            commit_lsn: metadata.commit_lsn,
+            commit_idx: metadata.commit_idx,
+            group_id,
+            idempotency_key: std::mem::take(&mut metadata.idempotency_key),
+            payload,
+            route,
+        }
+    }
+
+    /// The sink type's default routing keys for `message`, with those the
+    /// routing function `chose` (if any) in their place.
+    fn route_of(
+        &self,
+        message: &Message,
+        group_id: &str,
+        chose: Option<Route>,
+    ) -> Option<Box<Route>> {
+        default_route::merge(
+            default_route::default_route(
+                self.chain.sink_type,
+                message.action,
+                &message.metadata,
+                group_id,
+            ),
+            chose,
+        )
+        .boxed_unless_empty()
+    }
+
+    /// `message` as the JSON consumers receive.
+    fn rendered(&mut self, message: &Message) -> StoredPayload {
+        StoredPayload::written(|text| json::write_message(text, message, &mut self.json_cache))
     }
 }
 

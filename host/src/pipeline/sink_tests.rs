@@ -13,8 +13,8 @@ use crate::plugins::tests::{config, engine, guest};
 
 /// What `sink` makes of `changes`.
 async fn process(sink: &mut SinkPipeline, changes: Vec<Change>, store: &Store) -> SinkBatch {
-    let prepared = sink.prepare(changes);
-    sink.process(&prepared, store).await.unwrap()
+    let mut prepared = sink.prepare(changes);
+    sink.process(&mut prepared, store).await.unwrap()
 }
 
 fn relation() -> Arc<Relation> {
