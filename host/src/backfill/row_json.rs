@@ -17,8 +17,8 @@ pub(crate) struct RowWriter<'a> {
     /// Per column, what goes before its value: `{"name":` for the first,
     /// `,"name":` after.
     prefixes: Vec<String>,
-    /// The positions of the primary-key columns, in key order.
-    key_columns: Vec<usize>,
+    /// Per column, its position in the primary key, if it is a key column.
+    key_positions: Vec<Option<usize>>,
     /// The length of the last row written: the next one's buffer starts so
     /// big, which spares growing it by copies.
     last_len: usize,
@@ -38,22 +38,26 @@ impl<'a> RowWriter<'a> {
                 prefix
             })
             .collect();
-        let key_columns = table
-            .relation
-            .primary_key
+        let key_positions = columns
             .iter()
-            .map(|key| {
-                columns
-                    .iter()
-                    .position(|column| &column.name == key)
-                    .expect("a primary-key column is one of the table's columns")
+            .map(|column| {
+                let key = &table.relation.primary_key;
+                key.iter().position(|name| name == &column.name)
             })
             .collect();
+        assert!(
+            table
+                .relation
+                .primary_key
+                .iter()
+                .all(|key| columns.iter().any(|column| &column.name == key)),
+            "a primary-key column is one of the table's columns"
+        );
         RowWriter {
             table,
             qualified_name: table.relation.qualified_name(),
             prefixes,
-            key_columns,
+            key_positions,
             last_len: 256,
         }
     }
@@ -66,16 +70,23 @@ impl<'a> RowWriter<'a> {
     ) -> (Vec<String>, Box<str>) {
         let columns = &self.table.relation.columns;
         let mut out = String::with_capacity(self.last_len);
-        for (i, (prefix, kind)) in self.prefixes.iter().zip(&self.table.kinds).enumerate() {
+        // Each value is read once, for the JSON and, in a key column, the key.
+        let mut key = vec![String::new(); self.table.relation.primary_key.len()];
+        let columns_of = self
+            .prefixes
+            .iter()
+            .zip(&self.table.kinds)
+            .zip(&self.key_positions);
+        for (i, ((prefix, kind), key_position)) in columns_of.enumerate() {
             out.push_str(prefix);
-            match value(i) {
+            let text = value(i);
+            let at = (self.qualified_name.as_str(), columns[i].name.as_str());
+            match text {
                 None => out.push_str("null"),
-                Some(text) => types::write_json_lenient(
-                    kind,
-                    text,
-                    (&self.qualified_name, &columns[i].name),
-                    &mut out,
-                ),
+                Some(text) => types::write_json_lenient(kind, text, at, &mut out),
+            }
+            if let (Some(position), Some(text)) = (key_position, text) {
+                key[*position] = types::key_text_lenient(kind, text, at);
             }
         }
         if self.prefixes.is_empty() {
@@ -85,18 +96,6 @@ impl<'a> RowWriter<'a> {
         // A little over the last row's length: the next row is most often
         // about as long, and shrinking the buffer to fit then stays in place.
         self.last_len = out.len() + 16;
-        let key = self
-            .key_columns
-            .iter()
-            .map(|&i| match value(i) {
-                None => String::new(),
-                Some(text) => types::key_text_lenient(
-                    &self.table.kinds[i],
-                    text,
-                    (&self.qualified_name, &columns[i].name),
-                ),
-            })
-            .collect();
         (key, out.into_boxed_str())
     }
 }

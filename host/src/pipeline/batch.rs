@@ -69,10 +69,17 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Makes room for `additional` more changes at once (a backfill chunk
-    /// arrives as thousands of them).
-    pub fn reserve(&mut self, additional: usize) {
-        self.taken.changes.reserve(additional);
+    /// Adds changes that arrive together (a backfill chunk's thousands of
+    /// reads); into an empty batch they come as their own `Vec`, not moved
+    /// one by one.
+    pub fn push_changes(&mut self, mut changes: Vec<Change>) {
+        changes.retain(|change| self.take_position(change.commit_lsn, change.commit_idx));
+        self.bytes += changes.iter().map(Change::approx_bytes).sum::<usize>();
+        if self.taken.changes.is_empty() {
+            self.taken.changes = changes;
+        } else {
+            self.taken.changes.append(&mut changes);
+        }
     }
 
     /// Adds an event from the source.
@@ -257,6 +264,30 @@ mod tests {
         let next = batch.take();
         assert_eq!(next.changes.len(), 1);
         assert_eq!(next.open_through, Some((Lsn(60), 0)));
+    }
+
+    #[test]
+    fn changes_pushed_together_keep_their_order_and_skip_what_was_taken() {
+        let changes = |idxs: std::ops::Range<u32>| {
+            idxs.map(|idx| match change(50, idx) {
+                SourceEvent::Change(change) => change,
+                _ => unreachable!(),
+            })
+            .collect::<Vec<_>>()
+        };
+        let mut batch = Batch::default();
+        batch.push_changes(changes(0..3));
+        batch.push(change(50, 3));
+        let limits = BatchLimits {
+            max_changes: 5,
+            max_bytes: usize::MAX,
+        };
+        assert!(!batch.is_full(&limits));
+        // A re-sent part: 0..4 were taken already.
+        batch.push_changes(changes(2..6));
+        assert!(batch.is_full(&limits));
+        let idxs: Vec<u32> = batch.take().changes.iter().map(|c| c.commit_idx).collect();
+        assert_eq!(idxs, vec![0, 1, 2, 3, 4, 5]);
     }
 
     #[test]

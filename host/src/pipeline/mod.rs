@@ -166,10 +166,7 @@ impl Pipeline {
         match event {
             SourceEvent::Watermark(watermark) => {
                 let (reads, chunk) = self.watermarks.on_watermark(&watermark);
-                batch.reserve(reads.len());
-                for read in reads {
-                    batch.push(SourceEvent::Change(read));
-                }
+                batch.push_changes(reads);
                 self.chunks.extend(chunk);
             }
             event => {

@@ -73,11 +73,25 @@ pub struct SinkPipeline {
 /// quarantines it; runs without traps are never slowed.
 pub const TRAP_COOLDOWN_FACTOR: u32 = 2;
 
-/// A sink's changes as messages, ready for its functions (see
+/// A sink's changes on their way to becoming messages (see
 /// [`SinkPipeline::prepare`]). [`SinkPipeline::process`] leaves them in
 /// place until nothing can fail any more, so the pipeline can run them
 /// again after a failure without keeping a copy.
-pub struct Prepared(Vec<Pending>);
+pub struct Prepared {
+    /// Changes not turned into messages yet, in commit order.
+    changes: Vec<Change>,
+    /// The messages of the changes before them, made once a step needs
+    /// them side by side (functions, holds, the store's held groups).
+    /// Without functions, each message goes straight into the batch
+    /// instead, and none is kept here.
+    pending: Vec<Pending>,
+}
+
+impl Prepared {
+    fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.pending.is_empty()
+    }
+}
 
 /// A change on its way through a sink: its message and group.
 #[derive(Clone)]
@@ -183,30 +197,37 @@ impl SinkPipeline {
         row.is_some_and(|row| crate::config::column_filter::all_match(filters, row))
     }
 
-    /// The messages of the changes this sink takes, from `changes`; the
-    /// rows move into the messages.
+    /// `changes`, which the caller found this sink takes (see
+    /// [`Self::accepts`]), ready for [`Self::process`].
     pub fn prepare(&self, changes: Vec<Change>) -> Prepared {
-        let mut pending = Vec::with_capacity(changes.len());
+        debug_assert!(changes.iter().all(|change| self.accepts(change)));
+        Prepared {
+            changes,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Turns the changes of `prepared` not yet turned into messages; their
+    /// rows move into the messages.
+    fn make_messages(&self, prepared: &mut Prepared) {
+        let changes = std::mem::take(&mut prepared.changes);
         let mut shared = SharedTexts::default();
-        pending.extend(
+        prepared.pending.reserve(changes.len());
+        prepared.pending.extend(
             changes
                 .into_iter()
-                .filter(|change| self.accepts(change))
-                .map(|change| {
-                    let message = Message::from_change(
-                        change,
-                        &self.database_name,
-                        &self.consumer,
-                        &mut shared,
-                    );
-                    Pending {
-                        group_id: group_id(&message),
-                        message,
-                        attempts: 0,
-                    }
-                }),
+                .map(|change| self.pending_of(change, &mut shared)),
         );
-        Prepared(pending)
+    }
+
+    /// The message of `change`, with its group.
+    fn pending_of(&self, change: Change, shared: &mut SharedTexts) -> Pending {
+        let message = Message::from_change(change, &self.database_name, &self.consumer, shared);
+        Pending {
+            group_id: group_id(&message),
+            message,
+            attempts: 0,
+        }
     }
 
     /// Turns `prepared` into what to store for this sink: the messages its
@@ -220,13 +241,13 @@ impl SinkPipeline {
         prepared: &mut Prepared,
         store: &Store,
     ) -> Result<SinkBatch, SinkPipelineError> {
-        let pending = &prepared.0;
         let mut batch = SinkBatch::of(self.name(), Vec::new());
-        if pending.is_empty() {
+        if prepared.is_empty() {
             return Ok(batch);
         }
         if self.breaker.is_open() {
-            batch.holds = pending.iter().map(|p| hold(p, None)).collect();
+            self.make_messages(prepared);
+            batch.holds = prepared.pending.iter().map(|p| hold(p, None)).collect();
             return Ok(batch);
         }
         // Changes of groups with a held change wait behind it.
@@ -235,7 +256,12 @@ impl SinkPipeline {
             .await
             .map_err(ChainRunError::Task)??
         {
-            let groups: Vec<String> = pending.iter().map(|p| p.group_id.clone()).collect();
+            self.make_messages(prepared);
+            let groups: Vec<String> = prepared
+                .pending
+                .iter()
+                .map(|p| p.group_id.clone())
+                .collect();
             let (reader, sink) = (store.clone(), self.name().to_string());
             tokio::task::spawn_blocking(move || {
                 reader.held_groups(&sink, groups.iter().map(String::as_str))
@@ -246,15 +272,24 @@ impl SinkPipeline {
             HashSet::new()
         };
         if self.chain.is_empty() && held_groups.is_empty() {
-            // Nothing can fail from here on: no copies of keys and groups.
-            let pending = std::mem::take(&mut prepared.0);
-            batch.messages = pending
-                .into_iter()
-                .map(|p| self.message_as_it_is(p))
-                .collect();
+            // Nothing can fail from here on: each change becomes its stored
+            // message at once, its group and key moved, not copied.
+            let made = std::mem::take(&mut prepared.pending);
+            let changes = std::mem::take(&mut prepared.changes);
+            let mut shared = SharedTexts::default();
+            batch.messages.reserve(made.len() + changes.len());
+            batch
+                .messages
+                .extend(made.into_iter().map(|p| self.message_as_it_is(p)));
+            for change in changes {
+                let pending = self.pending_of(change, &mut shared);
+                batch.messages.push(self.message_as_it_is(pending));
+            }
             return Ok(batch);
         }
-        let (run, wait): (Vec<&Pending>, Vec<&Pending>) = pending
+        self.make_messages(prepared);
+        let (run, wait): (Vec<&Pending>, Vec<&Pending>) = prepared
+            .pending
             .iter()
             .partition(|p| !held_groups.contains(&p.group_id));
         batch.holds = wait.into_iter().map(|p| hold(p, None)).collect();

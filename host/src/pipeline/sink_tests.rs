@@ -225,9 +225,10 @@ async fn only_runs_with_a_trap_owe_a_cooldown() {
 fn a_group_is_the_table_and_the_key_values_joined_by_colons() {
     let dir = tempfile::tempdir().unwrap();
     let sink = sink(dir.path(), PULL, false);
-    let prepared = sink.prepare(vec![change(10, 0, 7, "a")]);
-    assert_eq!(prepared.0[0].group_id, "public.items:7");
-    let mut message = prepared.0[0].message.clone();
+    let mut prepared = sink.prepare(vec![change(10, 0, 7, "a")]);
+    sink.make_messages(&mut prepared);
+    assert_eq!(prepared.pending[0].group_id, "public.items:7");
+    let mut message = prepared.pending[0].message.clone();
     message.metadata.record_pks = vec!["1".into(), "x:y".into()];
     assert_eq!(group_id(&message), "public.items:1:x:y");
     message.metadata.record_pks.clear();
@@ -299,7 +300,9 @@ fn column_filters_read_a_backfills_written_records() {
 fn a_read_becomes_a_message_with_its_written_record_and_its_backfill_key() {
     let dir = tempfile::tempdir().unwrap();
     let sink = sink(dir.path(), PULL, false);
-    let Prepared(pending) = sink.prepare(vec![read(1, 7, "x")]);
+    let mut prepared = sink.prepare(vec![read(1, 7, "x")]);
+    sink.make_messages(&mut prepared);
+    let pending = prepared.pending;
     let message = &pending[0].message;
     assert!(
         matches!(&message.record, crate::message::Record::Json(json) if &**json == r#"{"id":7,"do":"x"}"#)
