@@ -254,21 +254,21 @@ pub fn register_sink(sink: &str, functions: &[(&str, &'static str)]) {
     }
 }
 
-/// Records one [`INGESTION_LATENCY`] sample per message of `sink` committed
-/// at `commit_timestamps`, measured now.
+/// Records one [`INGESTION_LATENCY`] sample per message of `sink`, measured
+/// now: `messages` of them committed at each of `commit_timestamps`.
 pub fn record_ingestion_latency(
     sink: &str,
-    commit_timestamps: impl IntoIterator<Item = chrono::DateTime<chrono::Utc>>,
+    commit_timestamps: impl IntoIterator<Item = (chrono::DateTime<chrono::Utc>, usize)>,
 ) {
     let histogram = metrics::histogram!(INGESTION_LATENCY, "sink" => sink.to_string());
     let now = chrono::Utc::now();
-    for committed in commit_timestamps {
+    for (committed, messages) in commit_timestamps {
         // A clock behind the server's gives a negative span: count it as 0.
         let us = (now - committed)
             .num_microseconds()
             .unwrap_or(i64::MAX)
             .max(0);
-        histogram.record(us as f64);
+        histogram.record_many(us as f64, messages);
     }
 }
 

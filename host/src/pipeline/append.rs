@@ -17,7 +17,7 @@ use crate::store::{SinkBatch, Store, StoreError};
 /// messages are durable.
 pub(super) struct Appended {
     /// Each sink's messages' commit timestamps, for the ingestion latency.
-    pub(super) ingested: Vec<(String, Vec<DateTime<Utc>>)>,
+    pub(super) ingested: Vec<(String, Vec<CommitRun>)>,
     /// The transaction the batch completes, if it does.
     pub(super) commit: Option<CommitPoint>,
     /// Whether any sink got a message (pull consumers to wake).
@@ -29,7 +29,8 @@ pub(super) struct Appended {
 
 /// A store transaction under way.
 pub(super) struct InFlightAppend {
-    done: JoinHandle<Result<(), StoreError>>,
+    /// The transaction's outcome, and the batches it stored.
+    done: JoinHandle<(Result<(), StoreError>, Vec<SinkBatch>)>,
     /// Taken when the transaction is finished.
     pub(super) after: Appended,
 }
@@ -46,7 +47,9 @@ impl InFlightAppend {
     ) -> InFlightAppend {
         let store = store.clone();
         InFlightAppend {
-            done: tokio::task::spawn_blocking(move || store.append_through(&batches, cursor, open)),
+            done: tokio::task::spawn_blocking(move || {
+                (store.append_through(&batches, cursor, open), batches)
+            }),
             after,
         }
     }
@@ -58,34 +61,100 @@ pub(super) async fn finished(
     in_flight: &mut Option<InFlightAppend>,
 ) -> Result<Result<(), StoreError>, JoinError> {
     match in_flight {
-        Some(append) => (&mut append.done).await,
+        Some(append) => (&mut append.done).await.map(|(stored, batches)| {
+            // Dropped here, most often on the thread that rendered them:
+            // freeing a batch's thousands of strings on the store's thread
+            // took mimalloc's slower cross-thread path for every one.
+            drop(batches);
+            stored
+        }),
         None => std::future::pending().await,
     }
 }
 
-/// The commit timestamp of each transaction in `changes`.
+/// A commit timestamp and how many of a sink's consecutive messages in a
+/// batch it is the commit time of.
+pub(super) type CommitRun = (DateTime<Utc>, usize);
+
+/// The commit timestamp of each transaction in `changes` (in commit order:
+/// a transaction's changes follow one another).
 pub(super) fn commit_times_of(changes: &[crate::change::Change]) -> HashMap<Lsn, DateTime<Utc>> {
-    changes
-        .iter()
-        .map(|change| (change.commit_lsn, change.commit_timestamp))
-        .collect()
+    let mut times = HashMap::new();
+    let mut last = None;
+    for change in changes {
+        if last != Some(change.commit_lsn) {
+            times.insert(change.commit_lsn, change.commit_timestamp);
+            last = Some(change.commit_lsn);
+        }
+    }
+    times
 }
 
-/// Each sink's messages' commit timestamps, for the ingestion latency.
+/// Each sink's messages' commit timestamps, for the ingestion latency: one
+/// run per transaction (a backfill chunk's thousands of reads share one).
 pub(super) fn commit_times(
     committed: &HashMap<Lsn, DateTime<Utc>>,
     sink_batches: &[SinkBatch],
-) -> Vec<(String, Vec<DateTime<Utc>>)> {
+) -> Vec<(String, Vec<CommitRun>)> {
     sink_batches
         .iter()
         .filter(|batch| !batch.messages.is_empty())
         .map(|batch| {
-            let times = batch
-                .messages
-                .iter()
-                .filter_map(|message| committed.get(&message.commit_lsn).copied())
-                .collect();
-            (batch.sink.clone(), times)
+            let mut runs: Vec<CommitRun> = Vec::new();
+            let mut last = None;
+            for message in &batch.messages {
+                if last == Some(message.commit_lsn) {
+                    if let Some((_, messages)) = runs.last_mut() {
+                        *messages += 1;
+                    }
+                    continue;
+                }
+                last = Some(message.commit_lsn);
+                if let Some(&time) = committed.get(&message.commit_lsn) {
+                    runs.push((time, 1));
+                } else {
+                    // Not of this batch (a truncate's): counted alone.
+                    last = None;
+                }
+            }
+            (batch.sink.clone(), runs)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewMessage, StoredPayload};
+
+    fn message(commit_lsn: u64, commit_idx: u32) -> NewMessage {
+        NewMessage {
+            commit_lsn: Lsn(commit_lsn),
+            commit_idx,
+            group_id: "g".into(),
+            idempotency_key: "k".into(),
+            payload: StoredPayload::Json("{}".into()),
+            route: None,
+        }
+    }
+
+    #[test]
+    fn each_transaction_is_one_run_of_its_messages() {
+        let (first, second) = (
+            DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            DateTime::from_timestamp(1_700_000_001, 0).unwrap(),
+        );
+        let committed = HashMap::from([(Lsn(10), first), (Lsn(20), second)]);
+        let messages = vec![
+            message(10, 0),
+            message(10, 1),
+            message(15, 0), // not of this batch's changes: not counted
+            message(20, 0),
+            message(20, 1),
+            message(20, 2),
+        ];
+        let runs = commit_times(&committed, &[SinkBatch::of("s", messages)]);
+        assert_eq!(runs, vec![("s".to_string(), vec![(first, 2), (second, 3)])]);
+        assert!(commit_times(&committed, &[SinkBatch::of("empty", vec![])]).is_empty());
+    }
 }
