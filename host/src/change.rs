@@ -145,7 +145,7 @@ pub struct BackfillRead {
     /// The primary-key values, as strings, in key order.
     pub key: Vec<String>,
     /// The row's JSON object (weft wrote it: it is not parsed again).
-    pub record: Box<str>,
+    pub record: crate::message::WrittenJson,
 }
 
 /// A backfill watermark seen on the stream: a `pg_logical_emit_message`

@@ -95,7 +95,7 @@ pub enum Mark {
 }
 
 /// A row of a chunk: its primary-key values and its JSON object.
-pub(crate) type ReadRow = (Vec<String>, Box<str>);
+pub(crate) type ReadRow = (Vec<String>, crate::message::WrittenJson);
 
 /// A chunk between its watermarks.
 struct PendingChunk {

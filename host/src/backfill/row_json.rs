@@ -4,6 +4,8 @@
 //! renders it ([`crate::source::types`]), in the table's column order, so a
 //! read row's JSON is what writing the same row as a map would give.
 
+use std::ops::Range;
+
 use crate::message::json;
 use crate::source::types;
 
@@ -19,9 +21,6 @@ pub(crate) struct RowWriter<'a> {
     prefixes: Vec<String>,
     /// Per column, its position in the primary key, if it is a key column.
     key_positions: Vec<Option<usize>>,
-    /// The length of the last row written: the next one's buffer starts so
-    /// big, which spares growing it by copies.
-    last_len: usize,
 }
 
 impl<'a> RowWriter<'a> {
@@ -58,18 +57,19 @@ impl<'a> RowWriter<'a> {
             qualified_name: table.relation.qualified_name(),
             prefixes,
             key_positions,
-            last_len: 256,
         }
     }
 
-    /// The primary-key values and the JSON object of the row whose column
-    /// `i` has the text `value(i)` (`None`: NULL).
+    /// Appends to `out` the JSON object of the row whose column `i` has the
+    /// text `value(i)` (`None`: NULL); returns the row's primary-key values
+    /// and where in `out` its object is.
     pub(crate) fn write<'r>(
-        &mut self,
+        &self,
+        out: &mut String,
         value: impl Fn(usize) -> Option<&'r str>,
-    ) -> (Vec<String>, Box<str>) {
+    ) -> (Vec<String>, Range<usize>) {
         let columns = &self.table.relation.columns;
-        let mut out = String::with_capacity(self.last_len);
+        let start = out.len();
         // Each value is read once, for the JSON and, in a key column, the key.
         let mut key = vec![String::new(); self.table.relation.primary_key.len()];
         let columns_of = self
@@ -83,7 +83,7 @@ impl<'a> RowWriter<'a> {
             let at = (self.qualified_name.as_str(), columns[i].name.as_str());
             match text {
                 None => out.push_str("null"),
-                Some(text) => types::write_json_lenient(kind, text, at, &mut out),
+                Some(text) => types::write_json_lenient(kind, text, at, out),
             }
             if let (Some(position), Some(text)) = (key_position, text) {
                 key[*position] = types::key_text_lenient(kind, text, at);
@@ -93,10 +93,7 @@ impl<'a> RowWriter<'a> {
             out.push('{');
         }
         out.push('}');
-        // A little over the last row's length: the next row is most often
-        // about as long, and shrinking the buffer to fit then stays in place.
-        self.last_len = out.len() + 16;
-        (key, out.into_boxed_str())
+        (key, start..out.len())
     }
 }
 
@@ -147,7 +144,8 @@ mod tests {
     #[test]
     fn a_row_is_written_as_its_map_would_be_and_keyed_in_key_order() {
         let table = orders();
-        let mut writer = RowWriter::new(&table);
+        let writer = RowWriter::new(&table);
+        let mut chunk = String::from("before");
         let rows: [[Option<&str>; 5]; 3] = [
             [
                 Some("7"),
@@ -166,7 +164,8 @@ mod tests {
             [Some("9"), Some(""), Some("NaN"), None, None],
         ];
         for texts in rows {
-            let (key, json) = writer.write(|i| texts[i]);
+            let (key, range) = writer.write(&mut chunk, |i| texts[i]);
+            let json = &chunk[range];
             let mut map = Row::new();
             for (i, column) in table.relation.columns.iter().enumerate() {
                 let value = texts[i].map_or(serde_json::Value::Null, |text| {
@@ -174,7 +173,7 @@ mod tests {
                 });
                 map.insert(column.name.clone(), value);
             }
-            assert_eq!(&*json, serde_json::to_string(&map).unwrap());
+            assert_eq!(json, serde_json::to_string(&map).unwrap());
             assert_eq!(key, table.relation.key_of(&map), "{texts:?}");
         }
     }

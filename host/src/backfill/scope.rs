@@ -7,6 +7,8 @@
 //! column is NULL. It may also carry a `WHERE` filter
 //! ([`super::row_filter`]). Both combine.
 
+use std::sync::Arc;
+
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,6 +19,7 @@ use super::ReadRow;
 use super::row_filter::{self, RowFilter};
 use super::row_json::RowWriter;
 use super::runner::{BackfillError, Table, db_error, quote_ident};
+use crate::message::WrittenJson;
 
 /// Which rows a backfill reads: all of them by default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -69,6 +72,10 @@ impl BackfillScope {
         }
     }
 }
+
+/// The most a chunk's text reserves from its first row's length; beyond
+/// it, the text grows as rows arrive.
+const RESERVE_AT_MOST: usize = 8 << 20;
 
 /// A chunk's rows (key, JSON) and the transactions in progress for their
 /// snapshot.
@@ -294,17 +301,31 @@ impl ChunkQuery {
                 .await
                 .map_err(db_error)?,
         );
-        let mut out = Vec::with_capacity(limit);
+        let mut keyed = Vec::with_capacity(limit);
+        let mut text = String::new();
         let mut last_row = None;
         let width = table.relation.columns.len();
-        let mut writer = RowWriter::new(table);
+        let writer = RowWriter::new(table);
         while let Some(row) = rows.try_next().await.map_err(db_error)? {
             // The relation's columns, then the order columns: the query
             // lists them so.
-            out.push(writer.write(|i| row.get::<_, Option<TextValue>>(i).map(|v| v.0)));
+            let written = writer.write(&mut text, |i| {
+                row.get::<_, Option<TextValue>>(i).map(|v| v.0)
+            });
+            if keyed.is_empty() {
+                // The rest of the chunk's rows are most often about as long
+                // (up to a bound: the first may be unusually big).
+                text.reserve(((text.len() + 16) * (limit - 1)).min(RESERVE_AT_MOST));
+            }
+            keyed.push(written);
             last_row = Some(row);
         }
         drop(rows);
+        let text = Arc::new(text);
+        let out = keyed
+            .into_iter()
+            .map(|(key, range)| (key, WrittenJson::new(Arc::clone(&text), range)))
+            .collect();
         transaction.commit().await.map_err(db_error)?;
         let last = last_row.map(|row| {
             (width..width + self.order.len())

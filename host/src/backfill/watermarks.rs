@@ -255,7 +255,7 @@ mod tests {
         })
     }
 
-    fn row(id: i64) -> (Vec<String>, Box<str>) {
+    fn row(id: i64) -> crate::backfill::ReadRow {
         (vec![id.to_string()], json!({"id": id}).to_string().into())
     }
 

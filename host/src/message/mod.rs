@@ -15,7 +15,7 @@ use crate::lsn::Lsn;
 pub mod json;
 mod record;
 
-pub use record::Record;
+pub use record::{Record, WrittenJson};
 
 /// The consumer (sink) a message is delivered to.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -705,7 +705,7 @@ sinks:
         let rows = (1..=12)
             .map(|id| {
                 let row = serde_json::json!({ "id": id }).to_string();
-                (vec![id.to_string()], row.into_boxed_str())
+                (vec![id.to_string()], row.into())
             })
             .collect();
         backfills.fill(
