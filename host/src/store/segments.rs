@@ -193,7 +193,7 @@ fn with_body<T>(members: &[MessageColumns<'_>], use_body: impl FnOnce(&[u8]) -> 
     // fields to a growing buffer, and the destination has room for
     // zstd's worst case.
     encoder.raw.clear();
-    let raw = postcard::to_extend(members, std::mem::take(&mut encoder.raw))
+    let raw = postcard::serialize_with_flavor(members, Appended(std::mem::take(&mut encoder.raw)))
         .expect("message columns always encode");
     encoder.compressed.clear();
     encoder
@@ -211,6 +211,29 @@ fn with_body<T>(members: &[MessageColumns<'_>], use_body: impl FnOnce(&[u8]) -> 
         encoder.compressed = Vec::new();
     }
     used
+}
+
+/// postcard's output appended to a `Vec` kept between segments. Its own
+/// `to_extend` pushed payloads byte by byte, and its `Vec` flavor cannot
+/// start from a `Vec` it is given.
+struct Appended(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Appended {
+    type Output = Vec<u8>;
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
 }
 
 /// A segment body's encoded messages can be no bigger than this: a body
