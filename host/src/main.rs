@@ -788,9 +788,10 @@ fn init_logging(format: LogFormat) {
 /// numbers are positions in mimalloc's `mi_option_t` (the same in its v2
 /// and v3). A `MIMALLOC_*` variable in the environment is read first and
 /// still wins.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+
 fn tune_allocator() {
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
     for (option, env, value) in [
         (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 100),
         (ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT", 0),
@@ -799,5 +800,40 @@ fn tune_allocator() {
             // SAFETY: setting an option only tunes the allocator's policy.
             unsafe { libmimalloc_sys::mi_option_set(option, value) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The positions weft sets are mimalloc's `purge_delay` (10 ms by
+    /// default in its v2, 1000 in v3) and `arena_eager_commit` (2), and
+    /// weft's values replace those defaults. A mimalloc that numbered its
+    /// options differently would fail here, not tune something else.
+    #[test]
+    fn the_allocator_is_tuned_to_a_100_ms_purge_delay_and_lazy_commit() {
+        if ["MIMALLOC_PURGE_DELAY", "MIMALLOC_ARENA_EAGER_COMMIT"]
+            .iter()
+            .any(|env| std::env::var_os(env).is_some())
+        {
+            eprintln!("skipped: a MIMALLOC_* variable overrides weft's tuning");
+            return;
+        }
+        // SAFETY: reading an option has no effect on allocations.
+        let get = |option| unsafe { libmimalloc_sys::mi_option_get(option) };
+        assert!(
+            [10, 1000].contains(&get(PURGE_DELAY)),
+            "position {PURGE_DELAY} is not mimalloc's purge_delay: {}",
+            get(PURGE_DELAY)
+        );
+        assert_eq!(
+            get(ARENA_EAGER_COMMIT),
+            2,
+            "position {ARENA_EAGER_COMMIT} is not mimalloc's arena_eager_commit"
+        );
+        tune_allocator();
+        assert_eq!(get(PURGE_DELAY), 100);
+        assert_eq!(get(ARENA_EAGER_COMMIT), 0);
     }
 }
