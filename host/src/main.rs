@@ -778,6 +778,11 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// mimalloc's `purge_delay`, by its position in `mi_option_t`.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+/// mimalloc's `arena_eager_commit`, by its position in `mi_option_t`.
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+
 /// mimalloc's `purge_delay` (100 ms: freed memory goes back to the OS once
 /// it stayed unused that long) and `arena_eager_commit` (0: commit arena
 /// memory as it is used). Purging at once (0, weft's default until
@@ -788,9 +793,6 @@ fn init_logging(format: LogFormat) {
 /// numbers are positions in mimalloc's `mi_option_t` (the same in its v2
 /// and v3). A `MIMALLOC_*` variable in the environment is read first and
 /// still wins.
-const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-
 fn tune_allocator() {
     for (option, env, value) in [
         (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 100),

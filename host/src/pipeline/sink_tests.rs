@@ -53,11 +53,11 @@ fn change(lsn: u64, idx: u32, id: i64, what: &str) -> Change {
     }
 }
 
-/// A sink `s` with `extra` sink YAML, running the hostile transform when
-/// `hostile`, else no function.
 /// The `extra` of [`sink`] for a pull (Sequin Stream) sink.
 const PULL: &str = "    destination: {type: sequin_stream}\n";
 
+/// A sink `s` with `extra` sink YAML, running the hostile transform when
+/// `hostile`, else no function.
 fn sink(dir: &std::path::Path, extra: &str, hostile: bool) -> SinkPipeline {
     let text = format!(
         "databases:
