@@ -37,21 +37,14 @@ impl<'a> RowWriter<'a> {
                 prefix
             })
             .collect();
-        let key_positions = columns
-            .iter()
-            .map(|column| {
-                let key = &table.relation.primary_key;
-                key.iter().position(|name| name == &column.name)
-            })
-            .collect();
-        assert!(
-            table
-                .relation
-                .primary_key
+        let mut key_positions = vec![None; columns.len()];
+        for (position, key) in table.relation.primary_key.iter().enumerate() {
+            let column = columns
                 .iter()
-                .all(|key| columns.iter().any(|column| &column.name == key)),
-            "a primary-key column is one of the table's columns"
-        );
+                .position(|column| &column.name == key)
+                .expect("a primary-key column is one of the table's columns");
+            key_positions[column] = Some(position);
+        }
         RowWriter {
             table,
             qualified_name: table.relation.qualified_name(),
