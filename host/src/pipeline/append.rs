@@ -101,20 +101,19 @@ pub(super) fn commit_times(
         .filter(|batch| !batch.messages.is_empty())
         .map(|batch| {
             let mut runs: Vec<CommitRun> = Vec::new();
+            // The transaction of the last run.
             let mut last = None;
             for message in &batch.messages {
-                if last == Some(message.commit_lsn) {
-                    if let Some((_, messages)) = runs.last_mut() {
-                        *messages += 1;
+                match runs.last_mut() {
+                    Some((_, messages)) if last == Some(message.commit_lsn) => *messages += 1,
+                    // Messages of no change in the batch (a truncate's)
+                    // are not counted.
+                    _ => {
+                        if let Some(&time) = committed.get(&message.commit_lsn) {
+                            runs.push((time, 1));
+                            last = Some(message.commit_lsn);
+                        }
                     }
-                    continue;
-                }
-                last = Some(message.commit_lsn);
-                if let Some(&time) = committed.get(&message.commit_lsn) {
-                    runs.push((time, 1));
-                } else {
-                    // Not of this batch (a truncate's): counted alone.
-                    last = None;
                 }
             }
             (batch.sink.clone(), runs)
