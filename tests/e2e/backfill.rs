@@ -606,6 +606,23 @@ fn partial_backfills_read_from_a_start_position_and_through_a_filter() {
     assert_eq!(ids_read(&delivered), expected);
     assert_eq!(delivered.len(), expected.len());
 
+    // A null parameter stays SQL NULL (not the text ''), next to one that
+    // looks like a placeholder.
+    pg.psql("UPDATE orders SET status = NULL WHERE id IN (4997, 4998)");
+    let _ = drain_until_quiet(&weft);
+    let (status, created) = post_backfill(
+        &weft,
+        json!({"table": "public.orders", "filter": {
+            "where": "status IS NOT DISTINCT FROM $1 AND v > $2::int - 100 AND '$1' <> $3",
+            "params": [null, 4990, "$2"]
+        }}),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let mut delivered = Vec::new();
+    drain_until_completed(&weft, &id, &mut delivered);
+    assert_eq!(ids_read(&delivered), BTreeSet::from([4997, 4998]));
+
     // Both at once, with a value that would break a spliced string.
     pg.psql("UPDATE orders SET status = 'it''s' WHERE id IN (10, 11, 4999)");
     let _ = drain_until_quiet(&weft);

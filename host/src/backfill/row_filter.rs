@@ -10,8 +10,9 @@
 //! filter cannot change anything (no `nextval`, `set_config`,
 //! `pg_terminate_backend`, …). What runs is the parsed expression rendered
 //! back, never the request's text, with each parameter cast from text to
-//! the type Postgres inferred for it: values are always bound, never
-//! spliced into the SQL.
+//! the type Postgres inferred for it: values are never spliced into the
+//! SQL. They are bound, or set as transaction-local settings that the SQL
+//! reads with `current_setting` (see `super::scope`).
 
 use std::ops::ControlFlow;
 
@@ -80,10 +81,37 @@ pub(crate) struct ParsedFilter {
 /// The filter checked by Postgres against a table, ready to run.
 #[derive(Debug, Clone)]
 pub(crate) struct SqlFilter {
-    /// The expression, each `$n` cast from text to its inferred type.
-    pub(crate) expression: String,
+    /// The parsed expression, its placeholders as the request wrote them.
+    expr: Expr,
+    /// The type Postgres inferred for each placeholder, as SQL.
+    types: Vec<String>,
     /// `$1`, `$2`, …'s values as text (`None` for SQL NULL).
     pub(crate) values: Vec<Option<String>>,
+}
+
+impl SqlFilter {
+    /// The expression as SQL, each placeholder `$n` replaced by the text
+    /// `param(n)` (a parameter or setting reference) cast to its type.
+    pub(crate) fn expression(&self, param: &dyn Fn(usize) -> String) -> String {
+        let mut expr = self.expr.clone();
+        let _ = visit_expressions_mut(&mut expr, |e| {
+            if let Expr::Value(value) = e
+                && let SqlValue::Placeholder(text) = &value.value
+                && let Some(n) = placeholder_number(text)
+                && let Some(ty) = self.types.get(n - 1)
+            {
+                let cast = format!("CAST(CAST({} AS TEXT) AS {ty})", param(n));
+                if let Ok(replacement) = Parser::new(&PostgreSqlDialect {})
+                    .try_with_sql(&cast)
+                    .and_then(|mut p| p.parse_expr())
+                {
+                    *e = Expr::Nested(Box::new(replacement));
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        expr.to_string()
+    }
 }
 
 /// Parses `filter` and checks that it is one expression reading only the row.
@@ -261,25 +289,9 @@ pub(crate) async fn prepare(
             ))));
         }
     }
-    let mut expr = parsed.expr.clone();
-    let _ = visit_expressions_mut(&mut expr, |e| {
-        if let Expr::Value(value) = e
-            && let SqlValue::Placeholder(text) = &value.value
-            && let Some(n) = placeholder_number(text)
-            && let Some(ty) = types.get(n - 1)
-        {
-            let cast = format!("CAST(CAST(${n} AS TEXT) AS {ty})");
-            if let Ok(replacement) = Parser::new(&PostgreSqlDialect {})
-                .try_with_sql(&cast)
-                .and_then(|mut p| p.parse_expr())
-            {
-                *e = Expr::Nested(Box::new(replacement));
-            }
-        }
-        ControlFlow::<()>::Continue(())
-    });
     Ok(Ok(SqlFilter {
-        expression: expr.to_string(),
+        expr: parsed.expr.clone(),
+        types,
         values,
     }))
 }
@@ -367,6 +379,34 @@ mod tests {
         assert_eq!(
             parse(&filter("a = 1", vec![json!(1)])).unwrap_err(),
             FilterError::ParamCount { used: 0, given: 1 }
+        );
+    }
+
+    #[test]
+    fn placeholders_are_rendered_as_asked_and_literals_are_left_alone() {
+        let parsed = parse(&filter(
+            "status = $1 AND note <> '$1' AND total > $2",
+            vec![json!("paid"), json!(5)],
+        ))
+        .unwrap();
+        let sql = SqlFilter {
+            expr: parsed.expr,
+            types: vec![
+                "\"pg_catalog\".\"text\"".into(),
+                "\"pg_catalog\".\"int4\"".into(),
+            ],
+            values: vec![Some("paid".into()), Some("5".into())],
+        };
+        let rendered = sql.expression(&|n| format!("current_setting('weft.param_{n}')"));
+        assert_eq!(
+            rendered,
+            "status = (CAST(CAST(current_setting('weft.param_1') AS TEXT) AS \"pg_catalog\".\"text\")) \
+             AND note <> '$1' \
+             AND total > (CAST(CAST(current_setting('weft.param_2') AS TEXT) AS \"pg_catalog\".\"int4\"))"
+        );
+        assert!(
+            sql.expression(&|n| format!("${n}"))
+                .contains("CAST(CAST($2 AS TEXT)")
         );
     }
 

@@ -130,7 +130,6 @@ mod tests {
                 .iter()
                 .map(|(_, oid)| builtin_kind(*oid).unwrap())
                 .collect(),
-            cast_differs: vec![false; columns.len()],
         }
     }
 

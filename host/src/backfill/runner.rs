@@ -106,10 +106,6 @@ pub(crate) struct Table {
     /// How each column's text renders in JSON, in the relation's column
     /// order: as changes render it ([`crate::source::types`]).
     pub(crate) kinds: Vec<TypeKind>,
-    /// Whether a column's `::text` cast differs from its output text (a
-    /// cast function, as `char(n)` and `inet` have, or a domain, which
-    /// casts as its base type), in the relation's column order.
-    pub(crate) cast_differs: Vec<bool>,
 }
 
 impl Table {
@@ -175,12 +171,8 @@ pub(crate) async fn describe(
     let key_types = key_rows.iter().map(|r| r.get(1)).collect();
     let column_rows = client
         .query(
-            "SELECT a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),
-                    ty.typtype = 'd' OR EXISTS (
-                        SELECT 1 FROM pg_cast c
-                        WHERE c.castsource = a.atttypid AND c.casttarget = 'text'::regtype
-                          AND c.castmethod = 'f')
-             FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod)
+             FROM pg_attribute a
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             &[&oid],
         )
@@ -200,7 +192,6 @@ pub(crate) async fn describe(
         })
         .collect();
     let oids: Vec<u32> = column_rows.iter().map(|r| r.get(1)).collect();
-    let cast_differs = column_rows.iter().map(|r| r.get(4)).collect();
     let kinds = TypeCatalog::default()
         .resolve(client, &oids)
         .await
@@ -218,7 +209,6 @@ pub(crate) async fn describe(
             key_types,
             types,
             kinds,
-            cast_differs,
         },
         estimate.map(|n| n.max(0) as u64),
     ))

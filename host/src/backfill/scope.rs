@@ -6,17 +6,29 @@
 //! `(sort_column, primary key)` order from there, skipping rows whose sort
 //! column is NULL. It may also carry a `WHERE` filter
 //! ([`super::row_filter`]). Both combine.
+//!
+//! Chunks are read with the simple query protocol, so that Postgres sends
+//! each value as its output function's text: what pgoutput sends for a
+//! change, and all weft renders from. The extended protocol's binary
+//! results needed a `::text` cast per column, which cost Postgres a copy
+//! and an allocation per value more than the text result: a backfill's
+//! runner spent ~85% of its time waiting on the chunk query, and text
+//! results store a backfill 1.1x as fast (BENCHMARKS.md, "Seventeenth
+//! round"). The simple protocol binds no parameters: the scope's values
+//! and the cursor are set as transaction-local settings by a statement
+//! that binds them, and the chunk's SQL reads them with `current_setting`.
+//! No value is ever spliced into SQL.
 
 use std::sync::Arc;
 
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::{Client, IsolationLevel};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, IsolationLevel, SimpleQueryMessage};
 
 use super::ReadRow;
-use super::row_filter::{self, RowFilter};
+use super::row_filter::{self, RowFilter, SqlFilter};
 use super::row_json::RowWriter;
 use super::runner::{BackfillError, Table, db_error, quote_ident};
 use crate::message::WrittenJson;
@@ -81,36 +93,43 @@ const RESERVE_AT_MOST: usize = 8 << 20;
 /// snapshot.
 pub(crate) type ChunkRows = (Vec<ReadRow>, Vec<u32>);
 
-/// A value the chunk query cast to `text`, borrowed from its row. Read as
-/// `&str`, every value was also matched by its type's name against the
-/// extension types `&str` takes (three string compares per value). The
-/// text is always UTF-8: Postgres checks what it sends a UTF-8 client, even
-/// from a `SQL_ASCII` database.
-struct TextValue<'a>(&'a str);
+/// A column chunks are ordered by.
+struct OrderColumn {
+    /// `t."name"`.
+    column: String,
+    /// Its type, as SQL.
+    ty: String,
+    /// Its position among the table's columns (and so in each row read).
+    position: usize,
+}
 
-impl<'a> FromSql<'a> for TextValue<'a> {
-    fn from_sql(
-        _: &Type,
-        raw: &'a [u8],
-    ) -> Result<TextValue<'a>, Box<dyn std::error::Error + Sync + Send>> {
-        Ok(TextValue(std::str::from_utf8(raw)?))
-    }
+/// How a chunk's SQL refers to the value `$n`: the scope's values come
+/// first, then the cursor's.
+type ParamRef<'a> = &'a dyn Fn(usize) -> String;
 
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::TEXT
-    }
+/// `$n`: a bound parameter.
+fn bound(n: usize) -> String {
+    format!("${n}")
+}
+
+/// The name of the transaction-local setting holding the value `$n`.
+fn setting_name(n: usize) -> String {
+    format!("weft.param_{n}")
 }
 
 /// The query reading one backfill's chunks, built and checked against the
 /// table once per run.
 pub(crate) struct ChunkQuery {
-    /// `SELECT … FROM … WHERE <scope>`: the part before the cursor condition.
+    /// `SELECT <the table's columns> FROM …`.
     select: String,
-    /// The scope's conditions (`TRUE` when none), for counting.
-    conditions: String,
     from: String,
-    /// The columns the chunks are ordered by, quoted, and their types.
-    order: Vec<(String, String)>,
+    filter: Option<SqlFilter>,
+    /// The sort column (`t."name"`) and its type, when the scope names one.
+    sort: Option<(String, String)>,
+    /// Whether the last of `values` is the sort column's `start_position`.
+    has_start: bool,
+    /// The columns the chunks are ordered by.
+    order: Vec<OrderColumn>,
     /// The scope's parameter values (the filter's, then `start_position`).
     values: Vec<Option<String>>,
 }
@@ -131,19 +150,29 @@ impl ChunkQuery {
             quote_ident(&relation.schema),
             quote_ident(&relation.name)
         );
-        let mut conditions = Vec::new();
         let mut values = Vec::new();
-        if let Some(filter) = &scope.filter {
-            let parsed =
-                row_filter::parse(filter).map_err(|e| BackfillError::Scope(e.to_string()))?;
-            let checked = row_filter::prepare(client, &from, &parsed, filter)
-                .await
-                .map_err(db_error)?
-                .map_err(|e| BackfillError::Scope(e.to_string()))?;
-            conditions.push(format!("({})", checked.expression));
-            values.extend(checked.values);
-        }
+        let filter = match &scope.filter {
+            Some(filter) => {
+                let parsed =
+                    row_filter::parse(filter).map_err(|e| BackfillError::Scope(e.to_string()))?;
+                let checked = row_filter::prepare(client, &from, &parsed, filter)
+                    .await
+                    .map_err(db_error)?
+                    .map_err(|e| BackfillError::Scope(e.to_string()))?;
+                values.extend(checked.values.iter().cloned());
+                Some(checked)
+            }
+            None => None,
+        };
+        let position = |name: &str| {
+            relation
+                .columns
+                .iter()
+                .position(|c| c.name == name)
+                .expect("an order column is one of the table's columns")
+        };
         let mut order = Vec::new();
+        let mut sort = None;
         if let Some(column) = &scope.sort_column {
             let ty = table.column_type(column).ok_or_else(|| {
                 BackfillError::Scope(format!(
@@ -152,60 +181,50 @@ impl ChunkQuery {
                 ))
             })?;
             let quoted = format!("t.{}", quote_ident(column));
-            conditions.push(format!("{quoted} IS NOT NULL"));
             if let Some(start) = &scope.start_position {
                 check_cast(client, start, ty).await?;
                 values.push(Some(start.clone()));
-                conditions.push(format!("{quoted} >= ${}::text::{ty}", values.len()));
             }
             // A sort column that is the key's first column orders alone.
             if relation.primary_key.first() != Some(column) {
-                order.push((quoted, ty.to_string()));
+                order.push(OrderColumn {
+                    column: quoted.clone(),
+                    ty: ty.to_string(),
+                    position: position(column),
+                });
             }
+            sort = Some((quoted, ty.to_string()));
         }
         for (key, ty) in relation.primary_key.iter().zip(&table.key_types) {
-            order.push((format!("t.{}", quote_ident(key)), ty.clone()));
+            order.push(OrderColumn {
+                column: format!("t.{}", quote_ident(key)),
+                ty: ty.clone(),
+                position: position(key),
+            });
         }
-        let conditions = if conditions.is_empty() {
-            "TRUE".to_string()
-        } else {
-            conditions.join(" AND ")
-        };
-        let texts: Vec<String> = order.iter().map(|(c, _)| format!("{c}::text")).collect();
-        // Each column's output text (what changes carry), in the table's
-        // column order, which weft renders as it renders changes. Rendering
-        // in Postgres instead (`to_jsonb` per column) took it 4 to 5 times
-        // as long as the text (BENCHMARKS.md, "Sixth round"). `format`
-        // calls the output function where `::text` would not (and makes ''
-        // of NULL).
+        // Each column as it is: a text result is its output function's
+        // text, in the table's column order, which weft renders as it
+        // renders changes. Rendering in Postgres instead (`to_jsonb` per
+        // column) took it 4 to 5 times as long as the text (BENCHMARKS.md,
+        // "Sixth round").
         let columns: Vec<String> = relation
             .columns
             .iter()
-            .zip(&table.cast_differs)
-            .map(|(c, &differs)| {
-                let column = format!("t.{}", quote_ident(&c.name));
-                if differs {
-                    format!("CASE WHEN {column} IS NULL THEN NULL ELSE format('%s', {column}) END")
-                } else {
-                    format!("{column}::text")
-                }
-            })
+            .map(|c| format!("t.{}", quote_ident(&c.name)))
             .collect();
-        let select = format!(
-            "SELECT {}, {} FROM {from} WHERE {conditions}",
-            columns.join(", "),
-            texts.join(", ")
-        );
+        let select = format!("SELECT {} FROM {from}", columns.join(", "));
         let query = ChunkQuery {
             select,
-            conditions,
             from,
+            filter,
+            has_start: scope.start_position.is_some(),
+            sort,
             order,
             values,
         };
         // Plans the first chunk's query, so that an unorderable sort column
         // is refused now rather than at the first read.
-        if let Err(error) = client.prepare(&query.sql(false, 1)).await {
+        if let Err(error) = client.prepare(&query.sql(false, 1, &bound)).await {
             return Err(match row_filter::refused_by_server(&error) {
                 Some(message) => BackfillError::Scope(format!(
                     "{} cannot be read in this order: {message}",
@@ -217,22 +236,46 @@ impl ChunkQuery {
         Ok(query)
     }
 
-    fn sql(&self, after_cursor: bool, limit: usize) -> String {
-        let columns: Vec<&str> = self.order.iter().map(|(c, _)| c.as_str()).collect();
+    /// The scope's conditions (`TRUE` when none), values referred to by
+    /// `param`.
+    fn conditions(&self, param: ParamRef) -> String {
+        let mut conditions = Vec::new();
+        if let Some(filter) = &self.filter {
+            conditions.push(format!("({})", filter.expression(param)));
+        }
+        if let Some((column, ty)) = &self.sort {
+            conditions.push(format!("{column} IS NOT NULL"));
+            if self.has_start {
+                let n = self.values.len();
+                conditions.push(format!("{column} >= {}::text::{ty}", param(n)));
+            }
+        }
+        if conditions.is_empty() {
+            "TRUE".to_string()
+        } else {
+            conditions.join(" AND ")
+        }
+    }
+
+    /// The SQL of a chunk of up to `limit` rows, after the cursor when
+    /// `after_cursor`, values referred to by `param`.
+    fn sql(&self, after_cursor: bool, limit: usize, param: ParamRef) -> String {
+        let columns: Vec<&str> = self.order.iter().map(|o| o.column.as_str()).collect();
         let cursor = if after_cursor {
             let params: Vec<String> = self
                 .order
                 .iter()
                 .enumerate()
-                .map(|(i, (_, ty))| format!("${}::text::{ty}", self.values.len() + i + 1))
+                .map(|(i, o)| format!("{}::text::{}", param(self.values.len() + i + 1), o.ty))
                 .collect();
             format!(" AND ({}) > ({})", columns.join(", "), params.join(", "))
         } else {
             String::new()
         };
         format!(
-            "{}{cursor} ORDER BY {} LIMIT {limit}",
+            "{} WHERE {}{cursor} ORDER BY {} LIMIT {limit}",
             self.select,
+            self.conditions(param),
             columns.join(", ")
         )
     }
@@ -262,19 +305,8 @@ impl ChunkQuery {
                 self.cursor_width()
             )));
         }
-        let sql = self.sql(cursor.is_some(), limit);
-        let mut params: Vec<&(dyn ToSql + Sync)> = self
-            .values
-            .iter()
-            .map(|v| v as &(dyn ToSql + Sync))
-            .collect();
-        params.extend(
-            cursor
-                .unwrap_or_default()
-                .iter()
-                .map(|v| v as &(dyn ToSql + Sync)),
-        );
-        // One snapshot for both queries: the transaction's first query takes it.
+        let cursor = cursor.unwrap_or_default();
+        // One snapshot for every query: the transaction's first query takes it.
         let transaction = client
             .build_transaction()
             .isolation_level(IsolationLevel::RepeatableRead)
@@ -293,25 +325,57 @@ impl ChunkQuery {
             .iter()
             .map(|row| row.get::<_, i64>(0) as u32)
             .collect();
+        // The values the chunk's SQL reads, as settings of this transaction
+        // (a NULL is written into the SQL as NULL).
+        let values: Vec<Option<&str>> = self
+            .values
+            .iter()
+            .map(Option::as_deref)
+            .chain(cursor.iter().map(|v| Some(v.as_str())))
+            .collect();
+        let set: Vec<(String, &str)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (setting_name(i + 1), v)))
+            .collect();
+        if !set.is_empty() {
+            let calls: Vec<String> = (0..set.len())
+                .map(|i| format!("set_config(${}, ${}, true)", 2 * i + 1, 2 * i + 2))
+                .collect();
+            let params: Vec<&(dyn ToSql + Sync)> = set
+                .iter()
+                .flat_map(|(name, value)| [name as &(dyn ToSql + Sync), value as _])
+                .collect();
+            transaction
+                .execute(&format!("SELECT {}", calls.join(", ")), &params)
+                .await
+                .map_err(db_error)?;
+        }
+        let setting = |n: usize| match values.get(n - 1) {
+            Some(None) => "NULL".to_string(),
+            _ => format!("current_setting('{}')", setting_name(n)),
+        };
+        let sql = self.sql(!cursor.is_empty(), limit, &setting);
         // Rows are turned into ours as they arrive: holding the driver's
         // rows for the whole chunk as well would double its memory.
-        let mut rows = Box::pin(
+        let mut rows = std::pin::pin!(
             transaction
-                .query_raw(&sql, params)
+                .client()
+                .simple_query_raw(&sql)
                 .await
-                .map_err(db_error)?,
+                .map_err(db_error)?
         );
         let mut keyed = Vec::with_capacity(limit);
         let mut text = String::new();
         let mut last_row = None;
-        let width = table.relation.columns.len();
         let writer = RowWriter::new(table);
-        while let Some(row) = rows.try_next().await.map_err(db_error)? {
-            // The relation's columns, then the order columns: the query
-            // lists them so.
-            let written = writer.write(&mut text, |i| {
-                row.get::<_, Option<TextValue>>(i).map(|v| v.0)
-            });
+        while let Some(message) = rows.try_next().await.map_err(db_error)? {
+            let SimpleQueryMessage::Row(row) = message else {
+                continue;
+            };
+            // `get` panics only on text that is not UTF-8, which Postgres
+            // never sends a UTF-8 client, even from a `SQL_ASCII` database.
+            let written = writer.write(&mut text, |i| row.get(i));
             if keyed.is_empty() {
                 // The rest of the chunk's rows are most often about as long
                 // (up to a bound: the first may be unusually big).
@@ -320,18 +384,28 @@ impl ChunkQuery {
             keyed.push(written);
             last_row = Some(row);
         }
-        drop(rows);
         let text = Arc::new(text);
         let out = keyed
             .into_iter()
             .map(|(key, range)| (key, WrittenJson::new(Arc::clone(&text), range)))
             .collect();
         transaction.commit().await.map_err(db_error)?;
-        let last = last_row.map(|row| {
-            (width..width + self.order.len())
-                .map(|i| row.get::<_, String>(i))
-                .collect()
-        });
+        let last = match last_row {
+            Some(row) => Some(
+                self.order
+                    .iter()
+                    .map(|o| {
+                        row.get(o.position).map(str::to_string).ok_or_else(|| {
+                            BackfillError::Database(format!(
+                                "the order column {} of a row read is NULL",
+                                o.column
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<String>, _>>()?,
+            ),
+            None => None,
+        };
         Ok(((out, in_progress), last))
     }
 
@@ -340,7 +414,8 @@ impl ChunkQuery {
     pub(crate) async fn estimate(&self, client: &Client) -> Result<Option<u64>, BackfillError> {
         let sql = format!(
             "EXPLAIN (FORMAT JSON) SELECT 1 FROM {} WHERE {}",
-            self.from, self.conditions
+            self.from,
+            self.conditions(&bound)
         );
         let params: Vec<&(dyn ToSql + Sync)> = self
             .values
@@ -373,15 +448,6 @@ async fn check_cast(client: &Client, value: &str, ty: &str) -> Result<(), Backfi
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn chunk_values_are_text_and_must_be_utf8() {
-        assert!(TextValue::accepts(&Type::TEXT));
-        assert!(!TextValue::accepts(&Type::VARCHAR));
-        let value = TextValue::from_sql(&Type::TEXT, "ünï".as_bytes()).unwrap();
-        assert_eq!(value.0, "ünï");
-        assert!(TextValue::from_sql(&Type::TEXT, b"caf\xe9").is_err());
-    }
 
     #[test]
     fn a_scope_names_its_kind_and_needs_a_sort_column_for_a_position() {
