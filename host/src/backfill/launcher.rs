@@ -22,7 +22,7 @@ use crate::store::{Backfill, BackfillState, Store, StoreError};
 /// for milliseconds without yielding, while the chunk's rows backed up in
 /// the socket: Postgres and the runner took turns instead of working at
 /// once. On a thread of its own the OS shares the cores between them, and
-/// a backfill stores 1.07x as fast (BENCHMARKS.md, "Seventeenth round").
+/// a backfill stores ~1.08x as fast (BENCHMARKS.md, "Seventeenth round").
 /// Never dropped: runners stop through their cancellation tokens.
 fn runner_runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
