@@ -25,7 +25,7 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, IsolationLevel, SimpleQueryMessage};
+use tokio_postgres::{Client, IsolationLevel, SimpleQueryMessage, Transaction};
 
 use super::ReadRow;
 use super::row_filter::{self, RowFilter, SqlFilter};
@@ -333,24 +333,7 @@ impl ChunkQuery {
             .map(Option::as_deref)
             .chain(cursor.iter().map(|v| Some(v.as_str())))
             .collect();
-        let set: Vec<(String, &str)> = values
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| v.map(|v| (setting_name(i + 1), v)))
-            .collect();
-        if !set.is_empty() {
-            let calls: Vec<String> = (0..set.len())
-                .map(|i| format!("set_config(${}, ${}, true)", 2 * i + 1, 2 * i + 2))
-                .collect();
-            let params: Vec<&(dyn ToSql + Sync)> = set
-                .iter()
-                .flat_map(|(name, value)| [name as &(dyn ToSql + Sync), value as _])
-                .collect();
-            transaction
-                .execute(&format!("SELECT {}", calls.join(", ")), &params)
-                .await
-                .map_err(db_error)?;
-        }
+        set_values(&transaction, &values).await?;
         let setting = |n: usize| match values.get(n - 1) {
             Some(None) => "NULL".to_string(),
             _ => format!("current_setting('{}')", setting_name(n)),
@@ -429,6 +412,34 @@ impl ChunkQuery {
             .and_then(Value::as_f64)
             .map(|n| n.max(0.0) as u64))
     }
+}
+
+/// Sets `values` (`$1`, `$2`, …) as settings of `transaction`, with one
+/// statement that binds them; NULLs are left out (the SQL says NULL).
+async fn set_values(
+    transaction: &Transaction<'_>,
+    values: &[Option<&str>],
+) -> Result<(), BackfillError> {
+    let set: Vec<(String, &str)> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| (setting_name(i + 1), v)))
+        .collect();
+    if set.is_empty() {
+        return Ok(());
+    }
+    let calls: Vec<String> = (0..set.len())
+        .map(|i| format!("set_config(${}, ${}, true)", 2 * i + 1, 2 * i + 2))
+        .collect();
+    let params: Vec<&(dyn ToSql + Sync)> = set
+        .iter()
+        .flat_map(|(name, value)| [name as &(dyn ToSql + Sync), value as _])
+        .collect();
+    transaction
+        .execute(&format!("SELECT {}", calls.join(", ")), &params)
+        .await
+        .map_err(db_error)?;
+    Ok(())
 }
 
 /// Checks that `value` casts to the type `ty`.
