@@ -103,18 +103,58 @@ struct OrderColumn {
     position: usize,
 }
 
-/// How a chunk's SQL refers to the value `$n`: the scope's values come
-/// first, then the cursor's.
-type ParamRef<'a> = &'a dyn Fn(usize) -> String;
+/// How a chunk's SQL refers to its values `$1`, `$2`, … (the scope's
+/// first, then the cursor's).
+#[derive(Clone, Copy)]
+enum Refs {
+    /// As bound parameters: for planning and estimating.
+    Bound,
+    /// As settings of the transaction (see [`set_values`]): for reading
+    /// through the simple protocol, which binds nothing.
+    Settings,
+}
 
-/// `$n`: a bound parameter.
-fn bound(n: usize) -> String {
-    format!("${n}")
+impl Refs {
+    /// How the SQL refers to `$n`, given the scope's `values`: a NULL
+    /// among them is written as NULL (a setting cannot hold one).
+    fn refer(self, values: &[Option<String>], n: usize) -> String {
+        match (self, values.get(n - 1)) {
+            (Refs::Bound, _) => format!("${n}"),
+            (Refs::Settings, Some(None)) => "NULL".to_string(),
+            (Refs::Settings, _) => format!("current_setting('{}')", setting_name(n)),
+        }
+    }
 }
 
 /// The name of the transaction-local setting holding the value `$n`.
 fn setting_name(n: usize) -> String {
     format!("weft.param_{n}")
+}
+
+/// A scope's conditions (`TRUE` when none): its filter, and its sort
+/// column's (not NULL, and from the value `$start` on), values referred to
+/// by `param`.
+fn conditions(
+    filter: Option<&SqlFilter>,
+    sort: Option<&(String, String)>,
+    start: Option<usize>,
+    param: &dyn Fn(usize) -> String,
+) -> String {
+    let mut conditions = Vec::new();
+    if let Some(filter) = filter {
+        conditions.push(format!("({})", filter.expression(param)));
+    }
+    if let Some((column, ty)) = sort {
+        conditions.push(format!("{column} IS NOT NULL"));
+        if let Some(n) = start {
+            conditions.push(format!("{column} >= {}::text::{ty}", param(n)));
+        }
+    }
+    if conditions.is_empty() {
+        "TRUE".to_string()
+    } else {
+        conditions.join(" AND ")
+    }
 }
 
 /// The query reading one backfill's chunks, built and checked against the
@@ -123,11 +163,11 @@ pub(crate) struct ChunkQuery {
     /// `SELECT <the table's columns> FROM …`.
     select: String,
     from: String,
-    filter: Option<SqlFilter>,
-    /// The sort column (`t."name"`) and its type, when the scope names one.
-    sort: Option<(String, String)>,
-    /// Whether the last of `values` is the sort column's `start_position`.
-    has_start: bool,
+    /// The scope's conditions, values referred to as [`Refs::Bound`]:
+    /// rendered once, not per chunk.
+    bound_conditions: String,
+    /// The same, values referred to as [`Refs::Settings`].
+    settings_conditions: String,
     /// The columns the chunks are ordered by.
     order: Vec<OrderColumn>,
     /// The scope's parameter values (the filter's, then `start_position`).
@@ -213,18 +253,26 @@ impl ChunkQuery {
             .map(|c| format!("t.{}", quote_ident(&c.name)))
             .collect();
         let select = format!("SELECT {} FROM {from}", columns.join(", "));
+        // `start_position` is the last of the scope's values.
+        let start = scope.start_position.as_ref().map(|_| values.len());
+        let conditions_as = |refs: Refs| {
+            conditions(filter.as_ref(), sort.as_ref(), start, &|n| {
+                refs.refer(&values, n)
+            })
+        };
+        let (bound_conditions, settings_conditions) =
+            (conditions_as(Refs::Bound), conditions_as(Refs::Settings));
         let query = ChunkQuery {
             select,
             from,
-            filter,
-            has_start: scope.start_position.is_some(),
-            sort,
+            bound_conditions,
+            settings_conditions,
             order,
             values,
         };
         // Plans the first chunk's query, so that an unorderable sort column
         // is refused now rather than at the first read.
-        if let Err(error) = client.prepare(&query.sql(false, 1, &bound)).await {
+        if let Err(error) = client.prepare(&query.sql(Refs::Bound, false, 1)).await {
             return Err(match row_filter::refused_by_server(&error) {
                 Some(message) => BackfillError::Scope(format!(
                     "{} cannot be read in this order: {message}",
@@ -236,30 +284,10 @@ impl ChunkQuery {
         Ok(query)
     }
 
-    /// The scope's conditions (`TRUE` when none), values referred to by
-    /// `param`.
-    fn conditions(&self, param: ParamRef) -> String {
-        let mut conditions = Vec::new();
-        if let Some(filter) = &self.filter {
-            conditions.push(format!("({})", filter.expression(param)));
-        }
-        if let Some((column, ty)) = &self.sort {
-            conditions.push(format!("{column} IS NOT NULL"));
-            if self.has_start {
-                let n = self.values.len();
-                conditions.push(format!("{column} >= {}::text::{ty}", param(n)));
-            }
-        }
-        if conditions.is_empty() {
-            "TRUE".to_string()
-        } else {
-            conditions.join(" AND ")
-        }
-    }
-
     /// The SQL of a chunk of up to `limit` rows, after the cursor when
-    /// `after_cursor`, values referred to by `param`.
-    fn sql(&self, after_cursor: bool, limit: usize, param: ParamRef) -> String {
+    /// `after_cursor`, values referred to as `refs` says.
+    fn sql(&self, refs: Refs, after_cursor: bool, limit: usize) -> String {
+        let param = |n| refs.refer(&self.values, n);
         let columns: Vec<&str> = self.order.iter().map(|o| o.column.as_str()).collect();
         let cursor = if after_cursor {
             let params: Vec<String> = self
@@ -275,7 +303,10 @@ impl ChunkQuery {
         format!(
             "{} WHERE {}{cursor} ORDER BY {} LIMIT {limit}",
             self.select,
-            self.conditions(param),
+            match refs {
+                Refs::Bound => &self.bound_conditions,
+                Refs::Settings => &self.settings_conditions,
+            },
             columns.join(", ")
         )
     }
@@ -334,11 +365,7 @@ impl ChunkQuery {
             .chain(cursor.iter().map(|v| Some(v.as_str())))
             .collect();
         set_values(&transaction, &values).await?;
-        let setting = |n: usize| match values.get(n - 1) {
-            Some(None) => "NULL".to_string(),
-            _ => format!("current_setting('{}')", setting_name(n)),
-        };
-        let sql = self.sql(!cursor.is_empty(), limit, &setting);
+        let sql = self.sql(Refs::Settings, !cursor.is_empty(), limit);
         // Rows are turned into ours as they arrive: holding the driver's
         // rows for the whole chunk as well would double its memory.
         let mut rows = std::pin::pin!(
@@ -397,8 +424,7 @@ impl ChunkQuery {
     pub(crate) async fn estimate(&self, client: &Client) -> Result<Option<u64>, BackfillError> {
         let sql = format!(
             "EXPLAIN (FORMAT JSON) SELECT 1 FROM {} WHERE {}",
-            self.from,
-            self.conditions(&bound)
+            self.from, self.bound_conditions
         );
         let params: Vec<&(dyn ToSql + Sync)> = self
             .values
