@@ -212,7 +212,6 @@ impl SinkPipeline {
     fn make_messages(&self, prepared: &mut Prepared) {
         let changes = std::mem::take(&mut prepared.changes);
         let mut shared = SharedTexts::default();
-        prepared.pending.reserve(changes.len());
         prepared.pending.extend(
             changes
                 .into_iter()
