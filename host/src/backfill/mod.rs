@@ -184,6 +184,15 @@ impl Backfills {
         self.lock().remove(token);
     }
 
+    /// Forgets every registered chunk of the backfill `id`: when the
+    /// pipeline drops one of its chunks, the chunks its runner read ahead
+    /// start after rows that were never stored. Emitting them would only
+    /// deliver rows that the runner, reading again from the stored cursor,
+    /// delivers a second time.
+    fn forget_backfill(&self, id: &str) {
+        self.lock().retain(|_, chunk| chunk.tag.id != id);
+    }
+
     /// The table of chunk `token`, if it is registered.
     fn relation_of(&self, token: &str) -> Option<Arc<Relation>> {
         self.lock().get(token).map(|c| Arc::clone(&c.relation))

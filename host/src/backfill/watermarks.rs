@@ -177,6 +177,7 @@ impl Watermarks {
                     // this stream) the chunk cannot be checked: dropping it
                     // tells its runner, which reads it again.
                     debug!(token = %content.token, "backfill chunk without its window; dropped");
+                    self.backfills.forget_backfill(&chunk.tag.id);
                     return (Vec::new(), None);
                 };
                 if let Some(xid) = chunk
@@ -185,6 +186,7 @@ impl Watermarks {
                     .find(|xid| self.recent.seen.contains(xid) && !window.committed.contains(xid))
                 {
                     debug!(token = %content.token, xid, "backfill chunk's snapshot missed a transaction committed before its window; read again");
+                    self.backfills.forget_backfill(&chunk.tag.id);
                     return (Vec::new(), None);
                 }
                 let selected = rows.len() as u64;
@@ -368,13 +370,13 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_read_ahead_of_a_lost_one_records_no_progress() {
+    fn chunks_read_ahead_of_a_lost_one_are_dropped_with_it() {
         let (backfills, mut watermarks, tag) = tracking();
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("weft.db")).unwrap();
-        store
-            .create_backfill("b", "s", ("public", "items"), &Default::default(), None)
-            .unwrap();
+        let other = Arc::new(BackfillTag {
+            id: "other".into(),
+            sink: "s".into(),
+        });
+        let mut unrelated = backfills.expect("o1", other, relation());
         // Chunk t1 (rows 1-2) is lost: its low watermark is never seen.
         let mut first = backfills.expect("t1", Arc::clone(&tag), relation());
         backfills.fill(
@@ -383,7 +385,7 @@ mod tests {
             (None, Some(vec!["2".into()])),
             false,
         );
-        // Chunk t2 (rows 3-4), read ahead after it, goes through.
+        // Chunk t2 (rows 3-4) was read ahead after it.
         let mut second = backfills.expect("t2", tag, relation());
         watermarks.on_watermark(&watermark("t2", "low", 30));
         backfills.fill(
@@ -399,17 +401,20 @@ mod tests {
                 .is_none()
         );
         let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 40));
-        assert_eq!(reads.len(), 2);
-        chunk.expect("t2 went out").record(&store).unwrap();
+        assert!(
+            reads.is_empty() && chunk.is_none(),
+            "t2 starts after rows that were never stored: its runner reads both again, so emitting it would deliver rows 3-4 twice"
+        );
         let closed = |r| matches!(r, Err(oneshot::error::TryRecvError::Closed));
         assert!(closed(first.try_recv()), "t1's runner hears it was lost");
+        assert!(closed(second.try_recv()), "and so does t2's");
         assert!(
-            closed(second.try_recv()),
-            "t2's progress is refused: it starts after rows that were never stored"
+            matches!(
+                unrelated.try_recv(),
+                Err(oneshot::error::TryRecvError::Empty)
+            ),
+            "another backfill's chunk is untouched"
         );
-        let backfill = store.backfill("b").unwrap().unwrap();
-        assert_eq!(backfill.cursor, None, "the cursor stays before row 1");
-        assert_eq!(backfill.state, crate::store::BackfillState::Active);
     }
 
     #[test]
@@ -431,11 +436,23 @@ mod tests {
         watermarks.observe(&by(2, 7));
         watermarks.on_watermark(&watermark("t1", "low", 10));
         fill_rows_1_to_3("t1", vec![7, 9]);
+        // The runner read the next chunk ahead before the pipeline got here.
+        let mut ahead = backfills.expect("t1b", Arc::clone(&tag), relation());
+        backfills.fill(
+            "t1b",
+            (vec![row(4)], Vec::new()),
+            (Some(vec!["3".into()]), Some(vec!["4".into()])),
+            true,
+        );
         let (reads, chunk) = watermarks.on_watermark(&watermark("t1", "high", 20));
         assert!(reads.is_empty() && chunk.is_none(), "dropped");
+        let closed = |r| matches!(r, Err(oneshot::error::TryRecvError::Closed));
+        assert!(closed(stale.try_recv()), "its runner reads it again");
+        watermarks.on_watermark(&watermark("t1b", "low", 21));
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t1b", "high", 22));
         assert!(
-            matches!(stale.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
-            "its runner reads it again"
+            reads.is_empty() && chunk.is_none() && closed(ahead.try_recv()),
+            "the chunk read ahead is read again too, not delivered twice"
         );
         // Read again: transaction 8, in progress for the new snapshot,
         // commits inside the window (its row is dropped as usual), and 9
