@@ -12,7 +12,7 @@
 # <cache> is ${CARGO_TARGET_DIR:-$HOME/.cache/weft/target}. Every tool lives
 # under <cache>/examples, never in the git tree, and is reused when present:
 #
-#   tools/bin     wasm-tools, wit-bindgen (cargo install --locked)
+#   tools/bin     wasm-tools, wit-bindgen (cargo_install_tool, scripts/lib.sh)
 #   npm/          @bytecodealliance/componentize-js (npm ci of the lock in
 #                 examples/js/even-filter)
 #   venv/         componentize-py (pip, exact version)
@@ -70,7 +70,7 @@ cargo_tool() {
         return 0
     fi
     say "installing $crate $version (cargo install; several minutes once)"
-    CARGO_TARGET_DIR="$tools/build" cargo install --quiet --locked --root "$tools" \
+    CARGO_TARGET_DIR="$tools/build" cargo_install_tool --quiet --root "$tools" \
         "$crate" --version "$version" "$@" >&2
     rm -rf "$tools/build" # ~700 MB of intermediate files, not needed again
 }

@@ -79,6 +79,15 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# cargo_install_tool ARGS... runs `cargo install --locked ARGS` for a tool
+# the tests or example builds use. Tools build at opt-level 1: half the
+# compile time of release's opt-level 3 on 2 cores, which a cold CI run
+# (tansu, wasm-tools and wit-bindgen-cli from source) needs to fit in its
+# 90 minutes; nothing they do in the tests is CPU-bound.
+cargo_install_tool() {
+    CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo install --locked "$@"
+}
+
 # The tansu release the Kafka tests run against.
 TANSU_VERSION=0.6.0
 # ensure_tansu makes the tansu Kafka-protocol broker available to the Kafka
@@ -95,7 +104,7 @@ ensure_tansu() {
     if [ -z "$found" ]; then
         say "installing the tansu Kafka broker $TANSU_VERSION (cargo install; takes several minutes once)"
         # Its own temporary target dir, not weft's build cache.
-        env -u CARGO_TARGET_DIR cargo install tansu --version "$TANSU_VERSION" --features dynostore --locked
+        (unset CARGO_TARGET_DIR; cargo_install_tool tansu --version "$TANSU_VERSION" --features dynostore)
         found="$cargo_bin"
         [ -x "$found" ] || die "cargo install tansu did not produce $found"
     fi
