@@ -80,10 +80,10 @@ free_port() {
 }
 
 # cargo_install_tool ARGS... runs `cargo install --locked ARGS` for a tool
-# the tests or example builds use. Tools build at opt-level 1: half the
-# compile time of release's opt-level 3 on 2 cores, which a cold CI run
-# (tansu, wasm-tools and wit-bindgen-cli from source) needs to fit in its
-# 90 minutes; nothing they do in the tests is CPU-bound.
+# the tests or example builds use. Tools build at opt-level 1, not
+# release's 3: tansu installed in 17.8 minutes instead of 22.5 on 2 cores,
+# time a cold CI run (tansu, wasm-tools and wit-bindgen-cli from source)
+# needs to fit in its 90 minutes; nothing they do in the tests is CPU-bound.
 cargo_install_tool() {
     CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo install --locked "$@"
 }
