@@ -97,9 +97,18 @@ pub enum Mark {
 /// A row of a chunk: its primary-key values and its JSON object.
 pub(crate) type ReadRow = (Vec<String>, crate::message::WrittenJson);
 
+/// A runner's claim on reading its backfill: set each time it starts
+/// reading from the stored cursor. A chunk registered under an older claim
+/// is refused, so rows read ahead of a chunk the pipeline dropped never go
+/// out (the runner reads them again from the stored cursor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Generation(u64);
+
 /// A chunk between its watermarks.
 struct PendingChunk {
     tag: Arc<BackfillTag>,
+    /// The claim it was read under.
+    generation: Generation,
     relation: Arc<Relation>,
     /// The rows (their keys and JSON), once the query ran.
     rows: Option<Vec<ReadRow>>,
@@ -117,10 +126,37 @@ struct PendingChunk {
     stored: Option<oneshot::Sender<()>>,
 }
 
+/// The registry's contents. Only chunks of their backfill's current
+/// generation are ever in `chunks`.
+#[derive(Default)]
+struct Registry {
+    chunks: HashMap<String, PendingChunk>,
+    /// The current generation of each backfill being read.
+    generations: HashMap<String, Generation>,
+    /// The last generation handed out (unique across backfills, so a
+    /// stopped backfill's old claim never matches a later one).
+    last: u64,
+}
+
+impl Registry {
+    fn fresh(&mut self) -> Generation {
+        self.last += 1;
+        Generation(self.last)
+    }
+
+    fn forget_chunks_of(&mut self, id: &str) {
+        self.chunks.retain(|_, chunk| chunk.tag.id != id);
+    }
+
+    fn is_current(&self, id: &str, generation: Generation) -> bool {
+        self.generations.get(id) == Some(&generation)
+    }
+}
+
 /// The chunks in flight between runners and pipelines. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Backfills {
-    pending: Arc<Mutex<HashMap<String, PendingChunk>>>,
+    registry: Arc<Mutex<Registry>>,
 }
 
 impl Backfills {
@@ -129,34 +165,79 @@ impl Backfills {
         Backfills::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PendingChunk>> {
-        self.pending
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Registers chunk `token` of backfill `tag` on `relation`; returns the
-    /// receiver told when its rows are stored.
+    /// Starts reading backfill `id` (again) from its stored cursor: forgets
+    /// its registered chunks and returns the claim its next chunks are
+    /// registered under.
+    pub(crate) fn restart(&self, id: &str) -> Generation {
+        let mut registry = self.lock();
+        registry.forget_chunks_of(id);
+        let generation = registry.fresh();
+        registry.generations.insert(id.to_string(), generation);
+        generation
+    }
+
+    /// Stops reading backfill `id` under `generation` (completed, paused,
+    /// cancelled or failed): forgets its chunks. A no-op if a newer claim
+    /// (a resumed backfill's runner) has taken over.
+    pub(crate) fn stop(&self, id: &str, generation: Generation) {
+        let mut registry = self.lock();
+        if registry.is_current(id, generation) {
+            registry.generations.remove(id);
+            registry.forget_chunks_of(id);
+        }
+    }
+
+    /// Gives up on what backfill `id` read under `generation`: when the
+    /// pipeline drops one of its chunks, or refuses a chunk's progress, the
+    /// chunks read after it start after rows that were never stored.
+    /// Emitting them would only deliver rows that the runner, reading again
+    /// from the stored cursor, delivers a second time; so they are
+    /// forgotten, and so is every chunk the runner registers before it
+    /// hears of this and restarts.
+    fn invalidate(&self, id: &str, generation: Generation) {
+        let mut registry = self.lock();
+        if registry.is_current(id, generation) {
+            registry.forget_chunks_of(id);
+            let fresh = registry.fresh();
+            registry.generations.insert(id.to_string(), fresh);
+        }
+    }
+
+    /// Registers chunk `token` of backfill `tag`, read under `generation`,
+    /// on `relation`; returns the receiver told when its rows are stored.
+    /// A chunk of an outdated generation is not registered: its receiver
+    /// is closed at once and its watermarks are ignored.
     pub(crate) fn expect(
         &self,
         token: &str,
         tag: Arc<BackfillTag>,
+        generation: Generation,
         relation: Arc<Relation>,
     ) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(
-            token.to_string(),
-            PendingChunk {
-                tag,
-                relation,
-                rows: None,
-                in_progress: Vec::new(),
-                from: None,
-                cursor: None,
-                done: false,
-                stored: Some(tx),
-            },
-        );
+        let mut registry = self.lock();
+        if registry.is_current(&tag.id, generation) {
+            registry.chunks.insert(
+                token.to_string(),
+                PendingChunk {
+                    tag,
+                    generation,
+                    relation,
+                    rows: None,
+                    in_progress: Vec::new(),
+                    from: None,
+                    cursor: None,
+                    done: false,
+                    stored: Some(tx),
+                },
+            );
+        }
         rx
     }
 
@@ -170,7 +251,7 @@ impl Backfills {
         (from, cursor): (Option<Vec<String>>, Option<Vec<String>>),
         done: bool,
     ) {
-        if let Some(chunk) = self.lock().get_mut(token) {
+        if let Some(chunk) = self.lock().chunks.get_mut(token) {
             chunk.rows = Some(rows);
             chunk.in_progress = in_progress;
             chunk.from = from;
@@ -179,27 +260,16 @@ impl Backfills {
         }
     }
 
-    /// Forgets chunk `token` (given up by its runner).
-    pub(crate) fn forget(&self, token: &str) {
-        self.lock().remove(token);
-    }
-
-    /// Forgets every registered chunk of the backfill `id`: when the
-    /// pipeline drops one of its chunks, the chunks its runner read ahead
-    /// start after rows that were never stored. Emitting them would only
-    /// deliver rows that the runner, reading again from the stored cursor,
-    /// delivers a second time.
-    fn forget_backfill(&self, id: &str) {
-        self.lock().retain(|_, chunk| chunk.tag.id != id);
-    }
-
     /// The table of chunk `token`, if it is registered.
     fn relation_of(&self, token: &str) -> Option<Arc<Relation>> {
-        self.lock().get(token).map(|c| Arc::clone(&c.relation))
+        self.lock()
+            .chunks
+            .get(token)
+            .map(|c| Arc::clone(&c.relation))
     }
 
     /// Takes chunk `token` at its high watermark.
     fn take(&self, token: &str) -> Option<PendingChunk> {
-        self.lock().remove(token)
+        self.lock().chunks.remove(token)
     }
 }

@@ -1,10 +1,13 @@
 //! Reads one backfill's table in keyset-paginated chunks, each between a
 //! low and a high watermark (see the module above). It never has more than
 //! [`CHUNKS_IN_FLIGHT`] chunks handed over and not yet stored: a slow sink
-//! slows the backfill instead of filling memory. Each chunk's progress names the key
-//! it started after, and the store records it only if that is still the
-//! stored cursor, so a chunk read ahead of one that was not stored cannot
-//! skip that one's rows.
+//! slows the backfill instead of filling memory. When a chunk is not
+//! stored, the runner reads again from the stored cursor under a new
+//! [`Generation`], and the chunks it read ahead under the old one are
+//! never emitted. Each chunk's progress also names the key it started
+//! after, and the store records it only if that is still the stored
+//! cursor, so a chunk read ahead of one that was not stored cannot skip
+//! that one's rows.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::scope::ChunkQuery;
-use super::{Backfills, Mark, WatermarkContent};
+use super::{Backfills, Generation, Mark, WatermarkContent};
 use crate::change::{BackfillTag, Column, Relation, WATERMARK_PREFIX};
 use crate::health::{self, EntityKind, Status};
 use crate::source::PgConnectOptions;
@@ -304,15 +307,38 @@ async fn stored_cursor(store: &Store, id: &str) -> Result<Option<Vec<String>>, B
 
 /// A chunk read and handed to the pipeline, not yet known to be stored.
 struct InFlight {
-    token: String,
     stored: oneshot::Receiver<()>,
     done: bool,
 }
 
-/// Forgets every chunk in flight: their rows are read again.
-fn forget_all(backfills: &Backfills, in_flight: &mut VecDeque<InFlight>) {
-    for chunk in in_flight.drain(..) {
-        backfills.forget(&chunk.token);
+/// A runner's claim on reading its backfill ([`Backfills::restart`]).
+/// Dropped (the runner completed, stopped or failed), it forgets the
+/// chunks still registered under it.
+struct Claim<'a> {
+    backfills: &'a Backfills,
+    id: &'a str,
+    generation: Generation,
+}
+
+impl<'a> Claim<'a> {
+    fn new(backfills: &'a Backfills, id: &'a str) -> Claim<'a> {
+        Claim {
+            backfills,
+            id,
+            generation: backfills.restart(id),
+        }
+    }
+
+    /// Starts over from the stored cursor: the chunks registered under the
+    /// old claim, and any registered under it later, are never emitted.
+    fn renew(&mut self) {
+        self.generation = self.backfills.restart(self.id);
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.backfills.stop(self.id, self.generation);
     }
 }
 
@@ -356,18 +382,23 @@ async fn run_chunks(
     });
     info!(backfill = %backfill.id, sink = %backfill.sink, table = %table.relation.qualified_name(), "backfill running");
     let mut chunk_rows = FIRST_CHUNK_ROWS;
+    let mut claim = Claim::new(backfills, &backfill.id);
     let mut read_from = stored_cursor(store, &backfill.id).await?;
     let mut in_flight = VecDeque::new();
     loop {
         if cancel.is_cancelled() {
-            forget_all(backfills, &mut in_flight);
             return Ok(());
         }
         // Read ahead while the pipeline stores the chunks before.
         let read_all = in_flight.back().is_some_and(|c: &InFlight| c.done);
         if in_flight.len() < CHUNKS_IN_FLIGHT && !read_all {
             let token = uuid::Uuid::new_v4().to_string();
-            let stored = backfills.expect(&token, Arc::clone(&tag), Arc::clone(&table.relation));
+            let stored = backfills.expect(
+                &token,
+                Arc::clone(&tag),
+                claim.generation,
+                Arc::clone(&table.relation),
+            );
             let read = async {
                 emit_watermark(&client, &token, Mark::Low).await?;
                 let started = Instant::now();
@@ -381,31 +412,15 @@ async fn run_chunks(
                 emit_watermark(&client, &token, Mark::High).await?;
                 Ok::<_, BackfillError>((next, done, took))
             };
-            match read.await {
-                Ok((next, done, took)) => {
-                    chunk_rows = adapt(chunk_rows, took);
-                    read_from = next;
-                    in_flight.push_back(InFlight {
-                        token,
-                        stored,
-                        done,
-                    });
-                }
-                Err(error) => {
-                    backfills.forget(&token);
-                    forget_all(backfills, &mut in_flight);
-                    return Err(error);
-                }
-            }
+            let (next, done, took) = read.await?;
+            chunk_rows = adapt(chunk_rows, took);
+            read_from = next;
+            in_flight.push_back(InFlight { stored, done });
             continue;
         }
         let oldest = in_flight.pop_front().expect("a chunk is in flight");
         let outcome = tokio::select! {
-            _ = cancel.cancelled() => {
-                backfills.forget(&oldest.token);
-                forget_all(backfills, &mut in_flight);
-                return Ok(());
-            }
+            _ = cancel.cancelled() => return Ok(()),
             outcome = tokio::time::timeout(CHUNK_STORED_TIMEOUT, oldest.stored) => outcome,
         };
         match outcome {
@@ -419,8 +434,8 @@ async fn run_chunks(
             // progress was refused) or never stored in time: read again
             // from what is stored, with the chunks read ahead of it.
             Ok(Err(_)) | Err(_) => {
-                backfills.forget(&oldest.token);
-                forget_all(backfills, &mut in_flight);
+                in_flight.clear();
+                claim.renew();
                 warn!(backfill = %backfill.id, "backfill chunk was not stored; reading it again");
                 read_from = stored_cursor(store, &backfill.id).await?;
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use super::{Backfills, Mark, WatermarkContent};
+use super::{Backfills, Generation, Mark, WatermarkContent};
 use crate::change::{Action, BackfillRead, Change, Watermark};
 use crate::store::{Store, StoreError};
 
@@ -54,6 +54,9 @@ impl RecentTransactions {
 /// and a later batch may be paused by a sink's full backlog.
 pub struct ChunkStored {
     backfill: String,
+    /// The claim the chunk was read under, and the registry that knows it.
+    generation: Generation,
+    backfills: Backfills,
     /// The backfill's health entity.
     entity: String,
     from: Option<Vec<String>>,
@@ -66,8 +69,9 @@ pub struct ChunkStored {
 impl ChunkStored {
     /// Records the chunk in the backfill's progress and wakes its runner.
     /// A chunk whose progress is refused (the backfill stopped, or an
-    /// earlier chunk was not stored) drops its runner's receiver instead:
-    /// the runner reads again from the stored cursor.
+    /// earlier chunk was not stored) drops its runner's receiver instead,
+    /// with the chunks read after it: the runner reads again from the
+    /// stored cursor.
     pub fn record(self, store: &Store) -> Result<(), StoreError> {
         let recorded = store.record_backfill_progress(
             &self.backfill,
@@ -77,6 +81,7 @@ impl ChunkStored {
             self.done,
         )?;
         if !recorded {
+            self.backfills.invalidate(&self.backfill, self.generation);
             return Ok(());
         }
         super::republish(store, &self.backfill);
@@ -177,7 +182,7 @@ impl Watermarks {
                     // this stream) the chunk cannot be checked: dropping it
                     // tells its runner, which reads it again.
                     debug!(token = %content.token, "backfill chunk without its window; dropped");
-                    self.backfills.forget_backfill(&chunk.tag.id);
+                    self.backfills.invalidate(&chunk.tag.id, chunk.generation);
                     return (Vec::new(), None);
                 };
                 if let Some(xid) = chunk
@@ -186,7 +191,7 @@ impl Watermarks {
                     .find(|xid| self.recent.seen.contains(xid) && !window.committed.contains(xid))
                 {
                     debug!(token = %content.token, xid, "backfill chunk's snapshot missed a transaction committed before its window; read again");
-                    self.backfills.forget_backfill(&chunk.tag.id);
+                    self.backfills.invalidate(&chunk.tag.id, chunk.generation);
                     return (Vec::new(), None);
                 }
                 let selected = rows.len() as u64;
@@ -218,6 +223,8 @@ impl Watermarks {
                 debug!(backfill = %tag.id, selected, emitted = reads.len(), "backfill chunk emitted");
                 let stored = ChunkStored {
                     backfill: tag.id.clone(),
+                    generation: chunk.generation,
+                    backfills: self.backfills.clone(),
                     entity: super::health_name(
                         &tag.sink,
                         &chunk.relation.schema,
@@ -271,15 +278,17 @@ mod tests {
         }
     }
 
-    /// A registry, the watermarks tracking it, and backfill `b` of sink `s`.
-    fn tracking() -> (Backfills, Watermarks, Arc<BackfillTag>) {
+    /// A registry, the watermarks tracking it, and backfill `b` of sink `s`
+    /// with its runner's claim.
+    fn tracking() -> (Backfills, Watermarks, Arc<BackfillTag>, Generation) {
         let backfills = Backfills::new();
         let watermarks = Watermarks::new(backfills.clone());
         let tag = Arc::new(BackfillTag {
             id: "b".into(),
             sink: "s".into(),
         });
-        (backfills, watermarks, tag)
+        let generation = backfills.restart("b");
+        (backfills, watermarks, tag, generation)
     }
 
     fn update(id: i64) -> Change {
@@ -302,13 +311,8 @@ mod tests {
 
     #[test]
     fn rows_changed_inside_the_window_are_dropped_and_the_rest_read_at_the_high_mark() {
-        let backfills = Backfills::new();
-        let tag = Arc::new(BackfillTag {
-            id: "b".into(),
-            sink: "s".into(),
-        });
-        let mut stored = backfills.expect("t1", tag, relation());
-        let mut watermarks = Watermarks::new(backfills.clone());
+        let (backfills, mut watermarks, tag, generation) = tracking();
+        let mut stored = backfills.expect("t1", tag, generation, relation());
         watermarks.observe(&update(2)); // before the window: irrelevant
         assert!(
             watermarks
@@ -351,19 +355,14 @@ mod tests {
 
     #[test]
     fn unknown_tokens_and_a_missing_low_mark_emit_nothing() {
-        let backfills = Backfills::new();
-        let mut watermarks = Watermarks::new(backfills.clone());
+        let (backfills, mut watermarks, tag, generation) = tracking();
         assert!(
             watermarks
                 .on_watermark(&watermark("nope", "high", 20))
                 .1
                 .is_none()
         );
-        let tag = Arc::new(BackfillTag {
-            id: "b".into(),
-            sink: "s".into(),
-        });
-        let _stored = backfills.expect("t2", tag, relation());
+        let _stored = backfills.expect("t2", tag, generation, relation());
         backfills.fill("t2", (vec![row(1)], Vec::new()), (None, None), true);
         let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 20));
         assert!(reads.is_empty() && chunk.is_none());
@@ -371,14 +370,15 @@ mod tests {
 
     #[test]
     fn chunks_read_ahead_of_a_lost_one_are_dropped_with_it() {
-        let (backfills, mut watermarks, tag) = tracking();
+        let (backfills, mut watermarks, tag, generation) = tracking();
         let other = Arc::new(BackfillTag {
             id: "other".into(),
             sink: "s".into(),
         });
-        let mut unrelated = backfills.expect("o1", other, relation());
+        let other_generation = backfills.restart("other");
+        let mut unrelated = backfills.expect("o1", other, other_generation, relation());
         // Chunk t1 (rows 1-2) is lost: its low watermark is never seen.
-        let mut first = backfills.expect("t1", Arc::clone(&tag), relation());
+        let mut first = backfills.expect("t1", Arc::clone(&tag), generation, relation());
         backfills.fill(
             "t1",
             ((1..=2).map(row).collect(), Vec::new()),
@@ -386,7 +386,7 @@ mod tests {
             false,
         );
         // Chunk t2 (rows 3-4) was read ahead after it.
-        let mut second = backfills.expect("t2", tag, relation());
+        let mut second = backfills.expect("t2", Arc::clone(&tag), generation, relation());
         watermarks.on_watermark(&watermark("t2", "low", 30));
         backfills.fill(
             "t2",
@@ -405,9 +405,8 @@ mod tests {
             reads.is_empty() && chunk.is_none(),
             "t2 starts after rows that were never stored: its runner reads both again, so emitting it would deliver rows 3-4 twice"
         );
-        let closed = |r| matches!(r, Err(oneshot::error::TryRecvError::Closed));
-        assert!(closed(first.try_recv()), "t1's runner hears it was lost");
-        assert!(closed(second.try_recv()), "and so does t2's");
+        assert!(closed(&mut first), "t1's runner hears it was lost");
+        assert!(closed(&mut second), "and so does t2's");
         assert!(
             matches!(
                 unrelated.try_recv(),
@@ -417,9 +416,105 @@ mod tests {
         );
     }
 
+    fn closed(receiver: &mut oneshot::Receiver<()>) -> bool {
+        matches!(
+            receiver.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        )
+    }
+
+    #[test]
+    fn a_chunk_read_after_a_drop_under_the_old_claim_is_never_emitted() {
+        let (backfills, mut watermarks, tag, generation) = tracking();
+        // t1 is lost (its low watermark is never seen) while its runner
+        // still waits for an earlier chunk to be stored...
+        let _first = backfills.expect("t1", Arc::clone(&tag), generation, relation());
+        backfills.fill(
+            "t1",
+            (vec![row(1)], Vec::new()),
+            (None, Some(vec!["1".into()])),
+            false,
+        );
+        watermarks.on_watermark(&watermark("t1", "high", 10));
+        // ... so it reads t2 under its old claim before it hears.
+        let mut late = backfills.expect("t2", Arc::clone(&tag), generation, relation());
+        watermarks.on_watermark(&watermark("t2", "low", 20));
+        backfills.fill(
+            "t2",
+            (vec![row(2)], Vec::new()),
+            (Some(vec!["1".into()]), Some(vec!["2".into()])),
+            true,
+        );
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 30));
+        assert!(
+            reads.is_empty() && chunk.is_none(),
+            "row 2 would go out twice: its runner reads it again after row 1"
+        );
+        assert!(closed(&mut late), "its runner is told");
+        // Read again from the stored cursor under a new claim: emitted.
+        let renewed = backfills.restart("b");
+        let _again = backfills.expect("t3", tag, renewed, relation());
+        watermarks.on_watermark(&watermark("t3", "low", 40));
+        backfills.fill(
+            "t3",
+            ((1..=2).map(row).collect(), Vec::new()),
+            (None, Some(vec!["2".into()])),
+            true,
+        );
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t3", "high", 50));
+        assert_eq!(reads.len(), 2);
+        assert!(chunk.is_some());
+    }
+
+    #[test]
+    fn refused_progress_drops_the_chunks_read_after_it() {
+        let (backfills, mut watermarks, tag, generation) = tracking();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        store
+            .create_backfill("b", "s", ("public", "items"), &Default::default(), None)
+            .unwrap();
+        // t1 starts after key 5, but nothing is stored yet: refused.
+        let mut first = backfills.expect("t1", Arc::clone(&tag), generation, relation());
+        watermarks.on_watermark(&watermark("t1", "low", 10));
+        backfills.fill(
+            "t1",
+            (vec![row(6)], Vec::new()),
+            (Some(vec!["5".into()]), Some(vec!["6".into()])),
+            false,
+        );
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t1", "high", 20));
+        assert_eq!(reads.len(), 1);
+        let mut ahead = backfills.expect("t2", tag, generation, relation());
+        chunk.unwrap().record(&store).unwrap();
+        assert!(closed(&mut first), "t1's runner reads it again");
+        assert!(closed(&mut ahead), "and t2, read after it, goes with it");
+        watermarks.on_watermark(&watermark("t2", "low", 30));
+        let (reads, chunk) = watermarks.on_watermark(&watermark("t2", "high", 40));
+        assert!(reads.is_empty() && chunk.is_none());
+        assert_eq!(store.backfill("b").unwrap().unwrap().rows_processed, 0);
+    }
+
+    #[test]
+    fn a_stopped_claim_leaves_a_newer_one_alone() {
+        let (backfills, _watermarks, tag, old) = tracking();
+        // A paused backfill's runner stops after the resumed one started.
+        let new = backfills.restart("b");
+        let _chunk = backfills.expect("t1", Arc::clone(&tag), new, relation());
+        backfills.stop("b", old);
+        assert!(backfills.relation_of("t1").is_some(), "still registered");
+        backfills.stop("b", new);
+        assert!(backfills.relation_of("t1").is_none(), "forgotten");
+        let mut after = backfills.expect("t2", tag, new, relation());
+        assert!(
+            closed(&mut after),
+            "nothing registers under a stopped claim"
+        );
+    }
+
     #[test]
     fn a_chunk_whose_snapshot_missed_a_transaction_committed_before_its_window_is_read_again() {
-        let (backfills, mut watermarks, tag) = tracking();
+        let (backfills, mut watermarks, tag, generation) = tracking();
         let by = |id: i64, xid: u32| Change { xid, ..update(id) };
         let fill_rows_1_to_3 = |token: &str, in_progress: Vec<u32>| {
             let rows = (1..=3).map(row).collect();
@@ -432,12 +527,12 @@ mod tests {
         };
         // Transaction 7 commits on the stream before the low watermark, but
         // the query's snapshot still saw it in progress: its rows are stale.
-        let mut stale = backfills.expect("t1", Arc::clone(&tag), relation());
+        let mut stale = backfills.expect("t1", Arc::clone(&tag), generation, relation());
         watermarks.observe(&by(2, 7));
         watermarks.on_watermark(&watermark("t1", "low", 10));
         fill_rows_1_to_3("t1", vec![7, 9]);
         // The runner read the next chunk ahead before the pipeline got here.
-        let mut ahead = backfills.expect("t1b", Arc::clone(&tag), relation());
+        let mut ahead = backfills.expect("t1b", Arc::clone(&tag), generation, relation());
         backfills.fill(
             "t1b",
             (vec![row(4)], Vec::new()),
@@ -446,18 +541,18 @@ mod tests {
         );
         let (reads, chunk) = watermarks.on_watermark(&watermark("t1", "high", 20));
         assert!(reads.is_empty() && chunk.is_none(), "dropped");
-        let closed = |r| matches!(r, Err(oneshot::error::TryRecvError::Closed));
-        assert!(closed(stale.try_recv()), "its runner reads it again");
+        assert!(closed(&mut stale), "its runner reads it again");
         watermarks.on_watermark(&watermark("t1b", "low", 21));
         let (reads, chunk) = watermarks.on_watermark(&watermark("t1b", "high", 22));
         assert!(
-            reads.is_empty() && chunk.is_none() && closed(ahead.try_recv()),
+            reads.is_empty() && chunk.is_none() && closed(&mut ahead),
             "the chunk read ahead is read again too, not delivered twice"
         );
         // Read again: transaction 8, in progress for the new snapshot,
         // commits inside the window (its row is dropped as usual), and 9
         // has not committed yet (its change comes after the chunk).
-        let _fresh = backfills.expect("t2", tag, relation());
+        let renewed = backfills.restart("b");
+        let _fresh = backfills.expect("t2", tag, renewed, relation());
         watermarks.on_watermark(&watermark("t2", "low", 30));
         watermarks.observe(&by(3, 8));
         fill_rows_1_to_3("t2", vec![8, 9]);

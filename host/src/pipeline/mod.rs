@@ -695,7 +695,8 @@ sinks:
             id: "b".into(),
             sink: "orders".into(),
         });
-        let stored = backfills.expect("t1", tag, relation);
+        let generation = backfills.restart("b");
+        let stored = backfills.expect("t1", tag, generation, relation);
         let shutdown = CancellationToken::new();
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
         let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown)
