@@ -487,6 +487,11 @@ fn a_paused_backfill_reads_nothing_until_resumed() {
         .map(|m| m["record"]["id"].as_i64().unwrap())
         .collect();
     assert_eq!(ids, (1..=rows).collect());
+    assert_eq!(
+        delivered.len(),
+        rows as usize,
+        "each row once: a chunk delivered as it paused is not read again on resume"
+    );
 }
 
 #[test]

@@ -211,10 +211,12 @@ impl Store {
 
     /// Records that the backfill `id` stored `rows` more rows from the key
     /// `from` up to the key `cursor`, and completed when `done`. Does
-    /// nothing unless it is active (a cancel wins over a chunk in flight)
-    /// and its stored cursor is still `from`: a chunk read ahead of one that
-    /// was not stored must not move the cursor past that one's rows.
-    /// Returns whether it was recorded.
+    /// nothing unless it is active or paused (a chunk already past the
+    /// pipeline when it paused was delivered: recording it keeps resume
+    /// from reading it again; a cancel wins over it) and its stored cursor
+    /// is still `from`: a chunk read ahead of one that was not stored must
+    /// not move the cursor past that one's rows. Returns whether it was
+    /// recorded.
     pub fn record_backfill_progress(
         &self,
         id: &str,
@@ -234,7 +236,7 @@ impl Store {
                      state = CASE WHEN ?4 THEN 'completed' ELSE state END,
                      completed_at = CASE WHEN ?4 THEN ?5 ELSE completed_at END,
                      updated_at = ?5
-                 WHERE id = ?1 AND state = 'active' AND cursor IS ?6",
+                 WHERE id = ?1 AND state IN ('active', 'paused') AND cursor IS ?6",
             )?
             .execute(params![id, cursor, rows as i64, done, now, from])?;
         Ok(updated == 1)
@@ -350,10 +352,16 @@ mod tests {
                 .unwrap()
         );
         assert!(
-            !store
-                .record_backfill_progress("b3", None, None, 5, false)
+            store
+                .record_backfill_progress("b3", None, Some(&keys), 5, false)
                 .unwrap(),
-            "a paused backfill records no progress"
+            "a chunk already delivered when its backfill paused is recorded"
+        );
+        let paused = store.backfill("b3").unwrap().unwrap();
+        assert_eq!(
+            (paused.state, paused.cursor, paused.rows_processed),
+            (BackfillState::Paused, Some(keys.to_vec()), 5),
+            "and the backfill stays paused, to resume after it"
         );
         assert!(
             !store
