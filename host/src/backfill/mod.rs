@@ -139,9 +139,13 @@ struct Registry {
 }
 
 impl Registry {
-    fn fresh(&mut self) -> Generation {
+    /// Forgets backfill `id`'s chunks and moves it to a fresh generation.
+    fn renew(&mut self, id: &str) -> Generation {
+        self.forget_chunks_of(id);
         self.last += 1;
-        Generation(self.last)
+        let generation = Generation(self.last);
+        self.generations.insert(id.to_string(), generation);
+        generation
     }
 
     fn forget_chunks_of(&mut self, id: &str) {
@@ -175,11 +179,7 @@ impl Backfills {
     /// its registered chunks and returns the claim its next chunks are
     /// registered under.
     pub(crate) fn restart(&self, id: &str) -> Generation {
-        let mut registry = self.lock();
-        registry.forget_chunks_of(id);
-        let generation = registry.fresh();
-        registry.generations.insert(id.to_string(), generation);
-        generation
+        self.lock().renew(id)
     }
 
     /// Stops reading backfill `id` under `generation` (completed, paused,
@@ -203,9 +203,7 @@ impl Backfills {
     fn invalidate(&self, id: &str, generation: Generation) {
         let mut registry = self.lock();
         if registry.is_current(id, generation) {
-            registry.forget_chunks_of(id);
-            let fresh = registry.fresh();
-            registry.generations.insert(id.to_string(), fresh);
+            registry.renew(id);
         }
     }
 
