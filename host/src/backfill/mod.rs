@@ -126,25 +126,41 @@ struct PendingChunk {
     stored: Option<oneshot::Sender<()>>,
 }
 
-/// The registry's contents. Only chunks of their backfill's current
-/// generation are ever in `chunks`.
+/// The registry's contents. Only chunks registered under their
+/// backfill's held, open claim are ever in `chunks`.
 #[derive(Default)]
 struct Registry {
     chunks: HashMap<String, PendingChunk>,
-    /// The current generation of each backfill being read.
-    generations: HashMap<String, Generation>,
+    /// The claim each backfill's runner holds.
+    claims: HashMap<String, Held>,
     /// The last generation handed out (unique across backfills, so a
     /// stopped backfill's old claim never matches a later one).
     last: u64,
 }
 
+/// A runner's claim as the registry keeps it.
+#[derive(Clone, Copy)]
+struct Held {
+    generation: Generation,
+    /// False once the pipeline gave up on what was read under it
+    /// ([`Backfills::invalidate`]): no chunk registers under it any more,
+    /// though its runner still holds it until it renews or stops.
+    open: bool,
+}
+
 impl Registry {
-    /// Forgets backfill `id`'s chunks and moves it to a fresh generation.
+    /// Forgets backfill `id`'s chunks and hands it a fresh, open claim.
     fn renew(&mut self, id: &str) -> Generation {
         self.forget_chunks_of(id);
         self.last += 1;
         let generation = Generation(self.last);
-        self.generations.insert(id.to_string(), generation);
+        self.claims.insert(
+            id.to_string(),
+            Held {
+                generation,
+                open: true,
+            },
+        );
         generation
     }
 
@@ -152,8 +168,16 @@ impl Registry {
         self.chunks.retain(|_, chunk| chunk.tag.id != id);
     }
 
-    fn is_current(&self, id: &str, generation: Generation) -> bool {
-        self.generations.get(id) == Some(&generation)
+    /// The claim on `id` if its runner holds `generation`.
+    fn held(&mut self, id: &str, generation: Generation) -> Option<&mut Held> {
+        self.claims
+            .get_mut(id)
+            .filter(|held| held.generation == generation)
+    }
+
+    /// Whether chunks of `id` read under `generation` may be registered.
+    fn is_open(&mut self, id: &str, generation: Generation) -> bool {
+        self.held(id, generation).is_some_and(|held| held.open)
     }
 }
 
@@ -187,8 +211,8 @@ impl Backfills {
     /// (a resumed backfill's runner) has taken over.
     pub(crate) fn stop(&self, id: &str, generation: Generation) {
         let mut registry = self.lock();
-        if registry.is_current(id, generation) {
-            registry.generations.remove(id);
+        if registry.held(id, generation).is_some() {
+            registry.claims.remove(id);
             registry.forget_chunks_of(id);
         }
     }
@@ -199,17 +223,19 @@ impl Backfills {
     /// Emitting them would only deliver rows that the runner, reading again
     /// from the stored cursor, delivers a second time; so they are
     /// forgotten, and so is every chunk the runner registers before it
-    /// hears of this and restarts.
+    /// hears of this and restarts. The runner keeps its claim, closed, so
+    /// that stopping still releases it.
     fn invalidate(&self, id: &str, generation: Generation) {
         let mut registry = self.lock();
-        if registry.is_current(id, generation) {
-            registry.renew(id);
+        if let Some(held) = registry.held(id, generation) {
+            held.open = false;
+            registry.forget_chunks_of(id);
         }
     }
 
     /// Registers chunk `token` of backfill `tag`, read under `generation`,
     /// on `relation`; returns the receiver told when its rows are stored.
-    /// A chunk of an outdated generation is not registered: its receiver
+    /// A chunk of an outdated or closed claim is not registered: its receiver
     /// is closed at once and its watermarks are ignored.
     pub(crate) fn expect(
         &self,
@@ -220,7 +246,7 @@ impl Backfills {
     ) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         let mut registry = self.lock();
-        if registry.is_current(&tag.id, generation) {
+        if registry.is_open(&tag.id, generation) {
             registry.chunks.insert(
                 token.to_string(),
                 PendingChunk {

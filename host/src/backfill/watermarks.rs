@@ -513,6 +513,24 @@ mod tests {
     }
 
     #[test]
+    fn a_runner_that_stops_after_a_drop_leaves_no_claim_behind() {
+        let (backfills, mut watermarks, tag, generation) = tracking();
+        // t1 is dropped (no low watermark), then the backfill is cancelled
+        // before its runner hears: the runner stops under its old claim.
+        let mut lost = backfills.expect("t1", Arc::clone(&tag), generation, relation());
+        backfills.fill("t1", (vec![row(1)], Vec::new()), (None, None), false);
+        watermarks.on_watermark(&watermark("t1", "high", 10));
+        assert!(closed(&mut lost));
+        let mut late = backfills.expect("t2", tag, generation, relation());
+        assert!(closed(&mut late), "nothing registers under a dropped claim");
+        backfills.stop("b", generation);
+        assert!(
+            backfills.lock().claims.is_empty(),
+            "a stopped backfill is forgotten, not kept under a claim nobody holds"
+        );
+    }
+
+    #[test]
     fn a_chunk_whose_snapshot_missed_a_transaction_committed_before_its_window_is_read_again() {
         let (backfills, mut watermarks, tag, generation) = tracking();
         let by = |id: i64, xid: u32| Change { xid, ..update(id) };
