@@ -69,9 +69,9 @@ pub struct ChunkStored {
 impl ChunkStored {
     /// Records the chunk in the backfill's progress and wakes its runner.
     /// A chunk whose progress is refused (the backfill was cancelled or
-    /// ended, or an earlier chunk was not stored) drops its runner's receiver instead,
-    /// with the chunks read after it: the runner reads again from the
-    /// stored cursor.
+    /// ended, or an earlier chunk was not stored) drops its runner's
+    /// receiver instead, with the chunks read after it: the runner reads
+    /// again from the stored cursor.
     pub fn record(self, store: &Store) -> Result<(), StoreError> {
         let recorded = store.record_backfill_progress(
             &self.backfill,
