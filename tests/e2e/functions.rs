@@ -341,3 +341,34 @@ fn the_store_records_the_config_and_each_plugin_weft_ran_with() {
         vec!["1"]
     );
 }
+
+#[test]
+fn functions_run_when_the_address_space_is_too_small_for_the_instance_pool() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE customers (id bigint PRIMARY KEY, name text)");
+    pg.psql("INSERT INTO customers VALUES (10, 'Ada')");
+    pg.psql("CREATE TABLE orders (id int PRIMARY KEY, customer_id bigint, item text)");
+    let dir = tempfile::tempdir().unwrap();
+    // The pool at its defaults reserves terabytes; 16 GiB is plenty for
+    // everything else, the way `ulimit -v` or valgrind leaves a process.
+    let weft = WeftProcess::start_with_address_limit(
+        dir.path(),
+        &config(&pg, "grants: { source_query: true }", ""),
+        16 << 30,
+    );
+    pg.wait_for_active_slot("weft_fn");
+    assert!(
+        weft.log_text()
+            .contains("functions are instantiated on demand instead"),
+        "weft says why it runs without the pool; log:\n{}",
+        weft.log_text()
+    );
+    pg.psql("INSERT INTO orders VALUES (1, 10, 'pen'), (2, 10, 'ink')");
+    let got = weft.drain("orders", 1, Duration::from_secs(60));
+    assert_eq!(got.len(), 1, "log:\n{}", weft.log_text());
+    assert_eq!(got[0]["record"]["item"], "INK");
+    assert_eq!(
+        got[0]["metadata"]["enrichment"],
+        json!({"customer_name": "Ada"})
+    );
+}

@@ -31,6 +31,8 @@ pub struct WeftProcess {
     port: u16,
     metrics_port: u16,
     env: Vec<(String, String)>,
+    /// `RLIMIT_AS` (bytes) weft runs under, if any.
+    address_space_limit: Option<u64>,
 }
 
 impl WeftProcess {
@@ -177,6 +179,21 @@ impl WeftProcess {
 
     /// Like [`WeftProcess::start`], with extra environment variables.
     pub fn start_with_env(dir: &Path, config_yaml: &str, env: &[(&str, &str)]) -> WeftProcess {
+        WeftProcess::start_limited(dir, config_yaml, env, None)
+    }
+
+    /// Like [`WeftProcess::start`], with weft's address space limited to
+    /// `bytes` (`ulimit -v`).
+    pub fn start_with_address_limit(dir: &Path, config_yaml: &str, bytes: u64) -> WeftProcess {
+        WeftProcess::start_limited(dir, config_yaml, &[], Some(bytes))
+    }
+
+    fn start_limited(
+        dir: &Path,
+        config_yaml: &str,
+        env: &[(&str, &str)],
+        address_space_limit: Option<u64>,
+    ) -> WeftProcess {
         let config = dir.join("weft.yml");
         std::fs::write(&config, config_yaml).expect("write the config");
         let [port, metrics_port] = free_ports::<2>();
@@ -191,6 +208,7 @@ impl WeftProcess {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            address_space_limit,
         };
         weft.launch();
         weft
@@ -202,7 +220,26 @@ impl WeftProcess {
             .append(true)
             .open(&self.log)
             .expect("open the weft log");
-        let child = Command::new(weft_binary())
+        let mut command = Command::new(weft_binary());
+        if let Some(bytes) = self.address_space_limit {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            // SAFETY: setrlimit is async-signal-safe, and nothing else runs
+            // in the child between fork and exec.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = command
             .arg("run")
             .arg("--config")
             .arg(&self.config)

@@ -2,7 +2,8 @@
 //!
 //! * The pooling allocator pre-reserves slots for instances, memories and
 //!   tables, making instantiation cheap: a discarded instance is replaced in
-//!   microseconds.
+//!   microseconds. Where that address space cannot be reserved (a
+//!   `ulimit -v`, valgrind), the engine allocates on demand instead.
 //! * Epoch interruption bounds CPU per call: a background thread ticks the
 //!   epoch every `epoch_tick`; a store's deadline is set before every call.
 //!   The thread stops by itself once the engine is dropped.
@@ -53,6 +54,52 @@ impl EngineSettings {
     }
 }
 
+/// How the engine allocates function instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocation {
+    /// From a pool of slots reserved when the engine starts: instantiation
+    /// in microseconds, at most `max_instances` live instances.
+    Pooled,
+    /// Each instance mapped when it is created: what weft falls back to when
+    /// the pool's address space cannot be reserved.
+    OnDemand,
+}
+
+/// The wasmtime config of an engine that allocates as `allocation` says.
+fn engine_config(settings: &EngineSettings, allocation: Allocation) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true).epoch_interruption(true);
+    match allocation {
+        Allocation::Pooled => {
+            let mut pool = PoolingAllocationConfig::new();
+            let instances = settings.max_instances;
+            pool.total_component_instances(instances)
+                .total_core_instances(instances.saturating_mul(4))
+                .total_memories(instances.saturating_mul(2))
+                .total_tables(instances.saturating_mul(4))
+                .max_core_instances_per_component(
+                    crate::plugins::limits::DEFAULT_INSTANCES as u32 * 2,
+                )
+                .max_memories_per_component(crate::plugins::limits::DEFAULT_MEMORIES as u32 * 2)
+                .max_tables_per_component(crate::plugins::limits::DEFAULT_TABLES as u32 * 2)
+                .max_memory_size(settings.max_memory_bytes);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        Allocation::OnDemand => {
+            // Each memory reserves no more than a function may use (the
+            // instance limiter caps it there), so it never moves, and
+            // small guards: a few hundred MiB of address space a memory,
+            // not 4 GiB, at the price of explicit bounds checks.
+            config
+                .allocation_strategy(InstanceAllocationStrategy::OnDemand)
+                .memory_reservation(settings.max_memory_bytes as u64)
+                .memory_reservation_for_growth(0)
+                .memory_guard_size(64 << 10);
+        }
+    }
+    config
+}
+
 /// Loads functions. Cheap to clone; all clones share the engine, the
 /// linker and the cache.
 #[derive(Clone)]
@@ -72,6 +119,7 @@ pub(crate) struct EngineInner {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<GuestState>,
     pub(crate) settings: EngineSettings,
+    allocation: Allocation,
     cache: ComponentCache,
 }
 
@@ -92,25 +140,30 @@ impl PluginEngine {
                 "epoch_tick, max_instances and max_memory_bytes must be above zero (got {settings:?})"
             )));
         }
-        let mut pool = PoolingAllocationConfig::new();
-        let instances = settings.max_instances;
-        pool.total_component_instances(instances)
-            .total_core_instances(instances.saturating_mul(4))
-            .total_memories(instances.saturating_mul(2))
-            .total_tables(instances.saturating_mul(4))
-            .max_core_instances_per_component(crate::plugins::limits::DEFAULT_INSTANCES as u32 * 2)
-            .max_memories_per_component(crate::plugins::limits::DEFAULT_MEMORIES as u32 * 2)
-            .max_tables_per_component(crate::plugins::limits::DEFAULT_TABLES as u32 * 2)
-            .max_memory_size(settings.max_memory_bytes);
-
-        let mut config = Config::new();
-        config
-            .wasm_component_model(true)
-            .epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| {
-            PluginError::Settings(format!("cannot create the wasmtime engine: {e:#}"))
-        })?;
+        let (engine, allocation) = match Engine::new(&engine_config(&settings, Allocation::Pooled))
+        {
+            Ok(engine) => (engine, Allocation::Pooled),
+            // The pool reserves its address space up front (about 8 TB at
+            // the defaults); under `ulimit -v` or valgrind that fails, and
+            // weft would not start at all, even with no function to run.
+            Err(pool_error) => {
+                let engine = Engine::new(&engine_config(&settings, Allocation::OnDemand))
+                    .map_err(|e| {
+                        PluginError::Settings(format!(
+                            "cannot create the wasmtime engine: {e:#} (with the pooling allocator: {pool_error:#})"
+                        ))
+                    })?;
+                tracing::warn!(
+                    error = format!("{pool_error:#}"),
+                    "the plugin engine cannot reserve its instance pool's address space \
+                     (a `ulimit -v` set?); functions are instantiated on demand instead, \
+                     with bounds-checked memories of at most max_memory_bytes: slower to \
+                     replace a discarded instance, and no engine-wide cap on live instances. \
+                     Lift the address-space limit to get the pool back"
+                );
+                (engine, Allocation::OnDemand)
+            }
+        };
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -144,9 +197,16 @@ impl PluginEngine {
                 engine,
                 linker,
                 settings,
+                allocation,
                 cache,
             }),
         })
+    }
+
+    /// How the engine allocates instances: [`Allocation::Pooled`] unless
+    /// the pool's address space could not be reserved.
+    pub fn allocation(&self) -> Allocation {
+        self.inner.allocation
     }
 
     /// Loads the transform component at `wasm_path` as `name`, checks that it

@@ -58,7 +58,7 @@ pub(crate) mod tests;
 
 pub(crate) use cache::write_atomically;
 pub use cpu_share::CpuShare;
-pub use engine::{EngineSettings, PluginEngine};
+pub use engine::{Allocation, EngineSettings, PluginEngine};
 pub use enrichment::{EnrichmentFunction, Grants};
 pub use error::{FunctionError, PluginError};
 pub use filter::FilterFunction;

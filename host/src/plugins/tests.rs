@@ -738,6 +738,7 @@ fn an_exhausted_instance_pool_is_reported_as_such() {
     let mut settings = EngineSettings::new(cache.path());
     settings.max_instances = 1;
     let engine = PluginEngine::new(settings).unwrap();
+    assert_eq!(engine.allocation(), Allocation::Pooled);
     let path = guest("weft-upcase-transform");
     let cfg = config(&[("column", "name")]);
     let _first = engine
