@@ -315,6 +315,15 @@ pub fn on_render(collector: impl Fn() + Send + Sync + 'static) {
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// How often histogram samples are folded into their buckets. The exporter
+/// keeps every sample recorded since (the store records one per message)
+/// until upkeep or a scrape drains them: without upkeep, a weft that no
+/// Prometheus scrapes grew by some 16 bytes per message, for ever.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The name of the thread that runs the exporter's upkeep.
+const UPKEEP_THREAD: &str = "weft-metrics";
+
 /// Installs the recorder (once per process) and returns its handle.
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
@@ -326,6 +335,18 @@ pub fn install() -> &'static PrometheusHandle {
             .expect("the bucket lists are not empty")
             .build_recorder();
         let handle = recorder.handle();
+        let upkeep = handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name(UPKEEP_THREAD.into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    upkeep.run_upkeep();
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot start the metrics upkeep thread; histogram samples are drained only when /metrics is scraped");
+        }
         // Another recorder can only be set by a test harness; then this
         // handle renders an empty registry, which is harmless.
         let _ = metrics::set_global_recorder(recorder);
@@ -487,6 +508,24 @@ pub fn render() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histograms_are_drained_without_a_scrape() {
+        install();
+        let names = || -> Vec<String> {
+            let threads = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+            threads
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+                .map(|name| name.trim().to_string())
+                .collect()
+        };
+        // A new thread names itself once it runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !names().iter().any(|name| name == UPKEEP_THREAD) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", names());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn a_forgotten_sinks_samples_are_recognised_by_their_sink_label_only() {
