@@ -202,15 +202,52 @@ pub(crate) fn write_str(out: &mut String, text: &str) {
 /// Whether `bytes` holds nothing JSON escapes: no control character
 /// (below 0x20), `"` or `\`, exactly serde_json's set.
 pub(crate) fn is_plain(bytes: &[u8]) -> bool {
-    // Sixteen bytes at a time with no early exit inside, which the
-    // compiler turns into vector compares.
-    let mut chunks = bytes.chunks_exact(16);
-    for chunk in &mut chunks {
-        if chunk.iter().fold(false, |found, &b| found | escapes(b)) {
-            return false;
+    let len = bytes.len();
+    // Short texts (most values and keys) in one or two overlapping word
+    // loads instead of byte by byte. Loads, not a copy into a padded
+    // buffer: reading back bytes just stored stalls the CPU more than the
+    // byte loop costs.
+    match len {
+        0..4 => !bytes.iter().any(|&b| escapes(b)),
+        4..8 => {
+            let word =
+                |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+            !word_escapes(u64::from(word(0)) | u64::from(word(len - 4)) << 32)
+        }
+        8..16 => {
+            let word =
+                |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+            !word_escapes(word(0)) && !word_escapes(word(len - 8))
+        }
+        _ => {
+            let mut chunks = bytes.chunks_exact(16);
+            if chunks.any(|chunk| any_escapes(chunk.try_into().expect("chunks of 16"))) {
+                return false;
+            }
+            // The rest within the last sixteen bytes, some checked twice.
+            chunks.remainder().is_empty()
+                || !any_escapes(bytes[len - 16..].try_into().expect("16 bytes"))
         }
     }
-    !chunks.remainder().iter().any(|&b| escapes(b))
+}
+
+/// Whether any of sixteen bytes is escaped, with no early exit inside,
+/// which the compiler turns into vector compares.
+fn any_escapes(chunk: &[u8; 16]) -> bool {
+    chunk.iter().fold(false, |found, &b| found | escapes(b))
+}
+
+/// Whether any byte of `word` is escaped: the bit tricks that find a byte
+/// below a bound, or a zero byte, in a word ("Bit Twiddling Hacks",
+/// `hasless` and `haszero`; exact for whether there is one at all).
+fn word_escapes(word: u64) -> bool {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES * 0x80;
+    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH;
+    let control = below(word, 0x20);
+    let quote = below(word ^ (ONES * u64::from(b'"')), 1);
+    let backslash = below(word ^ (ONES * u64::from(b'\\')), 1);
+    control | quote | backslash != 0
 }
 
 /// Whether JSON escapes the byte `b`.
@@ -351,6 +388,31 @@ mod tests {
             let escaped = serde_json::to_string(&char::from(b).to_string()).unwrap();
             let plain = format!("\"{}\"", char::from(b));
             assert_eq!(escapes(b), escaped != plain, "byte {b:#x}");
+        }
+    }
+
+    #[test]
+    fn an_escaped_byte_is_found_at_any_length_and_position() {
+        // Around every byte that escapes, bytes that do not: next to the
+        // bounds (0x20, 0x21, 0x23, 0x5b, 0x5d) and above 0x7f (UTF-8).
+        let fillers = [
+            b'n', 0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff,
+        ];
+        for len in 0..=49 {
+            for filler in fillers {
+                let text = vec![filler; len];
+                assert!(is_plain(&text), "length {len} of {filler:#x}");
+                for at in 0..len {
+                    for escaped in [0x00, 0x01, 0x1f, b'"', b'\\'] {
+                        let mut text = text.clone();
+                        text[at] = escaped;
+                        assert!(
+                            !is_plain(&text),
+                            "{escaped:#x} at {at} of {len} {filler:#x}"
+                        );
+                    }
+                }
+            }
         }
     }
 }
