@@ -318,8 +318,10 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// How often histogram samples are folded into their buckets. The exporter
 /// keeps every sample recorded since (the store records one per message)
 /// until upkeep or a scrape drains them: without upkeep, a weft that no
-/// Prometheus scrapes grew by some 16 bytes per message, for ever.
-const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Prometheus scrapes grew by some 16 bytes per message, for ever. Every
+/// second, not the exporter's 5 s: a backfill stores ~800k messages a
+/// second on 2 cores, 13 MB of samples a second.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The name of the thread that runs the exporter's upkeep.
 const UPKEEP_THREAD: &str = "weft-metrics";
