@@ -139,7 +139,6 @@ struct Registry {
 }
 
 /// A runner's claim as the registry keeps it.
-#[derive(Clone, Copy)]
 struct Held {
     generation: Generation,
     /// False once the pipeline gave up on what was read under it
@@ -176,8 +175,10 @@ impl Registry {
     }
 
     /// Whether chunks of `id` read under `generation` may be registered.
-    fn is_open(&mut self, id: &str, generation: Generation) -> bool {
-        self.held(id, generation).is_some_and(|held| held.open)
+    fn is_open(&self, id: &str, generation: Generation) -> bool {
+        self.claims
+            .get(id)
+            .is_some_and(|held| held.generation == generation && held.open)
     }
 }
 
