@@ -539,6 +539,9 @@ impl SinkPipeline {
         group_id: &str,
         chose: Option<Route>,
     ) -> Option<Box<Route>> {
+        if chose.is_none() && !default_route::has_defaults(self.chain.sink_type) {
+            return None;
+        }
         default_route::merge(
             default_route::default_route(
                 self.chain.sink_type,
