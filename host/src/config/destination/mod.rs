@@ -61,7 +61,7 @@ pub enum DestinationConfig {
 }
 
 /// `type` values accepted today.
-const SUPPORTED: &[&str] = &[
+pub(crate) const SUPPORTED: &[&str] = &[
     "sequin_stream",
     "webhook",
     "nats",
