@@ -195,9 +195,14 @@ impl Pipeline {
             let name = sink.name().to_string();
             // Also the stored part of a transaction whose Commit the sink
             // had not stored when weft stopped: Postgres sends it again.
-            let stored =
-                tokio::task::spawn_blocking(move || store.sink_stored_up_to(&name)).await??;
-            cursors.insert(sink.name().to_string(), stored.unwrap_or_default());
+            let stored = tokio::task::spawn_blocking(move || store.sink_stored_up_to(&name))
+                .await??
+                .unwrap_or_default();
+            let open = stored.open.map_or("none".to_string(), |(lsn, idx)| {
+                format!("{lsn} through idx {idx}")
+            });
+            info!(sink = sink.name(), cursor = %stored.cursor, %open, "sink resumes after what it stored");
+            cursors.insert(sink.name().to_string(), stored);
         }
         self.last_commit = cursors
             .values()
@@ -877,6 +882,57 @@ sinks:
                 }
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_crash_while_the_stored_part_is_replayed_stores_nothing_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path(), "");
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let big_part = store_and_ack_before_the_crash(&config, &store).await;
+        // After the first crash weft gets as far as one batch: the small
+        // transactions again and the first changes of the big one, all
+        // stored before. Queued before the pipeline starts, they make one
+        // batch, which commits 60 and ends inside the stored part.
+        let mut replayed = small_transactions();
+        replayed.extend((0..5).map(|idx| change(300, idx)));
+        let shutdown = CancellationToken::new();
+        let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
+        let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown);
+        let (sender, rx) =
+            crate::source::events::channel(replayed.len(), crate::source::events::MAX_BYTES);
+        for event in replayed {
+            sender.send(event).await.unwrap();
+        }
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            durable.wait_for(|confirmed| *confirmed == Lsn(61)),
+        )
+        .await
+        .expect("the batch with the replayed Commit is stored")
+        .unwrap();
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+        assert_eq!(
+            store.sink_stored_up_to("orders").unwrap().unwrap().open,
+            Some((Lsn(300), big_part as u32 - 1)),
+            "the stored part is remembered whole"
+        );
+        // The second crash; then Postgres sends everything again.
+        run_until(
+            &config,
+            &store,
+            OrdersJoins::AtStart,
+            after_the_crash(),
+            |store| store.sink_cursor("orders").unwrap() == Some(Lsn(300)),
+        )
+        .await;
+        assert_eq!(
+            store.message_counts("orders").unwrap().stored,
+            40 - big_part as u64,
+            "only the part of the big transaction not stored before"
+        );
     }
 
     #[tokio::test]

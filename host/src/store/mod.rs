@@ -276,6 +276,8 @@ impl Store {
     /// at a Commit) leaves the record as it is: it stops counting once the
     /// cursor reaches its transaction, and until then a transaction that
     /// committed before it (sent again after a restart) must not erase it.
+    /// Nor does an `open` before the record (the replayed part of a
+    /// transaction, which ended a batch) move it back.
     /// [`Self::sink_stored_up_to`] reads it back.
     pub fn append_through(
         &self,
@@ -293,17 +295,37 @@ impl Store {
         let tx = conn.transaction()?;
         let mut entered = Vec::with_capacity(batch.len());
         {
+            // The open record only moves forward: after a restart a batch
+            // can end inside the replayed, already stored part of the open
+            // transaction (or of one before it), and writing that smaller
+            // position would make the next restart store the rest twice.
             let mut advance = tx.prepare_cached(
                 "INSERT INTO sink_cursors (sink, commit_lsn, updated_at, open_lsn, open_idx)
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (sink) DO UPDATE
                  SET commit_lsn = max(commit_lsn, excluded.commit_lsn), updated_at = excluded.updated_at,
-                     open_lsn = coalesce(excluded.open_lsn, open_lsn),
-                     open_idx = iif(excluded.open_lsn IS NULL, open_idx, excluded.open_idx)",
+                     open_lsn = iif(excluded.open_lsn > coalesce(open_lsn, -1), excluded.open_lsn, open_lsn),
+                     open_idx = CASE
+                         WHEN excluded.open_lsn > coalesce(open_lsn, -1) THEN excluded.open_idx
+                         WHEN excluded.open_lsn = open_lsn THEN max(open_idx, excluded.open_idx)
+                         ELSE open_idx END",
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
                 let inserted = store_messages(&tx, sink, &sink_batch.messages, now)?;
+                if inserted < sink_batch.messages.len() {
+                    // Only a replay stores a position twice; rare, and the
+                    // first thing to look at when a consumer sees one twice.
+                    let first = &sink_batch.messages[0];
+                    tracing::debug!(
+                        sink,
+                        replayed = sink_batch.messages.len() - inserted,
+                        of = sink_batch.messages.len(),
+                        first_lsn = %first.commit_lsn,
+                        first_idx = first.commit_idx,
+                        "messages stored already were appended again"
+                    );
+                }
                 held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
                 held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
                 advance.execute(params![sink, cursor_i, now, open_lsn, open_idx])?;

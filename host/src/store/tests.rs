@@ -478,6 +478,21 @@ fn the_stored_part_of_an_open_transaction_is_remembered_until_its_commit() {
             })
         );
     }
+    // A batch that ends inside the replayed, stored part of the open
+    // transaction, or of one before it, moves the record back neither.
+    store
+        .append_through(&batch("s", vec![]), Lsn(60), Some((Lsn(70), 9)))
+        .unwrap();
+    for replayed in [(Lsn(70), 4), (Lsn(55), 20)] {
+        store
+            .append_through(&batch("s", vec![]), Lsn(60), Some(replayed))
+            .unwrap();
+        assert_eq!(
+            store.sink_stored_up_to("s").unwrap().unwrap().open,
+            Some((Lsn(70), 9)),
+            "after a batch ending at {replayed:?}"
+        );
+    }
     // A sink started afresh has nothing open.
     store.start_sink_at("s", Lsn(100)).unwrap();
     assert_eq!(store.sink_stored_up_to("s").unwrap().unwrap().open, None);
