@@ -7,6 +7,7 @@
 //! consumer acks each batch before the next kill, and a restart stores
 //! nothing it held or handed out before.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,19 +53,85 @@ sinks:
     )
 }
 
+/// A message handed out again: the runs of weft that handed it out first
+/// and again, and its position and table.
+struct Redelivery {
+    first: usize,
+    again: usize,
+    commit_lsn: u64,
+    commit_idx: u64,
+    table: String,
+}
+
+/// Which run of weft (0 before the first kill) handed out each message,
+/// so that a redelivery can be traced to the restart that caused it.
+#[derive(Default)]
+struct Runs {
+    current: usize,
+    first_seen: HashMap<String, usize>,
+    redelivered: Vec<Redelivery>,
+}
+
+impl Runs {
+    fn take(&mut self, drained: &mut Drained, data: &Value) {
+        let metadata = &data["metadata"];
+        let key = metadata["idempotency_key"].as_str().unwrap().to_string();
+        match self.first_seen.get(&key) {
+            Some(&first) => self.redelivered.push(Redelivery {
+                first,
+                again: self.current,
+                commit_lsn: metadata["commit_lsn"].as_u64().unwrap(),
+                commit_idx: metadata["commit_idx"].as_u64().unwrap(),
+                table: metadata["table_name"].as_str().unwrap().to_string(),
+            }),
+            None => {
+                self.first_seen.insert(key, self.current);
+            }
+        }
+        drained.take(data);
+    }
+
+    /// The redeliveries, one line per transaction: runs, LSN, idx range.
+    fn report(&self) -> String {
+        // (first run, run again, commit_lsn) -> lowest idx, highest idx,
+        // count, a table.
+        let mut by_txn = BTreeMap::new();
+        for r in &self.redelivered {
+            let entry = by_txn.entry((r.first, r.again, r.commit_lsn)).or_insert((
+                r.commit_idx,
+                r.commit_idx,
+                0,
+                &r.table,
+            ));
+            entry.0 = entry.0.min(r.commit_idx);
+            entry.1 = entry.1.max(r.commit_idx);
+            entry.2 += 1;
+        }
+        by_txn
+            .iter()
+            .map(|((first, again, lsn), (low, high, count, table))| {
+                format!(
+                    "first in run {first}, again in run {again}: commit_lsn {lsn} idx {low}..={high} ({count}, e.g. {table})"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// Receives and acks from the pull sink for about `for_how_long`; a weft
 /// that is down or starting just makes it wait. Every batch is acked
 /// before the next receive, so nothing received comes again.
-fn drain_for(weft: &WeftProcess, drained: &mut Drained, for_how_long: Duration) {
+fn drain_for(weft: &WeftProcess, drained: &mut Drained, runs: &mut Runs, for_how_long: Duration) {
     let until = Instant::now() + for_how_long;
     while Instant::now() < until {
-        let Some(got) = weft.try_receive("all", 500, 200) else {
+        let Some(got) = weft.try_receive("all", 500, 500) else {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
         let ack_ids: Vec<&str> = got.iter().map(|m| m["ack_id"].as_str().unwrap()).collect();
         for message in &got {
-            drained.take(&message["data"]);
+            runs.take(drained, &message["data"]);
         }
         if !ack_ids.is_empty() {
             let (status, body) = weft.settle("all", "ack", &ack_ids);
@@ -84,6 +151,23 @@ fn webhook_drained(receiver: &Receiver) -> Drained {
     drained
 }
 
+/// Keeps the test's directory (weft's store, config and log) when the test
+/// fails, and says where.
+struct KeptOnFailure(Option<tempfile::TempDir>);
+
+impl Drop for KeptOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(dir) = self.0.take()
+        {
+            eprintln!(
+                "kept weft's directory for inspection: {}",
+                dir.keep().display()
+            );
+        }
+    }
+}
+
 #[test]
 fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     let started = Instant::now();
@@ -99,8 +183,10 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     });
     pg.psql(SCHEMA);
     let receiver = Receiver::start(Mode::Accept);
-    let (_dir, mut weft) =
+    let (dir, mut weft) =
         WeftProcess::start_replicating(&pg, "weft_crash", &config(&pg, &receiver));
+    let _kept = KeptOnFailure(Some(dir));
+    let mut runs = Runs::default();
 
     let writing = AtomicBool::new(true);
     let mut pulled = Drained::default();
@@ -127,6 +213,7 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
             drain_for(
                 &weft,
                 &mut pulled,
+                &mut runs,
                 Duration::from_millis(rng.random_range(200..1500)),
             );
             weft.kill();
@@ -135,6 +222,7 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
                 std::thread::sleep(Duration::from_millis(rng.random_range(100..1000)));
             }
             weft.restart();
+            runs.current += 1;
         }
         writing.store(false, Ordering::Relaxed);
         workload.join().expect("workload thread")
@@ -151,7 +239,16 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     );
 
     let total = audit_count(&pg);
-    pulled.drain(&weft, "all", 1000, total, Duration::from_secs(300));
+    let draining = Instant::now();
+    while pulled.messages < total {
+        assert!(
+            draining.elapsed() < Duration::from_secs(300),
+            "only {} of {total} changes from the pull sink after 300 s; log tail:\n{}",
+            pulled.messages,
+            tail(&weft.log_text())
+        );
+        drain_for(&weft, &mut pulled, &mut runs, Duration::from_secs(1));
+    }
     let (expected, count) = oracle(&pg);
     assert_eq!(count, total);
     assert_matches_oracle(&pulled, &expected, "pull sink");
@@ -159,8 +256,10 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     // ack_wait keeps a slow ack from counting as lost: a duplicate here
     // means a restart stored again what the sink had held.
     assert_eq!(
-        pulled.duplicates, 0,
-        "the pull sink handed out a message twice across the kills"
+        pulled.duplicates,
+        0,
+        "the pull sink handed out a message twice across the kills:\n{}",
+        runs.report()
     );
 
     receiver.wait_until(

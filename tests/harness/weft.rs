@@ -351,7 +351,8 @@ impl WeftProcess {
     }
 
     /// Like [`WeftProcess::receive`], but `None` when weft does not answer
-    /// (down, or restarting) instead of panicking.
+    /// (down, or restarting) instead of panicking. A request weft refuses
+    /// (4xx) still panics: it would fail the same way every time.
     pub fn try_receive(
         &self,
         sink: &str,
@@ -364,7 +365,13 @@ impl WeftProcess {
             )))
             .send()
             .ok()?;
-        if !response.status().is_success() {
+        let status = response.status();
+        assert!(
+            !status.is_client_error(),
+            "receive refused ({status}): {}",
+            response.text().unwrap_or_default()
+        );
+        if !status.is_success() {
             return None;
         }
         let body: Value = response.json().ok()?;
