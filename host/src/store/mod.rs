@@ -259,10 +259,12 @@ impl Store {
     }
 
     /// In one SQLite transaction: inserts every message, function dead
-    /// letter and held change of every batch
-    /// (messages already stored under the same sink, commit_lsn and
-    /// commit_idx are ignored, so replays after a crash are harmless) and
-    /// advances each named sink's cursor to `cursor`. A cursor never moves
+    /// letter and held change of every batch and advances each named
+    /// sink's cursor to `cursor`. A message already stored under the same
+    /// sink, commit_lsn and commit_idx is ignored while it is still a
+    /// `pull_messages` row, or the first of a segment; an acked one, or
+    /// one inside a segment cut elsewhere, would be stored again: keeping
+    /// replays out is the caller's job (see [`StoredUpTo`]). A cursor never moves
     /// backwards. Durable when it returns. Leaves each sink's open
     /// transaction (see [`Self::append_through`]) as it was.
     pub fn append(&self, batch: &[SinkBatch], cursor: Lsn) -> Result<(), StoreError> {
