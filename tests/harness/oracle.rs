@@ -304,7 +304,18 @@ fn random_transaction(pg: &PgCluster, rng: &mut StdRng, next_id: &mut i64, size:
     } else {
         "COMMIT;"
     };
-    pg.try_psql_in("postgres", &sql).is_ok()
+    match pg.try_psql_in("postgres", &sql) {
+        Ok(_) => true,
+        Err(e) => {
+            // Shown with a failing test's output: rejections should be
+            // deadlocks between the two sessions (or a restarted server).
+            eprintln!(
+                "workload transaction rejected: {}",
+                e.lines().next().unwrap_or_default()
+            );
+            false
+        }
+    }
 }
 
 /// Transaction sizes from 1 to 10,000, log-uniform, with both ends present.
