@@ -20,6 +20,7 @@ use crate::harness::oracle::{
     load_database_yaml, oracle, tail,
 };
 use crate::harness::postgres::{PgCluster, PgOptions};
+use crate::harness::wait;
 use crate::harness::webhook_receiver::{Mode, Receiver, SECRET, TOKEN};
 use crate::harness::weft::WeftProcess;
 
@@ -239,16 +240,21 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     );
 
     let total = audit_count(&pg);
-    let draining = Instant::now();
-    while pulled.messages < total {
-        assert!(
-            draining.elapsed() < Duration::from_secs(300),
-            "only {} of {total} changes from the pull sink after 300 s; log tail:\n{}",
-            pulled.messages,
-            tail(&weft.log_text())
-        );
-        drain_for(&weft, &mut pulled, &mut runs, Duration::from_secs(1));
-    }
+    // As `Drained::drain`, but through `runs`.
+    wait::until(
+        &format!("{total} changes from the pull sink"),
+        Duration::from_secs(300),
+        Duration::ZERO,
+        || {
+            drain_for(&weft, &mut pulled, &mut runs, Duration::from_secs(1));
+            if pulled.messages < total {
+                Err(format!("only {} of them", pulled.messages))
+            } else {
+                Ok(())
+            }
+        },
+        || format!("log tail:\n{}", tail(&weft.log_text())),
+    );
     let (expected, count) = oracle(&pg);
     assert_eq!(count, total);
     assert_matches_oracle(&pulled, &expected, "pull sink");
