@@ -121,7 +121,7 @@ impl LiveSinks {
             ),
         );
         let (name, until) = (database.name.clone(), halt.clone());
-        let pipeline_task = tokio::spawn(
+        let pipeline_task = super::pipeline_threads::spawn(
             async move {
                 pipeline
                     .run(events_rx, until)
@@ -176,7 +176,7 @@ impl LiveSinks {
             .instrument(info_span!("webhook_feed", source = %source)),
         );
         let until = halt.clone();
-        let pipeline_task = tokio::spawn(
+        let pipeline_task = super::pipeline_threads::spawn(
             async move {
                 pipeline
                     .run(events_rx, until)

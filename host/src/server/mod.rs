@@ -13,6 +13,7 @@ mod chains;
 mod database_feed;
 mod feed_runs;
 pub mod live_sinks;
+mod pipeline_threads;
 mod supervision;
 
 pub use chains::{load_chain, restore_cpu_shares};
