@@ -783,19 +783,23 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// mimalloc's `arena_eager_commit`, by its position in `mi_option_t`.
 const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
-/// mimalloc's `purge_delay` (100 ms: freed memory goes back to the OS once
-/// it stayed unused that long) and `arena_eager_commit` (0: commit arena
-/// memory as it is used). Purging at once (0, weft's default until
+/// mimalloc's `purge_delay` (1,000 ms: freed memory goes back to the OS
+/// once it stayed unused that long) and `arena_eager_commit` (0: commit
+/// arena memory as it is used). Purging at once (0, weft's default until
 /// 2026-12-04) kept the peak RSS flattest, but a backfill then spent a
-/// third of weft's CPU faulting freed pages back in; 100 ms stores a
-/// backfill 1.4-1.6x as fast for ~20-25 MiB more peak RSS while it runs.
+/// third of weft's CPU faulting freed pages back in; 100 ms (until
+/// 2026-12-06) still left the kernel clearing pages at up to ~7% of
+/// weft's samples while a backfill was stored. 1,000 ms, mimalloc v3's
+/// own default, stores a backfill ~1.03x as fast with ~5% less CPU for
+/// ~15-25 MiB more peak RSS while it runs (BENCHMARKS.md, "Twenty-third
+/// round"); the memory goes back a second after a burst.
 /// Without lazy commit mimalloc kept 2.5-3x the RSS (BENCHMARKS.md). The
 /// numbers are positions in mimalloc's `mi_option_t` (the same in its v2
 /// and v3). A `MIMALLOC_*` variable in the environment is read first and
 /// still wins.
 fn tune_allocator() {
     for (option, env, value) in [
-        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 100),
+        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 1000),
         (ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT", 0),
     ] {
         if std::env::var_os(env).is_none() {
@@ -814,7 +818,7 @@ mod tests {
     /// weft's values replace those defaults. A mimalloc that numbered its
     /// options differently would fail here, not tune something else.
     #[test]
-    fn the_allocator_is_tuned_to_a_100_ms_purge_delay_and_lazy_commit() {
+    fn the_allocator_is_tuned_to_a_one_second_purge_delay_and_lazy_commit() {
         if ["MIMALLOC_PURGE_DELAY", "MIMALLOC_ARENA_EAGER_COMMIT"]
             .iter()
             .any(|env| std::env::var_os(env).is_some())
@@ -835,7 +839,7 @@ mod tests {
             "position {ARENA_EAGER_COMMIT} is not mimalloc's arena_eager_commit"
         );
         tune_allocator();
-        assert_eq!(get(PURGE_DELAY), 100);
+        assert_eq!(get(PURGE_DELAY), 1000);
         assert_eq!(get(ARENA_EAGER_COMMIT), 0);
     }
 }
