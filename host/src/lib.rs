@@ -36,6 +36,7 @@ pub mod http_egress;
 pub mod lsn;
 pub mod message;
 pub mod metrics;
+mod own_thread;
 pub mod pipeline;
 pub mod plugin_project;
 pub mod plugins;

@@ -26,15 +26,7 @@ use crate::store::{Backfill, BackfillState, Store, StoreError};
 /// Never dropped: runners stop through their cancellation tokens.
 fn runner_runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("weft-backfill")
-            .enable_all()
-            .build()
-            // Fails only when the OS cannot start a thread.
-            .expect("the backfill runners' runtime starts")
-    })
+    RUNTIME.get_or_init(|| crate::own_thread::runtime("weft-backfill".into()))
 }
 
 /// Why a backfill request was refused.

@@ -25,15 +25,7 @@ fn runtimes() -> &'static [Runtime] {
     RUNTIMES.get_or_init(|| {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         (0..threads)
-            .map(|i| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .thread_name(format!("weft-pipeline-{i}"))
-                    .enable_all()
-                    .build()
-                    // Fails only when the OS cannot start a thread.
-                    .expect("a pipeline runtime starts")
-            })
+            .map(|i| crate::own_thread::runtime(format!("weft-pipeline-{i}")))
             .collect()
     })
 }
