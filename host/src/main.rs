@@ -791,8 +791,9 @@ const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 /// 2026-12-06) still left the kernel clearing pages at up to ~7% of
 /// weft's samples while a backfill was stored. 1,000 ms, mimalloc v3's
 /// own default, stores a backfill ~1.03x as fast with ~5% less CPU for
-/// ~15-25 MiB more peak RSS while it runs (BENCHMARKS.md, "Twenty-third
-/// round"); the memory goes back a second after a burst.
+/// ~15-25 MiB more peak RSS while it runs (25-45 MiB while a live stream
+/// is drained; BENCHMARKS.md, "Twenty-third round"); the memory goes back
+/// a second after a burst.
 /// Without lazy commit mimalloc kept 2.5-3x the RSS (BENCHMARKS.md). The
 /// numbers are positions in mimalloc's `mi_option_t` (the same in its v2
 /// and v3). A `MIMALLOC_*` variable in the environment is read first and
