@@ -112,6 +112,11 @@ fn latency_targets() -> Vec<Box<dyn LiveTarget>> {
     ]
 }
 
+/// What `--help` prints, and an unknown argument with it.
+const USAGE: &str = "usage: e2e [throughput] [latency] [backfill] [pgsink] \
+[--changes N] [--rate N] [--seconds N] [--pull-consumers N] [--only nats|pull|hook|kafka] [--stored-only]
+(no scenario: throughput and latency; WEFT_BIN=<weft binary> runs another build of weft)";
+
 fn parse_settings(args: &[String]) -> Settings {
     let mut settings = Settings {
         changes: 200_000,
@@ -145,9 +150,18 @@ fn parse_settings(args: &[String]) -> Settings {
                         .clone(),
                 )
             }
-            _ => {
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            // `cargo bench` passes `--bench` to every bench binary.
+            "--bench" | "throughput" | "latency" | "backfill" | "pgsink" => {
                 i += 1;
                 continue;
+            }
+            other => {
+                eprintln!("unknown argument {other:?}\n\n{USAGE}");
+                std::process::exit(2);
             }
         }
         i += 2;
