@@ -62,9 +62,10 @@ pub(super) async fn finished(
 ) -> Result<Result<(), StoreError>, JoinError> {
     match in_flight {
         Some(append) => (&mut append.done).await.map(|(stored, batches)| {
-            // Dropped here, most often on the thread that rendered them:
-            // freeing a batch's thousands of strings on the store's thread
-            // took mimalloc's slower cross-thread path for every one.
+            // Dropped here, on the pipeline's own thread that rendered
+            // them (`server::pipeline_threads`): freeing a batch's
+            // thousands of strings on the store's thread took mimalloc's
+            // slower cross-thread path for every one.
             drop(batches);
             stored
         }),
