@@ -74,7 +74,7 @@ fn main() {
     let scenarios: Vec<&str> = args
         .iter()
         .map(String::as_str)
-        .filter(|a| matches!(*a, "throughput" | "latency" | "backfill" | "pgsink"))
+        .filter(|a| SCENARIOS.contains(a))
         .collect();
     let scenarios = if scenarios.is_empty() {
         vec!["throughput", "latency"]
@@ -111,6 +111,9 @@ fn latency_targets() -> Vec<Box<dyn LiveTarget>> {
         Box::new(KafkaTarget::start()),
     ]
 }
+
+/// The scenarios, as named on the command line.
+const SCENARIOS: [&str; 4] = ["throughput", "latency", "backfill", "pgsink"];
 
 /// What `--help` prints, and an unknown argument with it.
 const USAGE: &str = "usage: e2e [throughput] [latency] [backfill] [pgsink] \
@@ -155,7 +158,7 @@ fn parse_settings(args: &[String]) -> Settings {
                 std::process::exit(0);
             }
             // `cargo bench` passes `--bench` to every bench binary.
-            "--bench" | "throughput" | "latency" | "backfill" | "pgsink" => {
+            word if word == "--bench" || SCENARIOS.contains(&word) => {
                 i += 1;
                 continue;
             }
