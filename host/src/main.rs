@@ -816,7 +816,7 @@ mod tests {
 
     /// The positions weft sets are mimalloc's `purge_delay` (10 ms by
     /// default in its v2, 1000 in v3) and `arena_eager_commit` (2), and
-    /// weft's values replace those defaults. A mimalloc that numbered its
+    /// weft's values replace them. A mimalloc that numbered its
     /// options differently would fail here, not tune something else.
     #[test]
     fn the_allocator_is_tuned_to_a_one_second_purge_delay_and_lazy_commit() {
@@ -839,6 +839,10 @@ mod tests {
             2,
             "position {ARENA_EAGER_COMMIT} is not mimalloc's arena_eager_commit"
         );
+        // mimalloc v3's own default is weft's value: start from another,
+        // so that the check below fails unless tuning sets it.
+        // SAFETY: setting an option only tunes the allocator's policy.
+        unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 10) };
         tune_allocator();
         assert_eq!(get(PURGE_DELAY), 1000);
         assert_eq!(get(ARENA_EAGER_COMMIT), 0);
