@@ -27,16 +27,16 @@
 
 pub mod api;
 pub mod backfill;
-pub mod change;
+pub use weft_core::change;
 pub mod cli;
 pub mod config;
-pub mod health;
+pub use weft_core::health;
 pub mod hot_swap;
 pub mod http_egress;
-pub mod lsn;
-pub mod message;
-pub mod metrics;
-mod own_thread;
+pub use weft_core::lsn;
+pub use weft_core::message;
+pub use weft_core::metrics;
+use weft_core::own_thread;
 pub mod pipeline;
 pub mod plugin_project;
 pub mod plugins;

@@ -4,39 +4,8 @@ use super::bindings::{transform as world, types};
 use super::instance::guest_function;
 use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
 use super::{FunctionError, PluginError};
-use crate::message::Message;
-
-/// What a transform produced for one change.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Payload {
-    /// A JSON value; JSON sinks send it as is.
-    Json(serde_json::Value),
-    /// Opaque bytes with their media type (e.g. Avro, Protobuf).
-    Bytes {
-        /// The media type.
-        content_type: String,
-        /// The encoded bytes.
-        data: Vec<u8>,
-    },
-}
-
-impl Payload {
-    /// The payload as JSON for places that show JSON only (the pull API, the
-    /// dead-letter API): a JSON payload as is, a bytes payload as
-    /// `{"content_type": ..., "data_base64": ...}`.
-    pub fn into_json_view(self) -> serde_json::Value {
-        match self {
-            Payload::Json(value) => value,
-            Payload::Bytes { content_type, data } => {
-                use base64::Engine as _;
-                serde_json::json!({
-                    "content_type": content_type,
-                    "data_base64": base64::engine::general_purpose::STANDARD.encode(data),
-                })
-            }
-        }
-    }
-}
+use weft_core::message::Message;
+use weft_core::payload::Payload;
 
 guest_function!(
     /// A loaded transform component with its live instance.

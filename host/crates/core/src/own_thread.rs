@@ -3,7 +3,7 @@
 
 /// A runtime whose tasks all run on one worker thread named `name`, with
 /// timers and I/O; its blocking pool's threads carry the same name.
-pub(crate) fn runtime(name: String) -> tokio::runtime::Runtime {
+pub fn runtime(name: String) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name(name)

@@ -354,13 +354,13 @@ fn base64_append(out: &mut String, write: impl FnOnce(&mut String)) {
 }
 
 /// How long `values` are once [`push_key_values`] joins them.
-pub(crate) fn key_values_len(values: &[String]) -> usize {
+pub fn key_values_len(values: &[String]) -> usize {
     values.iter().map(String::len).sum::<usize>() + values.len().saturating_sub(1)
 }
 
 /// Appends `values` to `out` joined by colons, as keys and groups join a
 /// row's primary-key values (without a `Vec` and `format!` per row).
-pub(crate) fn push_key_values(out: &mut String, values: &[String]) {
+pub fn push_key_values(out: &mut String, values: &[String]) {
     for (i, value) in values.iter().enumerate() {
         if i > 0 {
             out.push(':');

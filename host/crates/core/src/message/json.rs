@@ -167,7 +167,7 @@ fn write_sequence<T>(
 }
 
 /// Appends `value` in compact form.
-pub(crate) fn write_value(out: &mut String, value: &Value) {
+pub fn write_value(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -188,7 +188,7 @@ fn write_integer(out: &mut String, number: u64) {
 
 /// Appends `text` as a JSON string: copied as it is when nothing in it
 /// needs escaping (nearly always), else escaped by serde_json.
-pub(crate) fn write_str(out: &mut String, text: &str) {
+pub fn write_str(out: &mut String, text: &str) {
     if is_plain(text.as_bytes()) {
         out.reserve(text.len() + 2);
         out.push('"');
@@ -201,7 +201,7 @@ pub(crate) fn write_str(out: &mut String, text: &str) {
 
 /// Whether `bytes` holds nothing JSON escapes: no control character
 /// (below 0x20), `"` or `\`, exactly serde_json's set.
-pub(crate) fn is_plain(bytes: &[u8]) -> bool {
+pub fn is_plain(bytes: &[u8]) -> bool {
     let len = bytes.len();
     // Short texts (most values and keys) in one or two overlapping word
     // loads instead of byte by byte. Loads, not a copy into a padded

@@ -1,0 +1,19 @@
+//! weft's core: the types every layer shares, and nothing that does I/O.
+//!
+//! It owns the change model ([`change`]), the positions in the WAL
+//! ([`lsn`]), the message every sink delivers in Sequin's shape
+//! ([`message`]), what functions produce for a message ([`payload`],
+//! [`route`]), and the process-wide health registry and metrics names
+//! ([`health`], [`metrics`]).
+//!
+//! This crate is the bottom layer: it imports no other weft crate, so that
+//! every layer above can use its types without depending on each other.
+
+pub mod change;
+pub mod health;
+pub mod lsn;
+pub mod message;
+pub mod metrics;
+pub mod own_thread;
+pub mod payload;
+pub mod route;
