@@ -11,13 +11,14 @@
 //! itself never reaches a resolver, so it is checked on the URL.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use crate::config::Config;
+use weft_config::hosts::{internal_ip, is_internal};
 
 /// Where an HTTP client may connect.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,17 +69,6 @@ impl HttpEgress {
     }
 }
 
-/// The address `host` names, if it is an internal IP address written out
-/// (as URLs write hosts: IPv6 in brackets); `None` for a name or a public
-/// address.
-pub fn internal_ip(host: &str) -> Option<IpAddr> {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok()
-        .filter(|ip| is_internal(*ip))
-}
-
 /// The error for a host that is, or resolves only to, internal addresses.
 pub fn internal_address(what: &str, account: &str) -> String {
     format!(
@@ -87,54 +77,6 @@ pub fn internal_address(what: &str, account: &str) -> String {
          addresses only; no connection was made. Use a host with a public address, or have the \
          operator unset deny_internal_http"
     )
-}
-
-/// Whether `ip` is internal: loopback, private, link-local, shared (carrier
-/// NAT), unspecified, broadcast, multicast, documentation, benchmarking or
-/// reserved, including IPv6 forms that embed such an IPv4 address
-/// (IPv4-mapped, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`).
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(ip) => is_internal_v4(ip),
-        IpAddr::V6(ip) => is_internal_v6(ip),
-    }
-}
-
-fn is_internal_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_broadcast()
-        || ip.is_multicast()
-        || ip.is_documentation()
-        || a == 0 // "this network", 0.0.0.0/8
-        || (a == 100 && b & 0xc0 == 64) // shared address space, 100.64.0.0/10
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments, 192.0.0.0/24
-        || (a == 198 && b & 0xfe == 18) // benchmarking, 198.18.0.0/15
-        || a >= 240 // reserved, 240.0.0.0/4
-}
-
-fn is_internal_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_internal_v4(v4);
-    }
-    let s = ip.segments();
-    let embedded = |high: u16, low: u16| {
-        is_internal_v4(Ipv4Addr::from((u32::from(high) << 16) | u32::from(low)))
-    };
-    ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || s[..6] == [0; 6] // IPv4-compatible (deprecated), ::/96
-        || s[0] & 0xfe00 == 0xfc00 // unique local, fc00::/7
-        || s[0] & 0xffc0 == 0xfe80 // link-local, fe80::/10
-        || s[0] & 0xffc0 == 0xfec0 // site-local (deprecated), fec0::/10
-        || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation, 2001:db8::/32
-        || (s[0] == 0x0100 && s[1..4] == [0; 3]) // discard only, 100::/64
-        || (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && embedded(s[6], s[7])) // NAT64
-        || (s[0] == 0x2002 && embedded(s[1], s[2])) // 6to4
 }
 
 /// A resolver that hands the client only the public addresses of a name,
@@ -174,69 +116,6 @@ impl Resolve for PublicAddressesOnly {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn internal_and_public_addresses_are_told_apart() {
-        let internal = [
-            "127.0.0.1",
-            "127.255.0.9",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "100.127.255.254",
-            "0.0.0.0",
-            "0.1.2.3",
-            "255.255.255.255",
-            "224.0.0.1",
-            "192.0.0.8",
-            "192.0.2.1",
-            "198.18.0.1",
-            "198.19.255.255",
-            "240.0.0.1",
-            "::",
-            "::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-            "::127.0.0.1",
-            "fc00::1",
-            "fd12:3456::1",
-            "fe80::1",
-            "fec0::1",
-            "ff02::1",
-            "2001:db8::1",
-            "100::1",
-            "64:ff9b::a9fe:a9fe",
-            "2002:7f00:1::1",
-        ];
-        let public = [
-            "1.1.1.1",
-            "8.8.8.8",
-            "100.128.0.1",
-            "100.63.255.255",
-            "172.32.0.1",
-            "192.0.1.1",
-            "198.20.0.1",
-            "223.255.255.255",
-            "2606:4700:4700::1111",
-            "::ffff:8.8.8.8",
-            "64:ff9b::808:808",
-            "2002:808:808::1",
-        ];
-        for address in internal {
-            assert!(
-                is_internal(address.parse().unwrap()),
-                "{address} is internal"
-            );
-        }
-        for address in public {
-            assert!(
-                !is_internal(address.parse().unwrap()),
-                "{address} is public"
-            );
-        }
-    }
 
     #[test]
     fn urls_with_internal_addresses_are_refused_only_when_denied() {
@@ -291,7 +170,7 @@ mod tests {
             .send()
             .await
             .unwrap_err();
-        let chain = crate::plugins::outbound_http::error_chain(&error);
+        let chain = weft_core::error::with_causes(&error);
         assert!(
             chain.contains("`localhost` (resolves only to")
                 && chain.contains("127.0.0.1")

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 
 use super::{ApiError, PullApiState};
 use crate::config::DatabaseConfig;
-use crate::plugins::outbound_http::error_chain;
 use crate::source::PgConnectOptions;
 
 /// `POST /api/postgres_databases/{name}/test_connection`.
@@ -39,11 +38,11 @@ async fn check(database: &DatabaseConfig) -> Result<Vec<&'static str>, String> {
     let (client, _connection) = options
         .connect_query()
         .await
-        .map_err(|error| error_chain(&error))?;
+        .map_err(|error| weft_core::error::with_causes(&error))?;
     let mut passed = vec!["connect"];
     crate::source::slot::check_server(&client, &options.user)
         .await
-        .map_err(|error| error_chain(&error))?;
+        .map_err(|error| weft_core::error::with_causes(&error))?;
     passed.push("wal_level and REPLICATION privilege");
 
     let slot = &database.slot.name;

@@ -89,7 +89,7 @@ impl BackfillError {
 
 /// A database error as a backfill's error, with the server's message.
 pub(crate) fn db_error(error: impl std::error::Error + 'static) -> BackfillError {
-    let text = crate::source::with_causes(&error);
+    let text = weft_core::error::with_causes(&error);
     let code = (&error as &dyn std::error::Error)
         .downcast_ref::<tokio_postgres::Error>()
         .and_then(tokio_postgres::Error::code);

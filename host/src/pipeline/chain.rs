@@ -24,9 +24,9 @@ use crate::plugins::{
     RoutingFunction, TransformFunction,
 };
 
-use super::routing_keys;
 use super::shadow::Shadow;
 use super::swap::{SwapGate, SwitchPoint};
+use crate::sinks::route as routing_keys;
 
 /// A loaded function with its config name, shareable with blocking tasks.
 pub struct Named<F> {

@@ -19,6 +19,8 @@ use crate::message::json::{self, JsonCache};
 use crate::message::{ConsumerRef, Message, SharedTexts};
 use crate::plugins::{Payload, Route};
 use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
+use crate::sinks::route;
+use crate::sinks::sink::SinkKind;
 use crate::store::{
     HeldChange, HeldSettlement, Hold, NewDeadLetter, NewMessage, SinkBatch, Store, StoreError,
     StoredPayload,
@@ -27,7 +29,6 @@ use crate::store::{
 use super::backlog::BacklogGuard;
 use super::breaker::Breaker;
 use super::chain::{ChainMessage, ChainOutcome, ChainRunError, FunctionChain};
-use super::default_route;
 
 /// Why a sink could not turn a batch of changes into messages. Every
 /// variant makes the pipeline retry the batch later; nothing is stored or
@@ -54,6 +55,8 @@ pub struct SinkPipeline {
     /// The config's database name, shared by every message.
     database_name: Arc<str>,
     chain: FunctionChain,
+    /// Its sink type: its routing keys' defaults, whether it carries bytes.
+    kind: &'static SinkKind,
     /// [`SinkPipeline::plugins`].
     plugins: String,
     backlog: Option<BacklogGuard>,
@@ -111,6 +114,7 @@ impl SinkPipeline {
             None => RetryPolicy::default(),
         };
         SinkPipeline {
+            kind: config.destination.kind(),
             consumer: ConsumerRef::for_sink(&config.name),
             database_name: config.database_name().into(),
             backlog: BacklogGuard::new(&config),
@@ -482,7 +486,7 @@ impl SinkPipeline {
         route: Option<Route>,
     ) -> Result<NewMessage, String> {
         if let Some(Payload::Bytes { content_type, .. }) = &payload
-            && !carries_bytes(self.chain.sink_type)
+            && !self.kind.carries_bytes
         {
             let transform = self
                 .chain
@@ -492,7 +496,7 @@ impl SinkPipeline {
                 .unwrap_or_default();
             return Err(format!(
                 "transform {transform} returned a {content_type} bytes payload, but {} sinks carry JSON only; return JSON from the transform, or use a broker or webhook sink",
-                self.chain.sink_type
+                self.kind.name
             ));
         }
         let route = self.route_of(message, group_id, route);
@@ -539,19 +543,14 @@ impl SinkPipeline {
         group_id: &str,
         chose: Option<Route>,
     ) -> Option<Box<Route>> {
-        if chose.is_none() && !default_route::has_defaults(self.chain.sink_type) {
+        let defaults = self
+            .kind
+            .default_route
+            .map(|default| default(message.action.as_str(), &message.metadata, group_id));
+        if chose.is_none() && defaults.is_none() {
             return None;
         }
-        default_route::merge(
-            default_route::default_route(
-                self.chain.sink_type,
-                message.action,
-                &message.metadata,
-                group_id,
-            ),
-            chose,
-        )
-        .boxed_unless_empty()
+        route::merge(defaults.unwrap_or_default(), chose).boxed_unless_empty()
     }
 
     /// `message` as the JSON consumers receive.
@@ -602,13 +601,6 @@ fn dead_letter(pending: &Pending, attempts: u32, error: String) -> NewDeadLetter
         attempts: attempts.max(1),
         error,
     }
-}
-
-/// Whether a sink of `sink_type` can deliver a transform's bytes payload:
-/// every push sink can (brokers carry bytes; a webhook sends them as the
-/// body with their content type); pull consumers receive JSON only.
-fn carries_bytes(sink_type: &str) -> bool {
-    !matches!(sink_type, "sequin_stream" | "postgres")
 }
 
 /// The message group of a message: its table and primary-key values.

@@ -17,7 +17,7 @@ use crate::config::{SinkConfig, TruncatePolicy};
 use crate::message::{ConsumerRef, TruncateMessage};
 use crate::store::{NewMessage, StoredPayload};
 
-use super::default_route;
+use crate::sinks::route as default_route;
 use crate::store::StoredUpTo;
 
 /// Adds the [`messages`] of `truncates` for `sink` to the sink's

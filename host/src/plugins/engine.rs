@@ -437,7 +437,7 @@ impl PluginEngine {
 }
 
 /// The version of the `weft:plugin` WIT package this host implements.
-pub const WIT_VERSION: &str = wit_version!();
+pub const WIT_VERSION: &str = weft_core::wit_version!();
 
 /// The world of function kind `kind` and the exports it must have.
 fn world_of(kind: &str) -> Option<(&'static str, &'static [&'static str])> {

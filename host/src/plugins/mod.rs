@@ -25,14 +25,6 @@
 //! [`outbound_http`] (the capabilities an enrichment may be granted) and `deterministic` (clocks and
 //! random derived from the change, for replayable output).
 
-/// The version of the `weft:plugin` WIT package (`wit/`) this host
-/// implements, as a literal, so that import names can be `concat!`ed from it.
-macro_rules! wit_version {
-    () => {
-        "0.2.0"
-    };
-}
-
 mod bindings;
 mod cache;
 pub mod cpu_share;
@@ -63,9 +55,10 @@ pub use enrichment::{EnrichmentFunction, Grants};
 pub use error::{FunctionError, PluginError};
 pub use filter::FilterFunction;
 pub use limits::Limits;
-pub use outbound_http::{AllowedHost, OutboundHttp};
+pub use outbound_http::OutboundHttp;
 pub use routing::RoutingFunction;
-pub use weft_core::route::{KeyAction, Route};
 pub use source_query::SourceQuery;
 pub use transform::TransformFunction;
+pub use weft_config::hosts::AllowedHost;
 pub use weft_core::payload::Payload;
+pub use weft_core::route::{KeyAction, Route};

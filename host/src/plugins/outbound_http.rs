@@ -20,6 +20,8 @@ use reqwest::Url;
 use super::bindings::outbound_http::{self, Request, Response};
 use super::instance::GuestState;
 use crate::http_egress::HttpEgress;
+use weft_config::hosts::AllowedHost;
+use weft_config::plugin_registry::Capability;
 
 /// Largest response body a request may return: 1 MiB. A larger body is an
 /// error (never a truncated body).
@@ -33,101 +35,7 @@ pub const MAX_REQUEST_TIME: Duration = Duration::from_secs(30);
 const MIN_RESERVE: Duration = Duration::from_millis(20);
 
 /// The import's full name, as it appears in a component's imports.
-pub(crate) const IMPORT_NAME: &str = concat!("weft:plugin/outbound-http@", wit_version!());
-
-/// One `grants.http.allow_hosts` entry: a host, and optionally the only port
-/// allowed on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
-    /// The host as a URL serializes it: lower case, IDNA-encoded, IPv6 in
-    /// brackets.
-    host: String,
-    /// `None`: any port.
-    port: Option<u16>,
-}
-
-impl AllowedHost {
-    /// Parses `host` or `host:port` (IPv6 addresses in brackets:
-    /// `[::1]:8080`). The error says what is wrong with the entry.
-    pub fn parse(entry: &str) -> Result<Self, String> {
-        let entry = entry.trim();
-        if entry.is_empty() {
-            return Err("is empty; write a host name or address, e.g. `api.example.com`".into());
-        }
-        if entry.contains("://") || entry.contains(['/', '?', '#', '@']) {
-            return Err(format!(
-                "`{entry}` is not a host: write only the host and optional port, \
-                 e.g. `api.example.com` or `127.0.0.1:8080` (no scheme, path or user)"
-            ));
-        }
-        let (host, port) = match entry.strip_prefix('[') {
-            Some(rest) => {
-                let (inside, after) = rest
-                    .split_once(']')
-                    .ok_or_else(|| format!("`{entry}` has no closing `]`"))?;
-                let port = match after {
-                    "" => None,
-                    _ => Some(after.strip_prefix(':').ok_or_else(|| {
-                        format!("`{entry}`: expected `:port` after the bracketed address")
-                    })?),
-                };
-                (format!("[{inside}]"), port)
-            }
-            None => match entry.matches(':').count() {
-                0 => (entry.to_string(), None),
-                1 => {
-                    let (host, port) = entry.split_once(':').expect("one colon");
-                    (host.to_string(), Some(port))
-                }
-                _ => {
-                    return Err(format!(
-                        "`{entry}`: write an IPv6 address in brackets, e.g. `[::1]:8080`"
-                    ));
-                }
-            },
-        };
-        let port = port
-            .map(|port| match port.parse::<u16>() {
-                Ok(port) if port != 0 => Ok(port),
-                _ => Err(format!(
-                    "`{entry}`: the port must be a number from 1 to 65535"
-                )),
-            })
-            .transpose()?;
-        let url = Url::parse(&format!("http://{host}/"))
-            .map_err(|e| format!("`{entry}` is not a valid host name or address: {e}"))?;
-        let host = url
-            .host_str()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| format!("`{entry}` is not a valid host name or address"))?
-            .to_string();
-        Ok(AllowedHost { host, port })
-    }
-
-    /// The host, as a URL writes it.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    fn allows(&self, host: &str, port: u16) -> bool {
-        self.host == host && self.port.is_none_or(|p| p == port)
-    }
-
-    /// Whether every connection `other` allows, this entry allows too
-    /// (the same host, and this entry's port, if it names one).
-    pub fn covers(&self, other: &AllowedHost) -> bool {
-        self.host == other.host && self.port.is_none_or(|p| other.port == Some(p))
-    }
-}
-
-impl fmt::Display for AllowedHost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.port {
-            Some(port) => write!(f, "{}:{port}", self.host),
-            None => f.write_str(&self.host),
-        }
-    }
-}
+pub(crate) const IMPORT_NAME: &str = Capability::OutboundHttp.import();
 
 /// A granted outbound-http capability. Cheap to clone; clones share the
 /// connection pool.
@@ -266,7 +174,10 @@ impl OutboundHttp {
 
 /// Sends the request and reads the body, refusing one above the cap.
 async fn send(builder: reqwest::RequestBuilder) -> Result<Response, String> {
-    let mut response = builder.send().await.map_err(|e| error_chain(&e))?;
+    let mut response = builder
+        .send()
+        .await
+        .map_err(|e| weft_core::error::with_causes(&e))?;
     let too_large = || format!("the response body is larger than {MAX_BODY_BYTES} bytes (the cap)");
     if response
         .content_length()
@@ -281,7 +192,11 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<Response, String> {
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
         .collect();
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| weft_core::error::with_causes(&e))?
+    {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large());
         }
@@ -292,18 +207,6 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<Response, String> {
         headers,
         body,
     })
-}
-
-/// The error with its causes: reqwest's top-level text alone rarely says
-/// why (e.g. "error sending request" hides "connection refused").
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 /// How long a request made now may take: what is left until the call's
@@ -346,27 +249,6 @@ mod tests {
 
     fn parse(entry: &str) -> AllowedHost {
         AllowedHost::parse(entry).unwrap_or_else(|e| panic!("{entry}: {e}"))
-    }
-
-    #[test]
-    fn allow_list_entries_parse_and_normalise() {
-        assert_eq!(parse("API.Example.com").to_string(), "api.example.com");
-        assert_eq!(parse("127.0.0.1:8080").to_string(), "127.0.0.1:8080");
-        assert_eq!(parse("[::1]:8080").to_string(), "[::1]:8080");
-        assert_eq!(parse("[::1]").to_string(), "[::1]");
-        for (bad, says) in [
-            ("", "is empty"),
-            ("https://api.example.com", "no scheme"),
-            ("api.example.com/v1", "no scheme, path"),
-            ("host:0", "from 1 to 65535"),
-            ("host:http", "from 1 to 65535"),
-            ("::1", "in brackets"),
-            ("[::1", "closing"),
-            ("bad host", "not a valid host"),
-        ] {
-            let error = AllowedHost::parse(bad).unwrap_err();
-            assert!(error.contains(says), "{bad:?}: {error}");
-        }
     }
 
     #[test]

@@ -17,12 +17,13 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::bindings::source_query;
 use super::instance::GuestState;
+use weft_config::plugin_registry::Capability;
 
 /// Most rows one query may return; more is an error naming the limit.
 pub const MAX_ROWS: usize = 1000;
 
 /// The import's full name, as it appears in a component's imports.
-pub(crate) const IMPORT_NAME: &str = concat!("weft:plugin/source-query@", wit_version!());
+pub(crate) const IMPORT_NAME: &str = Capability::SourceQuery.import();
 
 /// A granted source-query capability. Cheap to clone; clones share the
 /// connection.

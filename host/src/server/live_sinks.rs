@@ -41,7 +41,8 @@ use super::supervision::{Restarts, Supervised};
 use super::{ServerError, source_config};
 use crate::api::PullApiState;
 use crate::backfill::{BackfillTarget, Backfills};
-use crate::config::{Config, DestinationConfig, HttpEndpointConfig, SinkConfig};
+use crate::config::destination::Reference;
+use crate::config::{Config, Destination as _, HttpEndpointConfig, SinkConfig};
 use crate::health::EntityKind;
 use crate::hot_swap::FunctionRuntime;
 use crate::http_egress::HttpEgress;
@@ -50,6 +51,7 @@ use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle}
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::pause::PauseSwitch;
 use crate::sinks::sequin_stream::SequinStreamSettings;
+use crate::sinks::sink::Built;
 use crate::store::Store;
 
 /// What feeds a sink: a database's pipeline or a webhook source's.
@@ -273,24 +275,16 @@ impl LiveSinks {
     /// Builds how `sink` delivers, as `config` says; starts nothing.
     pub fn delivery(&self, config: &Config, sink: &SinkConfig) -> Result<Delivery, ServerError> {
         let paused = self.store.is_paused(&sink.name)?;
-        match &sink.destination {
-            DestinationConfig::SequinStream(settings) => Ok(Delivery::Pull {
-                settings: SequinStreamSettings {
-                    ack_wait: settings.ack_wait(),
-                    max_ack_pending: settings.max_ack_pending,
-                    max_waiting: settings.max_waiting,
-                    max_deliver: settings.max_deliver,
-                },
-                paused,
-            }),
-            _ => {
-                let (destination, retry) =
-                    crate::sinks::push_destination(config, sink).map_err(|detail| {
-                        ServerError::Sink {
-                            sink: sink.name.clone(),
-                            detail,
-                        }
-                    })?;
+        let built = sink
+            .destination
+            .build(sink, config)
+            .map_err(|error| ServerError::Sink {
+                sink: sink.name.clone(),
+                detail: error.to_string(),
+            })?;
+        match built {
+            Built::Pull(settings) => Ok(Delivery::Pull { settings, paused }),
+            Built::Push { destination, retry } => {
                 let waker = DeliveryWaker::new();
                 let pause = PauseSwitch::new(paused);
                 let worker = DeliveryWorker::new(
@@ -827,19 +821,27 @@ fn without_live_parts(config: &Config) -> Config {
     }
 }
 
-/// Where a webhook sink's requests may connect, by its account; `None`
-/// for other sinks, which make no HTTP requests.
+/// Where the requests of a sink that delivers to an http endpoint may
+/// connect, by its account; `None` for other sinks, which make no HTTP
+/// requests.
 fn http_egress(config: &Config, sink: &SinkConfig) -> Option<HttpEgress> {
-    matches!(sink.destination, DestinationConfig::Webhook(_))
-        .then(|| HttpEgress::of_account(config, sink.account.as_deref()))
+    endpoint_name(sink).map(|_| HttpEgress::of_account(config, sink.account.as_deref()))
 }
 
-/// The http endpoint a webhook sink delivers to.
+/// The http endpoint a sink delivers to, if it delivers to one.
 fn http_endpoint<'a>(config: &'a Config, sink: &SinkConfig) -> Option<&'a HttpEndpointConfig> {
-    match &sink.destination {
-        DestinationConfig::Webhook(webhook) => config.http_endpoint(&webhook.http_endpoint),
-        _ => None,
-    }
+    endpoint_name(sink).and_then(|name| config.http_endpoint(&name))
+}
+
+/// The name of the http endpoint a sink's destination uses, if any.
+fn endpoint_name(sink: &SinkConfig) -> Option<String> {
+    sink.destination
+        .references()
+        .into_iter()
+        .find_map(|reference| match reference {
+            Reference::HttpEndpoint(name) => Some(name),
+            Reference::Database(_) => None,
+        })
 }
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

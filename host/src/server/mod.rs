@@ -359,7 +359,7 @@ fn connect_options(
 fn retention_job(
     config: &Config,
     retention: &crate::config::change_retention::ChangeRetentionConfig,
-) -> Result<Option<crate::retention::RetentionJob>, ServerError> {
+) -> Result<Option<crate::sinks::postgres::retention::RetentionJob>, ServerError> {
     let Some(retain_for) = retention.retain_for else {
         return Ok(None);
     };
@@ -368,7 +368,7 @@ fn retention_job(
         .expect("config validation guarantees the database exists");
     let target = connect_options(database)?;
     let table = retention.destination_table();
-    Ok(Some(crate::retention::RetentionJob {
+    Ok(Some(crate::sinks::postgres::retention::RetentionJob {
         name: retention.name.clone(),
         target,
         table: crate::source::slot::TableName {

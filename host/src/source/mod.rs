@@ -243,7 +243,7 @@ impl PgConnectOptions {
                 reason,
             };
         }
-        let text = with_causes(&e);
+        let text = weft_core::error::with_causes(&e);
         if text.contains("server does not support TLS") {
             return SourceError::Tls {
                 address: self.address(),
@@ -549,19 +549,6 @@ pub async fn run(
     }
     .instrument(span)
     .await
-}
-
-/// `error` followed by each of its causes, `: `-separated. A
-/// `tokio_postgres::Error` alone says only "db error"; the server's message
-/// is its cause.
-pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text = format!("{text}: {inner}");
-        cause = inner.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -9,7 +9,18 @@
 //! This crate is the bottom layer: it imports no other weft crate, so that
 //! every layer above can use its types without depending on each other.
 
+/// The version of the `weft:plugin` WIT package (`wit/`) this host
+/// implements, as a literal, so that import names can be `concat!`ed from
+/// it.
+#[macro_export]
+macro_rules! wit_version {
+    () => {
+        "0.2.0"
+    };
+}
+
 pub mod change;
+pub mod error;
 pub mod health;
 pub mod lsn;
 pub mod message;

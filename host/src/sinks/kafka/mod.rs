@@ -1,4 +1,4 @@
-//! The Kafka sink: the delivery worker produces a sink's messages to Kafka.
+//! The Kafka sink (`type: kafka`): the delivery worker produces a sink's messages to Kafka.
 //!
 //! - Topic: the message's `route.topic` (set by a routing function), else
 //!   the sink's `topic`. Key: `route.message_key`, by default the message
@@ -18,12 +18,89 @@
 //! by `max_memory_mb`) for at most `request_timeout_ms`, then fail and wait
 //! in weft's store for their retry.
 
+mod config;
+mod destination;
 mod errors;
 mod producer;
-mod settings;
-mod sink;
 
+pub use config::{
+    Compression, KafkaConfig, KafkaSettings, SaslCredentials, SaslMechanism, topic_name_problem,
+};
+pub use destination::{CONTENT_TYPE_HEADER, IDEMPOTENCY_KEY_HEADER, KafkaDestination};
 pub use errors::classify;
 pub use producer::{KafkaProducer, SinkContext, SinkProducer};
-pub use settings::{KafkaSettings, SaslCredentials};
-pub use sink::{CONTENT_TYPE_HEADER, IDEMPOTENCY_KEY_HEADER, KafkaDestination};
+
+use std::sync::Arc;
+
+use serde_yaml_ng::Value;
+use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, push_settings_of};
+use weft_config::hosts::AllowedHost;
+use weft_config::path::DocPath;
+use weft_core::message::Metadata;
+use weft_core::route::Route;
+
+use super::config::{Config, SinkConfig};
+use super::sink::{BuildError, Built, DefaultRoute, Sink};
+
+/// The `kafka` sink type.
+pub struct KafkaSink;
+
+impl Sink for KafkaSink {
+    const TYPE: &'static str = "kafka";
+    const ROUTING_KEYS: &'static [&'static str] = &["topic", "message_key"];
+    type Config = KafkaConfig;
+
+    fn read(settings: Value) -> Result<KafkaConfig, DestinationProblem> {
+        push_settings_of(settings)
+    }
+
+    fn delivery(config: &KafkaConfig) -> Option<&DeliveryConfig> {
+        Some(&config.delivery)
+    }
+
+    fn egress_targets(config: &KafkaConfig) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+        config
+            .host_list()
+            .into_iter()
+            .map(|entry| ("hosts", AllowedHost::parse(entry)))
+            .collect()
+    }
+
+    fn problems(
+        config: &KafkaConfig,
+        sink: &SinkConfig,
+        _entries: &Entries<'_>,
+    ) -> Vec<(DocPath, String)> {
+        let destination = DocPath::root().key("destination");
+        config
+            .problems(sink.routing.is_some())
+            .into_iter()
+            .map(|(key, problem)| (destination.key(key), problem))
+            .collect()
+    }
+
+    const DEFAULT_ROUTE: Option<DefaultRoute> = Some(default_route);
+
+    fn build(
+        config: &KafkaConfig,
+        sink: &SinkConfig,
+        _whole: &Config,
+    ) -> Result<Built, BuildError> {
+        let settings = KafkaSettings::resolve(sink, config).map_err(BuildError::new)?;
+        let retry = settings.limits.retry;
+        let destination = KafkaDestination::new(settings).map_err(BuildError::new)?;
+        Ok(Built::Push {
+            destination: Arc::new(destination),
+            retry,
+        })
+    }
+}
+
+/// `message_key`: the message group, so that per-key order holds per
+/// partition. The topic comes from the sink's config.
+fn default_route(_action: &str, _metadata: &Metadata, group_id: &str) -> Route {
+    Route {
+        message_key: Some(group_id.to_string()),
+        ..Route::default()
+    }
+}

@@ -210,8 +210,8 @@ fn build(settings: &KafkaSettings, last_error: &LastClientError) -> Result<SinkP
 mod tests {
     use std::time::Duration;
 
+    use super::super::Compression;
     use super::*;
-    use crate::config::destination::Compression;
     use crate::sinks::delivery::{DeliveryLimits, RetryPolicy};
 
     fn settings(compression: Compression) -> KafkaSettings {
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn tls_and_every_sasl_mechanism_are_compiled_in() {
-        use crate::config::destination::SaslMechanism;
+        use super::super::SaslMechanism;
         for mechanism in [
             SaslMechanism::Plain,
             SaslMechanism::ScramSha256,
@@ -257,7 +257,7 @@ mod tests {
         ] {
             let mut s = settings(Compression::None);
             s.tls = true;
-            s.sasl = Some(super::super::settings::SaslCredentials {
+            s.sasl = Some(super::super::SaslCredentials {
                 mechanism,
                 username: "u".into(),
                 password: "p".into(),

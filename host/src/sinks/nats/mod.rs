@@ -1,4 +1,4 @@
-//! The NATS sink: the delivery worker publishes a sink's messages to NATS.
+//! The NATS sink (`type: nats`): the delivery worker publishes a sink's messages to NATS.
 //!
 //! - Subject: the message's resolved `route.subject` (by default
 //!   `sequin.<database>.<schema>.<table>.<action>`), headers from
@@ -17,8 +17,75 @@
 
 mod config;
 mod connection;
-mod sink;
+mod destination;
+mod errors;
 
-pub use config::{NatsAuth, NatsSettings};
+pub use config::{NatsAuth, NatsConfig, NatsSettings};
 pub use connection::NatsConnection;
-pub use sink::{MSG_ID_HEADER, NatsDestination};
+pub use destination::{MSG_ID_HEADER, NatsDestination};
+
+use std::sync::Arc;
+
+use serde_yaml_ng::Value;
+use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, push_settings_of};
+use weft_config::hosts::AllowedHost;
+use weft_config::path::DocPath;
+use weft_core::message::Metadata;
+use weft_core::route::Route;
+
+use super::config::{Config, SinkConfig};
+use super::route::default_subject;
+use super::sink::{BuildError, Built, DefaultRoute, Sink};
+
+/// The `nats` sink type.
+pub struct NatsSink;
+
+impl Sink for NatsSink {
+    const TYPE: &'static str = "nats";
+    const ROUTING_KEYS: &'static [&'static str] = &["subject", "headers"];
+    type Config = NatsConfig;
+
+    fn read(settings: Value) -> Result<NatsConfig, DestinationProblem> {
+        push_settings_of(settings)
+    }
+
+    fn delivery(config: &NatsConfig) -> Option<&DeliveryConfig> {
+        Some(&config.delivery)
+    }
+
+    fn egress_targets(config: &NatsConfig) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+        vec![("host", AllowedHost::address(&config.host, config.port()))]
+    }
+
+    fn problems(
+        config: &NatsConfig,
+        _sink: &SinkConfig,
+        _entries: &Entries<'_>,
+    ) -> Vec<(DocPath, String)> {
+        let destination = DocPath::root().key("destination");
+        config
+            .problems()
+            .into_iter()
+            .map(|(key, problem)| (destination.key(key), problem))
+            .collect()
+    }
+
+    const DEFAULT_ROUTE: Option<DefaultRoute> = Some(default_route);
+
+    fn build(config: &NatsConfig, sink: &SinkConfig, _whole: &Config) -> Result<Built, BuildError> {
+        let settings = NatsSettings::resolve(sink, config);
+        let retry = settings.limits.retry;
+        Ok(Built::Push {
+            destination: Arc::new(NatsDestination::new(&sink.name, settings)),
+            retry,
+        })
+    }
+}
+
+/// `subject`: `sequin.<database>.<schema>.<table>.<action>`.
+fn default_route(action: &str, metadata: &Metadata, _group_id: &str) -> Route {
+    Route {
+        subject: Some(default_subject(metadata, action)),
+        ..Route::default()
+    }
+}

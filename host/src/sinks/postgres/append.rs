@@ -51,7 +51,7 @@ pub fn create_sql(table: &TableRef) -> String {
          );
          {index};",
         schema = crate::source::protocol::quote_ident(&table.schema),
-        index = crate::retention::create_index(&TableName {
+        index = super::retention::create_index(&TableName {
             schema: table.schema.clone(),
             name: table.table.clone(),
         }),

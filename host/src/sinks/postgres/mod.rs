@@ -1,4 +1,4 @@
-//! The `postgres` sink: each delivery is one transaction on the target
+//! The `postgres` sink (`type: postgres`): each delivery is one transaction on the target
 //! database, in `mirror` mode (upsert and delete by primary key, see
 //! [`mirror`]) or `append` mode (one event row per message, see
 //! [`append`]).
@@ -12,362 +12,104 @@
 //! retriably. See `docs/sinks/postgres.md`.
 
 pub mod append;
+mod config;
 pub mod create;
+mod destination;
+mod errors;
 pub mod item;
 pub mod mirror;
+pub mod retention;
 pub mod target;
 
-use std::collections::HashMap;
+pub use config::{PostgresConfig, PostgresMode, PostgresSettings};
+pub use destination::PostgresDestination;
+
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use tokio::sync::Mutex;
-use tokio_postgres::Client;
-use tracing::warn;
+use serde_yaml_ng::Value;
+use weft_config::destination::{
+    DeliveryConfig, DestinationProblem, Entries, Reference, push_settings_of,
+};
+use weft_config::path::DocPath;
+use weft_core::change::Action;
 
-use crate::config::{Config, PostgresConfig, PostgresMode, SinkConfig, TableRef};
-use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
-use crate::source::PgConnectOptions;
-use crate::store::StoredMessage;
-use item::Item;
-use mirror::MirrorError;
-use target::TargetTable;
+use super::config::{Config, SinkConfig};
+use super::sink::{BuildError, Built, Sink};
 
-/// Session settings of a sink connection: values are read as weft renders
-/// them (`docs/types.md`).
-const SESSION: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'postgres'";
+/// The `postgres` sink type.
+pub struct PostgresSink;
 
-/// Everything a Postgres sink needs, resolved from the config.
-#[derive(Debug, Clone)]
-pub struct PostgresSettings {
-    /// Mirror or append.
-    pub mode: PostgresMode,
-    /// The target database.
-    pub target: PgConnectOptions,
-    /// The sink's source database, for creating mirror tables.
-    pub source: Option<PgConnectOptions>,
-    /// `table:` of the config.
-    pub table: Option<TableRef>,
-    /// Create missing target tables.
-    pub create_table: bool,
-    /// Batch size, parallelism, timeout and retries.
-    pub limits: DeliveryLimits,
-}
+impl Sink for PostgresSink {
+    const TYPE: &'static str = "postgres";
+    const ROUTING_KEYS: &'static [&'static str] = &["table"];
+    /// Rows are JSON: a bytes payload has no columns to write.
+    const CARRIES_BYTES: bool = false;
+    type Config = PostgresConfig;
 
-impl PostgresSettings {
-    /// The settings of `sink`, whose destination is `postgres`.
-    pub fn resolve(
-        config: &Config,
+    fn read(settings: Value) -> Result<PostgresConfig, DestinationProblem> {
+        push_settings_of(settings)
+    }
+
+    fn delivery(config: &PostgresConfig) -> Option<&DeliveryConfig> {
+        Some(&config.delivery)
+    }
+
+    fn references(config: &PostgresConfig) -> Vec<Reference> {
+        vec![Reference::Database(config.database.clone())]
+    }
+
+    fn problems(
+        config: &PostgresConfig,
         sink: &SinkConfig,
-        postgres: &PostgresConfig,
-    ) -> Result<PostgresSettings, String> {
-        let options = |name: &str| {
-            let database = config
-                .database(name)
-                .ok_or_else(|| format!("no database named {name:?}"))?;
-            PgConnectOptions::try_from(database.connection()).map_err(|e| e.to_string())
-        };
-        Ok(PostgresSettings {
-            mode: postgres.mode,
-            target: options(&postgres.database)?,
-            source: sink.database.as_deref().map(options).transpose()?,
-            table: postgres.table.clone(),
-            create_table: postgres.create_table,
-            limits: DeliveryLimits::resolve(sink, &postgres.delivery),
+        entries: &Entries<'_>,
+    ) -> Vec<(DocPath, String)> {
+        let destination = DocPath::root().key("destination");
+        let mut problems = Vec::new();
+        if let Some(problem) = feeds_itself(sink, config) {
+            problems.push((destination.key("table"), problem));
+        }
+        let databases = entries.databases;
+        if !databases.contains(&config.database) {
+            problems.push((
+                destination.key("database"),
+                format!(
+                    "no database named {:?}; defined databases: {databases:?} (a postgres sink writes into a `databases` entry)",
+                    config.database
+                ),
+            ));
+        }
+        problems
+    }
+
+    fn build(
+        config: &PostgresConfig,
+        sink: &SinkConfig,
+        whole: &Config,
+    ) -> Result<Built, BuildError> {
+        let settings = PostgresSettings::resolve(whole, sink, config).map_err(BuildError::new)?;
+        let retry = settings.limits.retry;
+        Ok(Built::Push {
+            destination: Arc::new(PostgresDestination::new(&sink.name, settings)),
+            retry,
         })
     }
 }
 
-/// Delivers a Postgres sink's messages.
-pub struct PostgresDestination {
-    sink: String,
-    settings: PostgresSettings,
-    /// Idle connections to the target.
-    idle: Mutex<Vec<Client>>,
-    /// Target tables as last read from the catalog (mirror), or known to
-    /// exist (append).
-    tables: Mutex<HashMap<TableRef, Arc<TargetTable>>>,
-}
-
-/// Why a batch (or message) was not written.
-enum WriteError {
-    /// These messages cannot be written as they are.
-    Refused(Vec<(usize, String)>),
-    /// Postgres refused the transaction.
-    Sql(tokio_postgres::Error),
-    /// A target table is missing or cannot be created.
-    Setup(String),
-}
-
-impl From<tokio_postgres::Error> for WriteError {
-    fn from(error: tokio_postgres::Error) -> Self {
-        WriteError::Sql(error)
+/// Why a postgres sink would write into a table it reads from itself, so
+/// that each write becomes a new change of it, endlessly.
+fn feeds_itself(sink: &SinkConfig, postgres: &PostgresConfig) -> Option<String> {
+    if sink.database.as_deref() != Some(postgres.database.as_str()) {
+        return None;
     }
-}
-
-impl PostgresDestination {
-    /// The destination of the sink `sink`. Connects on first delivery.
-    pub fn new(sink: &str, settings: PostgresSettings) -> PostgresDestination {
-        PostgresDestination {
-            sink: sink.to_string(),
-            settings,
-            idle: Mutex::new(Vec::new()),
-            tables: Mutex::new(HashMap::new()),
-        }
-    }
-
-    async fn connect(&self) -> Result<Client, String> {
-        if let Some(client) = self.idle.lock().await.pop()
-            && !client.is_closed()
-        {
-            return Ok(client);
-        }
-        let (client, _driver) = self
-            .settings
-            .target
-            .connect_query()
-            .await
-            .map_err(|e| e.to_string())?;
-        client
-            .batch_execute(SESSION)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(client)
-    }
-
-    async fn deliver_all(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        let mut outcomes: Vec<Option<DeliveryOutcome>> = vec![None; batch.len()];
-        let fallback =
-            (self.settings.mode == PostgresMode::Append).then(PostgresConfig::default_event_table);
-        let mut items = Vec::with_capacity(batch.len());
-        for (index, message) in batch.iter().enumerate() {
-            match Item::parse(
-                index,
-                message,
-                self.settings.table.as_ref(),
-                fallback.as_ref(),
-            ) {
-                Ok(item) => items.push(item),
-                Err(error) => outcomes[index] = Some(DeliveryOutcome::permanent(error)),
-            }
-        }
-        if !items.is_empty() {
-            let mut client = match self.connect().await {
-                Ok(client) => client,
-                Err(error) => {
-                    let error = format!("cannot connect to the target database: {error}");
-                    return fill(outcomes, || DeliveryOutcome::retry(error.clone()));
-                }
-            };
-            let all: Vec<&Item> = items.iter().collect();
-            match self.write(&mut client, &all, batch).await {
-                Ok(()) => {
-                    for item in &items {
-                        outcomes[item.index] = Some(DeliveryOutcome::Delivered);
-                    }
-                }
-                Err(_) if client.is_closed() => {}
-                Err(_) => {
-                    // Find the refused messages: each alone in its own
-                    // transaction (idempotent, so the others are unharmed).
-                    for item in &items {
-                        let outcome = match self.write(&mut client, &[item], batch).await {
-                            Ok(()) => DeliveryOutcome::Delivered,
-                            Err(error) => self.outcome(item, error),
-                        };
-                        outcomes[item.index] = Some(outcome);
-                        if client.is_closed() {
-                            break;
-                        }
-                    }
-                }
-            }
-            if !client.is_closed() {
-                self.idle.lock().await.push(client);
-            }
-        }
-        fill(outcomes, || {
-            DeliveryOutcome::retry("the connection to the target database was lost")
-        })
-    }
-
-    /// One transaction writing `items`.
-    async fn write(
-        &self,
-        client: &mut Client,
-        items: &[&Item],
-        batch: &[StoredMessage],
-    ) -> Result<(), WriteError> {
-        let written = self.write_transaction(client, items, batch).await;
-        if written.is_err() {
-            // A table created or read inside the rolled-back transaction
-            // may not exist, or may have changed: read it again next time.
-            self.tables.lock().await.clear();
-        }
-        written
-    }
-
-    async fn write_transaction(
-        &self,
-        client: &mut Client,
-        items: &[&Item],
-        batch: &[StoredMessage],
-    ) -> Result<(), WriteError> {
-        let mut by_table: Vec<(&TableRef, Vec<&Item>)> = Vec::new();
-        for &item in items {
-            match by_table.iter_mut().find(|(table, _)| **table == item.table) {
-                Some((_, list)) => list.push(item),
-                None => by_table.push((&item.table, vec![item])),
-            }
-        }
-        let tx = client.transaction().await?;
-        for (table, items) in by_table {
-            let target = self.target(&tx, table, items[0]).await?;
-            match self.settings.mode {
-                PostgresMode::Append => append::write(&tx, table, &items, batch).await?,
-                PostgresMode::Mirror => match mirror::write(&tx, &target, &items).await {
-                    Ok(()) => {}
-                    Err(MirrorError::Sql(error)) => return Err(WriteError::Sql(error)),
-                    Err(MirrorError::Refused(refused)) => return Err(WriteError::Refused(refused)),
-                },
-            }
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// The target table `table`, read from the catalog (and created when
-    /// missing and asked to) the first time.
-    async fn target(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        table: &TableRef,
-        first: &Item,
-    ) -> Result<Arc<TargetTable>, WriteError> {
-        if let Some(known) = self.tables.lock().await.get(table) {
-            return Ok(known.clone());
-        }
-        let mut described = TargetTable::describe(tx.client(), table).await?;
-        if described.is_none() && self.settings.create_table {
-            let sql = match self.settings.mode {
-                PostgresMode::Append => append::create_sql(table),
-                PostgresMode::Mirror => self.mirror_create_sql(table, first).await?,
-            };
-            tx.batch_execute(&sql).await?;
-            described = TargetTable::describe(tx.client(), table).await?;
-        }
-        let described = described.ok_or_else(|| {
-            WriteError::Setup(format!(
-                "target table {table} does not exist; create it, or set `create_table: true`"
-            ))
-        })?;
-        let described = Arc::new(described);
-        self.tables
-            .lock()
-            .await
-            .insert(table.clone(), described.clone());
-        Ok(described)
-    }
-
-    /// The DDL of a mirror table for `table`, from the definition of the
-    /// source table of `first`.
-    async fn mirror_create_sql(
-        &self,
-        table: &TableRef,
-        first: &Item,
-    ) -> Result<String, WriteError> {
-        let Some(source) = &self.settings.source else {
-            return Err(WriteError::Setup(format!(
-                "target table {table} does not exist and this sink has no source database to copy its definition from; create it"
-            )));
-        };
-        let source_table = TableRef {
-            schema: first.meta_str("table_schema").to_string(),
-            table: first.meta_str("table_name").to_string(),
-        };
-        let (client, _driver) = source.connect_query().await.map_err(|e| {
-            WriteError::Setup(format!("cannot connect to the source database: {e}"))
-        })?;
-        create::mirror_table_sql(&client, &source_table, table)
-            .await
-            .map_err(WriteError::Setup)
-    }
-
-    /// The outcome of `item` written alone that failed with `error`.
-    fn outcome(&self, item: &Item, error: WriteError) -> DeliveryOutcome {
-        match error {
-            WriteError::Refused(refused) => {
-                let reason = refused
-                    .into_iter()
-                    .map(|(_, reason)| reason)
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                DeliveryOutcome::retry(reason)
-            }
-            WriteError::Setup(reason) => DeliveryOutcome::retry(reason),
-            WriteError::Sql(error) => {
-                let text = describe(&error);
-                if is_data_error(&error) {
-                    warn!(sink = %self.sink, table = %item.table, error = %text, "postgres refused a message; it is dead-lettered");
-                    DeliveryOutcome::permanent(text)
-                } else {
-                    DeliveryOutcome::retry(text)
-                }
-            }
-        }
-    }
-}
-
-/// Postgres's message with its SQLSTATE and detail.
-fn describe(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => {
-            let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
-            if let Some(detail) = db.detail() {
-                text.push_str(&format!(": {detail}"));
-            }
-            text
-        }
-        None => error.to_string(),
-    }
-}
-
-/// Whether no retry can make Postgres accept the message: a data exception
-/// (class 22) or an integrity violation (class 23) other than a foreign key,
-/// whose referenced row may arrive later.
-fn is_data_error(error: &tokio_postgres::Error) -> bool {
-    error.as_db_error().is_some_and(|db| {
-        let code = db.code().code();
-        code.starts_with("22") || (code.starts_with("23") && code != "23503")
-    })
-}
-
-fn fill(
-    outcomes: Vec<Option<DeliveryOutcome>>,
-    missing: impl Fn() -> DeliveryOutcome,
-) -> Vec<DeliveryOutcome> {
-    outcomes
-        .into_iter()
-        .map(|outcome| outcome.unwrap_or_else(&missing))
-        .collect()
-}
-
-#[async_trait]
-impl Destination for PostgresDestination {
-    fn limits(&self) -> &DeliveryLimits {
-        &self.settings.limits
-    }
-
-    async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        let timeout = self.settings.limits.request_timeout;
-        match tokio::time::timeout(timeout, self.deliver_all(batch)).await {
-            Ok(outcomes) => outcomes,
-            Err(_) => {
-                // The transaction may still commit; a retry is idempotent.
-                self.idle.lock().await.clear();
-                let error = format!("the write did not finish within {timeout:?}");
-                vec![DeliveryOutcome::retry(error); batch.len()]
-            }
-        }
-    }
+    let Some(table) = postgres.table.clone().or_else(|| {
+        (postgres.mode == PostgresMode::Append).then(PostgresConfig::default_event_table)
+    }) else {
+        return Some(
+            "a mirror into the sink's own database needs `table`: without it each row is written back into its own source table; name another table".into(),
+        );
+    };
+    sink.accepts(&table.schema, &table.table, Action::Insert)
+        .then(|| format!(
+            "{table} is one of the tables this sink reads, so every row written would come back as a new change; name another table, or narrow the sink's `source` (e.g. `include_tables`)"
+        ))
 }

@@ -2,9 +2,9 @@
 //! properties and body.
 
 use lapin::BasicProperties;
-use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable};
 
-use crate::pipeline::routing_keys::MAX_AMQP_SHORT_STRING;
+use super::errors::{self, short};
 use crate::sinks::delivery::DeliveryOutcome;
 use crate::store::StoredMessage;
 
@@ -40,11 +40,10 @@ impl Outgoing {
             .exchange
             .clone()
             .unwrap_or_else(|| default_exchange.to_string());
-        let routing_key = route.routing_key.clone().ok_or_else(|| {
-            DeliveryOutcome::permanent(
-                "the message has no routing key (its stored route lacks one); this is a bug in weft",
-            )
-        })?;
+        let routing_key = route
+            .routing_key
+            .clone()
+            .ok_or_else(errors::no_routing_key)?;
         short("exchange", &exchange)?;
         short("routing_key", &routing_key)?;
         let message_id = route
@@ -72,16 +71,6 @@ impl Outgoing {
             body,
         })
     }
-}
-
-/// `value` as an AMQP short string, or a permanent failure naming `what`.
-fn short(what: &str, value: &str) -> Result<ShortString, DeliveryOutcome> {
-    ShortString::try_new(value).map_err(|_| {
-        DeliveryOutcome::permanent(format!(
-            "{what} is {} bytes long; AMQP allows at most {MAX_AMQP_SHORT_STRING} bytes (shorten it in the routing function or transform, then replay this dead letter)",
-            value.len()
-        ))
-    })
 }
 
 #[cfg(test)]

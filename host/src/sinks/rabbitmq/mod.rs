@@ -1,4 +1,4 @@
-//! The RabbitMQ sink: the delivery worker publishes a sink's messages to a
+//! The RabbitMQ sink (`type: rabbitmq`): the delivery worker publishes a sink's messages to a
 //! RabbitMQ exchange.
 //!
 //! - Exchange: the route's `exchange`, else the sink's `exchange`. Routing
@@ -18,10 +18,86 @@
 
 mod config;
 mod connection;
+mod destination;
+mod errors;
 mod message;
-mod sink;
 
-pub use config::RabbitMqSettings;
+pub use config::{RabbitMqConfig, RabbitMqSettings};
 pub use connection::RabbitMqConnection;
+pub use destination::RabbitMqDestination;
 pub use message::Outgoing;
-pub use sink::RabbitMqDestination;
+
+use std::sync::Arc;
+
+use serde_yaml_ng::Value;
+use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, push_settings_of};
+use weft_config::hosts::AllowedHost;
+use weft_config::path::DocPath;
+use weft_core::message::Metadata;
+use weft_core::route::Route;
+
+use super::config::{Config, SinkConfig};
+use super::route::default_subject;
+use super::sink::{BuildError, Built, DefaultRoute, Sink};
+
+/// The `rabbitmq` sink type.
+pub struct RabbitMqSink;
+
+impl Sink for RabbitMqSink {
+    const TYPE: &'static str = "rabbitmq";
+    const ROUTING_KEYS: &'static [&'static str] =
+        &["exchange", "routing_key", "headers", "message_id"];
+    type Config = RabbitMqConfig;
+
+    fn read(settings: Value) -> Result<RabbitMqConfig, DestinationProblem> {
+        push_settings_of(settings)
+    }
+
+    fn delivery(config: &RabbitMqConfig) -> Option<&DeliveryConfig> {
+        Some(&config.delivery)
+    }
+
+    fn egress_targets(config: &RabbitMqConfig) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+        vec![("host", AllowedHost::address(&config.host, config.port()))]
+    }
+
+    fn problems(
+        config: &RabbitMqConfig,
+        _sink: &SinkConfig,
+        _entries: &Entries<'_>,
+    ) -> Vec<(DocPath, String)> {
+        let destination = DocPath::root().key("destination");
+        config
+            .problems()
+            .into_iter()
+            .map(|(key, problem)| (destination.key(key), problem))
+            .collect()
+    }
+
+    const DEFAULT_ROUTE: Option<DefaultRoute> = Some(default_route);
+
+    fn build(
+        config: &RabbitMqConfig,
+        sink: &SinkConfig,
+        _whole: &Config,
+    ) -> Result<Built, BuildError> {
+        let settings = RabbitMqSettings::resolve(sink, config);
+        let retry = settings.limits.retry;
+        let destination =
+            RabbitMqDestination::new(&sink.name, settings).map_err(BuildError::new)?;
+        Ok(Built::Push {
+            destination: Arc::new(destination),
+            retry,
+        })
+    }
+}
+
+/// `routing_key`: the NATS sink's subject; `message_id`: the
+/// idempotency key. The exchange comes from the sink's config.
+fn default_route(action: &str, metadata: &Metadata, _group_id: &str) -> Route {
+    Route {
+        routing_key: Some(default_subject(metadata, action)),
+        message_id: Some(metadata.idempotency_key.clone()),
+        ..Route::default()
+    }
+}

@@ -8,7 +8,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 use tokio::sync::OnceCell;
 
-use crate::config::{RedisConnectionConfig, SinkConfig};
+use super::RedisConnectionConfig;
+use crate::sinks::config::SinkConfig;
 use crate::sinks::delivery::{DeliveryLimits, DeliveryOutcome};
 use crate::store::StoredMessage;
 

@@ -1,18 +1,28 @@
-//! The Redis sinks: `redis_string` (`SET`/`DEL` one key per message) and
-//! `redis_stream` (`XADD` one entry per message).
+//! What the Redis sink types (`redis_string`, `redis_stream`) share: their
+//! connection settings and [`RedisConnection`]: one lazily connected,
+//! self-reconnecting multiplexed connection per sink, over which each
+//! delivery sends its batch as one plain pipeline (one round trip) and
+//! reads one reply per command, so that every message gets its own
+//! outcome. A connection failure or timeout fails the whole batch
+//! retriably; an error reply fails only its message, retriably (e.g.
+//! `WRONGTYPE` until an operator fixes the key). See
+//! `docs/sinks/redis_string.md` and `docs/sinks/redis_stream.md`.
 //!
-//! Both share [`RedisConnection`]: one lazily connected, self-reconnecting
-//! multiplexed connection per sink, over which each delivery sends its
-//! batch as one plain pipeline (one round trip) and reads one reply per
-//! command, so that every message gets its own outcome. A connection
-//! failure or timeout fails the whole batch retriably; an error reply fails
-//! only its message, retriably (e.g. `WRONGTYPE` until an operator fixes
-//! the key). See `docs/sinks/redis_string.md` and `docs/sinks/redis_stream.md`.
+//! This folder is no sink type of its own: `redis_string/` and
+//! `redis_stream/` are.
 
+mod config;
 mod connection;
-mod stream;
-mod string;
 
+pub use config::RedisConnectionConfig;
+pub(crate) use config::non_empty;
 pub use connection::{RedisConnection, RedisSettings};
-pub use stream::RedisStreamDestination;
-pub use string::RedisStringDestination;
+
+use weft_config::hosts::AllowedHost;
+
+impl RedisConnectionConfig {
+    /// Where it connects, for the account's `allow_hosts` check.
+    pub fn egress_targets(&self) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+        vec![("host", AllowedHost::address(&self.host, self.port))]
+    }
+}
