@@ -44,5 +44,5 @@ pub mod registry;
 pub mod server;
 pub mod sinks;
 pub mod source;
-pub mod store;
+pub use weft_store as store;
 pub mod webhook_source;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::runner::{self, BackfillError};
-use super::scope::ChunkQuery;
+use super::scope::{ChunkQuery, ScopeRules};
 use super::{BackfillScope, Backfills};
 use crate::change::Action;
 use crate::config::{InitialBackfill, SinkConfig, TableRef};

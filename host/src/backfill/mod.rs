@@ -39,7 +39,7 @@ use crate::change::{BackfillTag, Relation};
 
 pub use launcher::{BackfillLauncher, BackfillTarget, TableSelection};
 pub use row_filter::{FilterError, RowFilter};
-pub use scope::BackfillScope;
+pub use scope::{BackfillScope, ScopeRules};
 pub use watermarks::{ChunkStored, Watermarks};
 
 /// Publishes `backfill`'s progress as gauges (`crate::metrics`), labelled

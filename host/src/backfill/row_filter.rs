@@ -16,7 +16,6 @@
 
 use std::ops::ControlFlow;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlparser::ast::{
     Expr, ObjectName, ObjectNamePart, Query, Value as SqlValue, Visit, Visitor,
@@ -26,25 +25,12 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Token;
 use tokio_postgres::Client;
+pub use weft_store::RowFilter;
 
 /// The longest filter accepted, in bytes.
 const MAX_FILTER_BYTES: usize = 4096;
 /// The most parameters a filter may use.
 const MAX_PARAMS: usize = 64;
-
-/// A `WHERE` filter as a request gives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RowFilter {
-    /// The boolean expression, e.g. `status = $1 AND total > $2`.
-    #[serde(rename = "where")]
-    pub sql: String,
-    /// The values of `$1`, `$2`, …: strings, numbers, booleans or null
-    /// (arrays and objects are passed as their JSON text). Postgres casts
-    /// each from its text to the type the expression needs.
-    #[serde(default)]
-    pub params: Vec<Value>,
-}
 
 /// Why a filter was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -22,46 +22,28 @@
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use serde::{Deserialize, Serialize};
+
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, IsolationLevel, SimpleQueryMessage, Transaction};
 
 use super::ReadRow;
-use super::row_filter::{self, RowFilter, SqlFilter};
+use super::row_filter::{self, SqlFilter};
 use super::row_json::RowWriter;
 use super::runner::{BackfillError, Table, db_error, quote_ident};
 use crate::message::WrittenJson;
+pub use weft_store::{BackfillScope, RowFilter};
 
-/// Which rows a backfill reads: all of them by default.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackfillScope {
-    /// Read in this column's order, from `start_position` on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sort_column: Option<String>,
-    /// The first `sort_column` value to read (inclusive), as text Postgres
-    /// casts to the column's type, e.g. `"2026-01-01T00:00:00Z"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_position: Option<String>,
-    /// Read only rows for which this holds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter: Option<RowFilter>,
-}
-
-impl BackfillScope {
-    /// `full` or `partial`.
-    pub fn kind(&self) -> &'static str {
-        if self == &BackfillScope::default() {
-            "full"
-        } else {
-            "partial"
-        }
-    }
-
+/// The checks of a [`BackfillScope`] that need the backfill layer (its
+/// filter's SQL rules).
+pub trait ScopeRules {
     /// Checks what can be checked without the table: a `start_position`
     /// needs a `sort_column`, and the filter must parse.
-    pub fn check(&self) -> Result<(), BackfillError> {
+    fn check(&self) -> Result<(), BackfillError>;
+}
+
+impl ScopeRules for BackfillScope {
+    fn check(&self) -> Result<(), BackfillError> {
         if self.start_position.is_some() && self.sort_column.is_none() {
             return Err(BackfillError::Scope(
                 "`start_position` needs a `sort_column`: the column whose values it is a position in"
@@ -72,16 +54,6 @@ impl BackfillScope {
             row_filter::parse(filter).map_err(|e| BackfillError::Scope(e.to_string()))?;
         }
         Ok(())
-    }
-
-    /// A scope from an API request's `start_position`, which may be a JSON
-    /// string or number.
-    pub fn position_text(value: &Value) -> Option<String> {
-        match value {
-            Value::String(text) => Some(text.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! environment stay out of the store) and each function's component (file,
 //! kind, SHA-256). An operator can see with `sqlite3` which config and
 //! which plugin build produced the messages in the store. Also which sinks
-//! are paused (see [`crate::sinks::pause`]).
+//! are paused (see `weft_sinks::pause`).
 
 use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};

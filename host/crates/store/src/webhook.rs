@@ -9,7 +9,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{Store, StoreError, now_ms};
-use crate::change::Row;
+use weft_core::change::Row;
 
 /// One request a webhook source accepted.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,6 +15,10 @@
 //! connection answers the few reads that must not wait for a transaction
 //! of the first (the pipeline's held-change checks; WAL readers never
 //! block on the writer).
+//!
+//! This layer sits on `weft-core` alone: it stores messages, payloads and
+//! routes as the core defines them, and knows nothing of the config, the
+//! sources, the sinks or the pipeline that use it.
 
 mod backfills;
 mod codec;
@@ -34,12 +38,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
-use crate::lsn::Lsn;
-use crate::metrics;
-use crate::plugins::Route;
 use codec::MessageColumns;
+use weft_core::lsn::Lsn;
+use weft_core::metrics;
+use weft_core::route::Route;
 
-pub use backfills::{Backfill, BackfillState};
+pub use backfills::{Backfill, BackfillScope, BackfillState, RowFilter};
 pub use codec::StoredPayload;
 pub use delivery::{DeadLetter, FailedStage, StoredMessage};
 pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
@@ -564,7 +568,7 @@ fn insert_messages(
 }
 
 /// Now, in milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

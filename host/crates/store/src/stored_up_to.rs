@@ -1,12 +1,12 @@
 //! Which changes of the replication stream a sink has stored already, so
 //! that those Postgres sends again after a restart are dropped.
 
-use crate::lsn::Lsn;
+use weft_core::lsn::Lsn;
 
 /// What a sink has stored: every transaction through `cursor`, and of the
 /// transaction after it, the changes through `open` (a big transaction
 /// goes through in chunks before its Commit; see
-/// [`crate::pipeline::Batch`]).
+/// `weft_pipeline::Batch`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredUpTo {
     /// The commit LSN of the last transaction stored whole.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plugins::{Payload, Route};
+use weft_core::{payload::Payload, route::Route};
 
 use super::{NewMessage, StoreError, lsn_to_sql};
 
@@ -257,7 +257,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::plugins::KeyAction;
+    use weft_core::route::KeyAction;
 
     #[test]
     fn payloads_round_trip_through_their_columns() {

@@ -138,7 +138,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX backfills_sink ON backfills (sink, created_at);
     "#,
-    // 6: which rows a partial backfill reads (`crate::backfill::BackfillScope`
+    // 6: which rows a partial backfill reads (`BackfillScope`
     // as JSON); NULL for a full one.
     r#"
     ALTER TABLE backfills ADD COLUMN scope TEXT;

@@ -28,8 +28,8 @@ pub(super) fn msg(lsn: u64, idx: u32, group: &str) -> NewMessage {
         commit_lsn: Lsn(lsn),
         commit_idx: idx,
         group_id: group.to_string(),
-        idempotency_key: crate::message::idempotency_key(Lsn(lsn), idx),
-        payload: crate::plugins::Payload::Json(json!({"lsn": lsn, "idx": idx, "group": group}))
+        idempotency_key: weft_core::message::idempotency_key(Lsn(lsn), idx),
+        payload: weft_core::payload::Payload::Json(json!({"lsn": lsn, "idx": idx, "group": group}))
             .into(),
         route: None,
     }
@@ -319,7 +319,7 @@ fn duplicates_on_append_are_ignored() {
     let first = store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap();
     // A replay after a crash: same positions, maybe a different payload.
     let mut replay = msg(10, 0, "a");
-    replay.payload = crate::plugins::Payload::Json(json!({"replayed": true})).into();
+    replay.payload = weft_core::payload::Payload::Json(json!({"replayed": true})).into();
     store
         .append(
             &batch("s", vec![replay, msg(10, 1, "a"), msg(11, 0, "a")]),
@@ -615,7 +615,7 @@ fn receive_and_ack_rate_with_100k_messages() {
             .map(|i| {
                 let n = chunk * 1000 + i;
                 let mut m = msg(u64::from(n / 10) + 1, n % 10, &format!("g{}", n % 1000));
-                m.payload = crate::plugins::Payload::Json(
+                m.payload = weft_core::payload::Payload::Json(
                     json!({"lsn": n / 10 + 1, "idx": n % 10, "record": {"id": n, "name": "x".repeat(200)}}),
                 ).into();
                 m
@@ -719,7 +719,7 @@ fn max_deliver_dead_letters_a_message_handed_out_that_often_and_frees_its_group(
 
 #[test]
 fn registered_plugin_versions_are_immutable_and_their_files_shared() {
-    use crate::store::{RegisteredPlugin, Registration};
+    use crate::{RegisteredPlugin, Registration};
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
     let version = |version: &str, sha256: &str| RegisteredPlugin {

@@ -1,12 +1,12 @@
-//! Backfills and their progress (see `crate::backfill`): what to read,
+//! Backfills and their progress (see `weft_pipeline::backfill`): what to read,
 //! where it got to, and its state, so that a restart resumes each active
 //! backfill after the last row it stored.
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{Store, StoreError, now_ms};
-use crate::backfill::BackfillScope;
 
 /// Where a backfill is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -277,6 +277,57 @@ impl Store {
             .execute(params![id, state.as_str(), error, now])?;
         Ok(updated == 1)
     }
+}
+
+/// Which rows a backfill reads: all of them by default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillScope {
+    /// Read in this column's order, from `start_position` on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_column: Option<String>,
+    /// The first `sort_column` value to read (inclusive), as text Postgres
+    /// casts to the column's type, e.g. `"2026-01-01T00:00:00Z"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_position: Option<String>,
+    /// Read only rows for which this holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<RowFilter>,
+}
+
+impl BackfillScope {
+    /// `full` or `partial`.
+    pub fn kind(&self) -> &'static str {
+        if self == &BackfillScope::default() {
+            "full"
+        } else {
+            "partial"
+        }
+    }
+
+    /// A scope from an API request's `start_position`, which may be a JSON
+    /// string or number.
+    pub fn position_text(value: &Value) -> Option<String> {
+        match value {
+            Value::String(text) => Some(text.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// A `WHERE` filter as a request gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowFilter {
+    /// The boolean expression, e.g. `status = $1 AND total > $2`.
+    #[serde(rename = "where")]
+    pub sql: String,
+    /// The values of `$1`, `$2`, …: strings, numbers, booleans or null
+    /// (arrays and objects are passed as their JSON text). Postgres casts
+    /// each from its text to the type the expression needs.
+    #[serde(default)]
+    pub params: Vec<Value>,
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The plugin registry's records: one row per uploaded `name@version`,
-//! naming its component by SHA-256 (see [`crate::registry`]).
+//! naming its component by SHA-256 (see `weft_wasm::registry`).
 
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;

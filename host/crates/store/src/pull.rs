@@ -18,9 +18,9 @@ use uuid::Uuid;
 use super::codec::{StoredPayload, route_from_column};
 use super::delivery::{Held, move_to_dead_letters};
 use super::{Store, StoreError, StoreTime, lsn_from_sql, now_ms, segments};
-use crate::lsn::Lsn;
-use crate::metrics;
-use crate::plugins::Route;
+use weft_core::lsn::Lsn;
+use weft_core::metrics;
+use weft_core::route::Route;
 
 /// The lease on one delivered message: valid until the message is acked,
 /// nacked, or handed out again after its visibility timeout.
@@ -321,7 +321,7 @@ pub(super) struct Leased {
 }
 
 /// A pull consumer's view of a payload: JSON as stored, a bytes payload as
-/// its JSON view (see [`crate::plugins::Payload::into_json_view`]). Pull
+/// its JSON view (see [`weft_core::payload::Payload::into_json_view`]). Pull
 /// sinks only ever store JSON (the pipeline sees to it).
 fn json_text(payload: StoredPayload) -> Result<Box<RawValue>, StoreError> {
     let text = match payload {

@@ -279,9 +279,9 @@ mod tests {
 
     use super::super::tests::{NO_LIMIT, WAIT, ack_ids, batch, limits, msg, open_temp, positions};
     use super::*;
-    use crate::lsn::Lsn;
-    use crate::plugins::{Payload, Route};
-    use crate::store::{NewMessage, SinkBatch, Store};
+    use crate::{NewMessage, SinkBatch, Store};
+    use weft_core::lsn::Lsn;
+    use weft_core::{payload::Payload, route::Route};
 
     /// `count` messages at `lsn`, one group each (`g0`, `g1`, ...), as a
     /// backfill chunk brings them.

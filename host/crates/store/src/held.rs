@@ -16,7 +16,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::Value;
 
 use super::{NewMessage, Store, StoreError, lsn_from_sql, lsn_to_sql, now_ms};
-use crate::lsn::Lsn;
+use weft_core::lsn::Lsn;
 
 /// A change held for a sink's functions.
 #[derive(Debug, Clone, PartialEq)]
@@ -206,8 +206,8 @@ impl Store {
         }
         tx.commit()?;
         let dead = settlement.dead_letters.len();
-        crate::metrics::count(crate::metrics::MESSAGES_INGESTED, sink, inserted + dead);
-        crate::metrics::count_dead_lettered(sink, "functions", dead);
+        weft_core::metrics::count(weft_core::metrics::MESSAGES_INGESTED, sink, inserted + dead);
+        weft_core::metrics::count_dead_lettered(sink, "functions", dead);
         Ok(())
     }
 }

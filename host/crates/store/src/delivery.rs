@@ -16,9 +16,9 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 use super::codec::{StoredPayload, payload_from_columns, route_from_column};
 use super::pull::{AckId, lease_heads, promote_next_head};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
-use crate::lsn::Lsn;
-use crate::metrics;
-use crate::plugins::{Payload, Route};
+use weft_core::lsn::Lsn;
+use weft_core::metrics;
+use weft_core::{payload::Payload, route::Route};
 
 /// A message leased to a push sink's delivery worker.
 #[derive(Debug, Clone, PartialEq)]
@@ -465,7 +465,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{NewMessage, SinkBatch, StoreTime};
+    use crate::{NewMessage, SinkBatch, StoreTime};
 
     const LEASE: Duration = Duration::from_secs(30);
 
@@ -482,8 +482,8 @@ mod tests {
                 commit_lsn: Lsn(lsn),
                 commit_idx: 0,
                 group_id: group.to_string(),
-                idempotency_key: crate::message::idempotency_key(Lsn(lsn), 0),
-                payload: crate::plugins::Payload::Json(json!({"lsn": lsn})).into(),
+                idempotency_key: weft_core::message::idempotency_key(Lsn(lsn), 0),
+                payload: weft_core::payload::Payload::Json(json!({"lsn": lsn})).into(),
                 route: None,
             })
             .collect();
@@ -575,7 +575,7 @@ mod tests {
         assert_eq!(letter.last_error, "HTTP 503");
         assert_eq!(
             letter.payload,
-            crate::plugins::Payload::Json(json!({"lsn": 10}))
+            weft_core::payload::Payload::Json(json!({"lsn": 10}))
         );
         assert!(letter.first_attempt_at.unwrap() <= letter.last_attempt_at.unwrap());
         assert_eq!(
