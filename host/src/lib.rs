@@ -43,6 +43,6 @@ pub mod plugins;
 pub mod registry;
 pub mod server;
 pub mod sinks;
-pub mod source;
+pub use weft_source as source;
 pub use weft_store as store;
 pub mod webhook_source;

@@ -136,7 +136,7 @@ fn the_source_query_is_read_only_bound_and_bounded() {
     pg.psql("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 1500) g");
     pg.psql("CREATE SEQUENCE weft_seq");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let options = weft::source::PgConnectOptions::from_url(&pg.url("postgres")).unwrap();
+    let options = weft_postgres::PgConnectOptions::from_url(&pg.url("postgres")).unwrap();
     let query = weft::plugins::SourceQuery::new(
         "names",
         options.query_config(),

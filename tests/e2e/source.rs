@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use weft::change::{Action, Change, SourceEvent};
 use weft::lsn::Lsn;
 use weft::source::events;
-use weft::source::{PgConnectOptions, SourceConfig, SourceError};
+use weft::source::{SourceConfig, SourceError};
+use weft_postgres::{PgConnectOptions, PgError};
 
 use crate::harness::postgres::{PgCluster, PgOptions};
 
@@ -593,7 +594,10 @@ async fn set_up_errors_name_the_object_and_the_fix() {
     ))
     .await;
     assert!(
-        matches!(e, SourceError::NoReplicationPrivilege { .. }),
+        matches!(
+            e,
+            SourceError::Postgres(PgError::NoReplicationPrivilege { .. })
+        ),
         "{e}"
     );
     assert!(
@@ -612,7 +616,10 @@ async fn set_up_errors_name_the_object_and_the_fix() {
         ..Default::default()
     });
     let e = run_once(config(&replica.url("postgres"), "s", "p", &[])).await;
-    assert!(matches!(e, SourceError::WalLevel { .. }), "{e}");
+    assert!(
+        matches!(e, SourceError::Postgres(PgError::WalLevel { .. })),
+        "{e}"
+    );
     assert!(e.to_string().contains("wal_level = logical"), "{e}");
 }
 
@@ -632,7 +639,7 @@ async fn authenticates_with_scram_and_md5() {
     for (user, password) in [("alice", "s3cret"), ("bob", "hunter2")] {
         let options =
             PgConnectOptions::from_url(&pg.url_as(user, Some(password), "postgres")).unwrap();
-        let mut conn = weft::source::protocol::ReplicationConnection::connect(&options)
+        let mut conn = weft_postgres::protocol::ReplicationConnection::connect(&options)
             .await
             .unwrap_or_else(|e| panic!("{user}: {e}"));
         let identity = conn.identify_system().await.unwrap();
@@ -641,7 +648,7 @@ async fn authenticates_with_scram_and_md5() {
             password: Some("wrong".into()),
             ..options
         };
-        let e = weft::source::protocol::ReplicationConnection::connect(&wrong)
+        let e = weft_postgres::protocol::ReplicationConnection::connect(&wrong)
             .await
             .err()
             .unwrap_or_else(|| panic!("{user} with a wrong password connected"));

@@ -7,9 +7,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use weft::change::SourceEvent;
 use weft::lsn::Lsn;
+use weft::source::SourceError;
 use weft::source::events;
-use weft::source::protocol::ReplicationConnection;
-use weft::source::{PgConnectOptions, SourceError};
+use weft_postgres::protocol::ReplicationConnection;
+use weft_postgres::{PgConnectOptions, PgError};
 
 use crate::harness::certs::TestCa;
 use crate::harness::postgres::{PgCluster, PgOptions, ServerTls};
@@ -34,7 +35,7 @@ fn url(host: &str, port: u16, db: &str, params: &str) -> String {
 /// Connects both ways (replication and query); both must succeed or both
 /// fail (TLS failures with the same message). Returns the replication
 /// connection's error.
-async fn connect_both(url: &str) -> Result<(), SourceError> {
+async fn connect_both(url: &str) -> Result<(), PgError> {
     let options = PgConnectOptions::from_url(url)?;
     let replication = ReplicationConnection::connect(&options).await;
     let query = options.connect_query().await;
@@ -53,7 +54,7 @@ async fn connect_both(url: &str) -> Result<(), SourceError> {
             Ok(())
         }
         (Err(a), Err(b)) => {
-            if matches!(a, SourceError::Tls { .. } | SourceError::TlsRequired { .. }) {
+            if matches!(a, PgError::Tls { .. } | PgError::TlsRequired { .. }) {
                 assert_eq!(
                     a.to_string(),
                     b.to_string(),
@@ -105,7 +106,7 @@ async fn sslmode_verifies_the_server_certificate() {
     ))
     .await
     .unwrap_err();
-    assert!(matches!(e, SourceError::Tls { .. }), "{e}");
+    assert!(matches!(e, PgError::Tls { .. }), "{e}");
     assert!(
         e.to_string().contains("not signed by a CA in sslrootcert="),
         "{e}"
@@ -124,7 +125,7 @@ async fn sslmode_verifies_the_server_certificate() {
     ))
     .await
     .unwrap_err();
-    assert!(matches!(e, SourceError::Tls { .. }), "{e}");
+    assert!(matches!(e, PgError::Tls { .. }), "{e}");
     assert!(
         e.to_string().contains("not valid for host \"127.0.0.1\"")
             && e.to_string().contains("sslmode=verify-ca"),
@@ -226,7 +227,7 @@ async fn plain_connections_to_a_tls_only_server_fail_clearly() {
     let e = connect_both(&url("127.0.0.1", port, "postgres", "sslmode=disable"))
         .await
         .unwrap_err();
-    assert!(matches!(e, SourceError::TlsRequired { .. }), "{e}");
+    assert!(matches!(e, PgError::TlsRequired { .. }), "{e}");
     assert!(e.to_string().contains("accepts only TLS"), "{e}");
     assert!(e.to_string().contains("sslmode=require"), "{e}");
 
@@ -246,7 +247,10 @@ async fn plain_connections_to_a_tls_only_server_fail_clearly() {
     .await
     .expect("run gives up at once")
     .unwrap_err();
-    assert!(matches!(e, SourceError::TlsRequired { .. }), "{e}");
+    assert!(
+        matches!(e, SourceError::Postgres(PgError::TlsRequired { .. })),
+        "{e}"
+    );
 
     // allow: plain is refused, so it retries with TLS; prefer: TLS first.
     for mode in ["allow", "prefer", "require"] {
@@ -268,7 +272,7 @@ async fn require_against_a_server_without_tls_fails_clearly() {
     let e = connect_both(&url("127.0.0.1", port, "postgres", "sslmode=require"))
         .await
         .unwrap_err();
-    assert!(matches!(e, SourceError::Tls { .. }), "{e}");
+    assert!(matches!(e, PgError::Tls { .. }), "{e}");
     assert!(e.to_string().contains("ssl = on"), "{e}");
     for mode in ["disable", "allow", "prefer"] {
         connect_both(&url(

@@ -1,6 +1,7 @@
 //! A [`SourceConfig`] for tests that drive `weft::source::run` directly.
 
-use weft::source::{PgConnectOptions, SourceConfig};
+use weft::source::SourceConfig;
+use weft_postgres::PgConnectOptions;
 
 /// Streams `tables` (all tables when empty) from the database at `url`
 /// through `slot` and `publication`, creating both. Heartbeats are off so

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{ApiError, PullApiState};
 use crate::config::DatabaseConfig;
-use crate::source::PgConnectOptions;
+use weft_postgres::PgConnectOptions;
 
 /// `POST /api/postgres_databases/{name}/test_connection`.
 #[utoipa::path(post, path = "/api/postgres_databases/{name}/test_connection", tag = "postgres_databases", summary = "Check that weft can connect and replicate", params(("name" = String, Path, description = "The database")), responses((status = 200, description = "{\"success\": bool, ...}", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
@@ -40,7 +40,7 @@ async fn check(database: &DatabaseConfig) -> Result<Vec<&'static str>, String> {
         .await
         .map_err(|error| weft_core::error::with_causes(&error))?;
     let mut passed = vec!["connect"];
-    crate::source::slot::check_server(&client, &options.user)
+    weft_postgres::check_server(&client, &options.user)
         .await
         .map_err(|error| weft_core::error::with_causes(&error))?;
     passed.push("wal_level and REPLICATION privilege");

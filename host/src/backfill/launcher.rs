@@ -13,8 +13,8 @@ use super::scope::{ChunkQuery, ScopeRules};
 use super::{BackfillScope, Backfills};
 use crate::change::Action;
 use crate::config::{InitialBackfill, SinkConfig, TableRef};
-use crate::source::PgConnectOptions;
 use crate::store::{Backfill, BackfillState, Store, StoreError};
+use weft_postgres::PgConnectOptions;
 
 /// The runtime backfill runners run on: one worker thread of their own,
 /// shared by every runner. On the process's workers, a runner (and its

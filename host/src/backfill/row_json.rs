@@ -1,13 +1,13 @@
 //! A chunk's rows written as JSON objects straight from Postgres's text,
 //! with their primary-key values: what a `read` change carries (see
 //! [`crate::message::Record::Json`]). Each value is rendered as a change
-//! renders it ([`crate::source::types`]), in the table's column order, so a
+//! renders it ([`weft_postgres::types`]), in the table's column order, so a
 //! read row's JSON is what writing the same row as a map would give.
 
 use std::ops::Range;
 
 use crate::message::json;
-use crate::source::types;
+use weft_postgres::types;
 
 use super::runner::Table;
 
@@ -96,7 +96,7 @@ mod tests {
 
     use super::*;
     use crate::change::{Column, Relation, Row};
-    use crate::source::types::builtin_kind;
+    use weft_postgres::types::builtin_kind;
 
     /// `public.orders (id bigint, region text, price numeric, at timestamptz, ok bool)`,
     /// keyed by `(region, id)`.

@@ -22,10 +22,10 @@ use super::scope::ChunkQuery;
 use super::{Backfills, Generation, Mark, WatermarkContent};
 use crate::change::{BackfillTag, Column, Relation, WATERMARK_PREFIX};
 use crate::health::{self, EntityKind, Status};
-use crate::source::PgConnectOptions;
-use crate::source::type_catalog::TypeCatalog;
-use crate::source::types::TypeKind;
 use crate::store::{Backfill, BackfillState, Store};
+use weft_postgres::PgConnectOptions;
+use weft_postgres::type_catalog::TypeCatalog;
+use weft_postgres::types::TypeKind;
 
 /// Rows per chunk at first; it adapts to keep each query near [`TARGET_QUERY_TIME`].
 const FIRST_CHUNK_ROWS: usize = 1000;
@@ -107,7 +107,7 @@ pub(crate) struct Table {
     /// `format_type` of each column, in the relation's column order.
     pub(crate) types: Vec<String>,
     /// How each column's text renders in JSON, in the relation's column
-    /// order: as changes render it ([`crate::source::types`]).
+    /// order: as changes render it ([`weft_postgres::types`]).
     pub(crate) kinds: Vec<TypeKind>,
 }
 

@@ -78,7 +78,7 @@ pub async fn check_reachable(database: &DatabaseConfig) -> Result<(), String> {
         .connect_query()
         .await
         .map_err(|error| format!("database {}: {error}", database.name))?;
-    crate::source::slot::check_server(&client, &options.user)
+    weft_postgres::check_server(&client, &options.user)
         .await
         .map_err(|error| format!("database {}: {error}", database.name))
 }

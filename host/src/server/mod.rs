@@ -346,11 +346,11 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
 /// How to connect to `database`.
 fn connect_options(
     database: &DatabaseConfig,
-) -> Result<crate::source::PgConnectOptions, ServerError> {
-    crate::source::PgConnectOptions::try_from(database.connection()).map_err(|source| {
+) -> Result<weft_postgres::PgConnectOptions, ServerError> {
+    weft_postgres::PgConnectOptions::try_from(database.connection()).map_err(|source| {
         ServerError::Source {
             database: database.name.clone(),
-            source,
+            source: source.into(),
         }
     })
 }
@@ -371,7 +371,7 @@ fn retention_job(
     Ok(Some(crate::sinks::postgres::retention::RetentionJob {
         name: retention.name.clone(),
         target,
-        table: crate::source::slot::TableName {
+        table: weft_postgres::TableName {
             schema: table.schema,
             name: table.table,
         },

@@ -782,8 +782,8 @@ fn ssl_fields_become_connection_parameters() {
     let c = c.databases[0].connection();
     assert_eq!(c.param("sslmode"), Some("verify-full"));
     assert_eq!(c.param("sslrootcert"), Some("/etc/ca.pem"));
-    let source = crate::source::PgConnectOptions::try_from(c).unwrap();
-    assert_eq!(source.tls.mode, crate::source::tls::SslMode::VerifyFull);
+    let source = weft_postgres::PgConnectOptions::try_from(c).unwrap();
+    assert_eq!(source.tls.mode, weft_postgres::tls::SslMode::VerifyFull);
 
     assert_eq!(
         error(&with("    ssl: true\n    sslmode: require\n")),

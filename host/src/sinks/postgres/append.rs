@@ -25,8 +25,8 @@ use tokio_postgres::Transaction;
 use super::item::Item;
 use super::target::quoted;
 use crate::config::TableRef;
-use crate::source::slot::TableName;
 use crate::store::StoredMessage;
+use weft_postgres::TableName;
 
 /// `CREATE TABLE IF NOT EXISTS` of an event table, with its
 /// `committed_at` index (which time-based retention deletes by).
@@ -50,7 +50,7 @@ pub fn create_sql(table: &TableRef) -> String {
            idempotency_key text NOT NULL UNIQUE
          );
          {index};",
-        schema = crate::source::protocol::quote_ident(&table.schema),
+        schema = weft_postgres::protocol::quote_ident(&table.schema),
         index = super::retention::create_index(&TableName {
             schema: table.schema.clone(),
             name: table.table.clone(),

@@ -9,7 +9,7 @@ use weft_config::model::TableRef;
 
 use crate::sinks::config::{Config, SinkConfig};
 use crate::sinks::delivery::DeliveryLimits;
-use crate::source::PgConnectOptions;
+use weft_postgres::PgConnectOptions;
 
 /// What a Postgres sink does with each message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -7,7 +7,7 @@ use tokio_postgres::Client;
 
 use super::target::quoted;
 use crate::config::TableRef;
-use crate::source::protocol::quote_ident;
+use weft_postgres::protocol::quote_ident;
 
 /// The `CREATE TABLE IF NOT EXISTS` of `target` with the definition of
 /// `source` as read over `source_client`.

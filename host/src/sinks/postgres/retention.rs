@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{EntityKind, Status};
-use crate::source::PgConnectOptions;
-use crate::source::slot::TableName;
+use weft_postgres::PgConnectOptions;
+use weft_postgres::TableName;
 
 /// Rows one DELETE removes at most.
 pub const BATCH_ROWS: i64 = 1000;
@@ -147,7 +147,7 @@ struct Connection {
 
 /// `CREATE INDEX IF NOT EXISTS` on the event table's `committed_at`.
 pub(crate) fn create_index(table: &TableName) -> String {
-    let index = crate::source::protocol::quote_ident(&format!(
+    let index = weft_postgres::protocol::quote_ident(&format!(
         "{}_committed_at_idx",
         table.name.chars().take(45).collect::<String>()
     ));

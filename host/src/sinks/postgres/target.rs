@@ -10,7 +10,7 @@
 use tokio_postgres::Client;
 
 use crate::config::TableRef;
-use crate::source::protocol::quote_ident;
+use weft_postgres::protocol::quote_ident;
 
 /// How a column's JSON value becomes its SQL value.
 #[derive(Debug, Clone, PartialEq, Eq)]

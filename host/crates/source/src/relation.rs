@@ -31,10 +31,11 @@ use serde_json::Value;
 
 use super::SourceError;
 use super::pgoutput::{RelationColumn, Tuple, TupleValue};
-use super::type_catalog::TypeCatalog;
-use super::types::{self, StaleComposite, TypeKind};
 use super::unchanged_toast::UnchangedToastReport;
-use crate::change::{Column, Relation, Row};
+use weft_core::change::{Column, Relation, Row};
+use weft_postgres::PgError;
+use weft_postgres::type_catalog::TypeCatalog;
+use weft_postgres::types::{self, StaleComposite, TypeKind};
 
 /// What sequin shows for an unchanged TOAST value the server did not send.
 pub const UNCHANGED_TOAST: &str = "unchanged_toast";
@@ -283,7 +284,7 @@ async fn primary_key(
             &[&oid],
         )
         .await
-        .map_err(|e| SourceError::Query {
+        .map_err(|e| PgError::Query {
             context: format!("looking up the primary key of relation {oid}"),
             source: e,
         })?;

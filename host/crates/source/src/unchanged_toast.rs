@@ -5,15 +5,15 @@
 //! it and weft fills it in; under any other identity the column shows the
 //! placeholder `"unchanged_toast"` (Sequin's convention). Consumers that
 //! treat the message as the row then see a wrong value, so each such value
-//! counts in [`crate::metrics::UNCHANGED_TOAST_VALUES`] and the first one
+//! counts in [`weft_core::metrics::UNCHANGED_TOAST_VALUES`] and the first one
 //! of a table raises a health warning on the database, naming the fix.
 //! The warning clears when a Relation message shows the table under
 //! REPLICA IDENTITY FULL.
 
 use std::collections::HashMap;
 
-use crate::change::Relation;
-use crate::health::{self, EntityKind, Status};
+use weft_core::change::Relation;
+use weft_core::health::{self, EntityKind, Status};
 
 /// The health check id of a table's placeholders, on its database.
 pub fn check_id(relation: &Relation) -> String {
@@ -47,7 +47,7 @@ impl UnchangedToastReport {
             return;
         }
         let counter = metrics::counter!(
-            crate::metrics::UNCHANGED_TOAST_VALUES,
+            weft_core::metrics::UNCHANGED_TOAST_VALUES,
             "database" => self.database.clone(),
             "table" => table.clone(),
         );
@@ -96,7 +96,7 @@ fn qualified_sql_name(relation: &Relation) -> String {
         if plain {
             name.to_string()
         } else {
-            super::protocol::quote_ident(name)
+            weft_postgres::protocol::quote_ident(name)
         }
     }
     format!("{}.{}", part(&relation.schema), part(&relation.name))

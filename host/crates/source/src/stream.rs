@@ -28,14 +28,15 @@ use tokio_util::sync::CancellationToken;
 use super::events::EventSender;
 use super::heartbeat::{HEARTBEAT_PREFIX, HeartbeatContent, HeartbeatWatch};
 use super::pgoutput::{Decoder, LogicalMessage, OldTuple, PgTimestamp};
-use super::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
 use super::relation::Relations;
 use super::spill::{PendingChange, PendingKind, SPILL_THRESHOLD_BYTES, TransactionBuffer};
 use super::{SourceConfig, SourceError, slot};
-use crate::change::{
+use weft_core::change::{
     Action, Change, Relation, Row, SourceEvent, Truncate, WATERMARK_PREFIX, Watermark,
 };
-use crate::lsn::Lsn;
+use weft_core::lsn::Lsn;
+use weft_postgres::PgError;
+use weft_postgres::protocol::{ReplicationConnection, ReplicationFrame, quote_ident};
 
 /// Status updates go out at least this often, keeping the walsender's
 /// `wal_sender_timeout` from firing.
@@ -121,7 +122,7 @@ impl<'a> Session<'a> {
             // Setup can wait long (CREATE_REPLICATION_SLOT waits for running
             // transactions), so shutdown interrupts it.
             let setup = async {
-                slot::check_server(&client, &options.user).await?;
+                weft_postgres::check_server(&client, &options.user).await?;
                 slot::ensure_publication(&client, config).await?;
                 let mut replication = ReplicationConnection::connect(options).await?;
                 slot::ensure_slot(&client, &mut replication, config).await?;
@@ -146,13 +147,13 @@ impl<'a> Session<'a> {
                     .start_replication(&config.slot_name, Lsn::ZERO, &plugin_options)
                     .await?;
                 tracing::info!(streaming, "replication started");
-                let health = crate::health::global();
+                let health = weft_core::health::global();
                 health.clear(
-                    crate::health::EntityKind::Slot,
+                    weft_core::health::EntityKind::Slot,
                     &config.slot_name,
                     super::REPLICATION_CHECK,
                 );
-                health.succeeded(crate::health::EntityKind::Slot, &config.slot_name);
+                health.succeeded(weft_core::health::EntityKind::Slot, &config.slot_name);
                 Ok::<_, SourceError>(replication)
             };
             let replication = tokio::select! {
@@ -232,10 +233,11 @@ impl<'a> Session<'a> {
                 }
                 _ = ticker.tick() => {
                     if self.reading_since.elapsed() > READ_TIMEOUT {
-                        return Err(SourceError::Io(std::io::Error::new(
+                        return Err(PgError::Io(std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             format!("no message from the server for {} s", READ_TIMEOUT.as_secs()),
-                        )));
+                        ))
+                        .into());
                     }
                     self.maybe_send_status().await?;
                 }
@@ -264,10 +266,11 @@ impl<'a> Session<'a> {
                             }
                         }
                         ReplicationFrame::End => {
-                            return Err(SourceError::Io(std::io::Error::new(
+                            return Err(PgError::Io(std::io::Error::new(
                                 std::io::ErrorKind::ConnectionAborted,
                                 "the server ended the replication stream",
-                            )));
+                            ))
+                            .into());
                         }
                     }
                 }

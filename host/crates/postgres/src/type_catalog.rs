@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::SourceError;
+use super::PgError;
 use super::types::{
     ArrayType, CompositeField, CompositeType, StaleComposite, TypeKind, builtin_kind,
 };
@@ -92,7 +92,7 @@ impl TypeCatalog {
         &mut self,
         client: &tokio_postgres::Client,
         oids: &[u32],
-    ) -> Result<Vec<TypeKind>, SourceError> {
+    ) -> Result<Vec<TypeKind>, PgError> {
         let unknown: Vec<u32> = oids
             .iter()
             .copied()
@@ -125,11 +125,11 @@ impl TypeCatalog {
 async fn load(
     client: &tokio_postgres::Client,
     oids: &[u32],
-) -> Result<HashMap<u32, CatalogType>, SourceError> {
+) -> Result<HashMap<u32, CatalogType>, PgError> {
     let rows = client
         .query(CLOSURE_QUERY, &[&oids])
         .await
-        .map_err(|e| SourceError::Query {
+        .map_err(|e| PgError::Query {
             context: format!("reading the definitions of column types {oids:?} from pg_type"),
             source: e,
         })?;

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::SourceError;
-use crate::change::{Action, Relation, Row};
+use weft_core::change::{Action, Relation, Row};
 
 /// In-memory changes of one transaction beyond this size go to disk.
 pub const SPILL_THRESHOLD_BYTES: usize = 8 * 1024 * 1024;
@@ -78,8 +78,8 @@ impl PendingChange {
     fn approx_bytes(&self) -> usize {
         let rows = match &self.kind {
             PendingKind::Row { new, old, .. } => {
-                new.as_ref().map_or(0, crate::change::approx_row_bytes)
-                    + old.as_ref().map_or(0, crate::change::approx_row_bytes)
+                new.as_ref().map_or(0, weft_core::change::approx_row_bytes)
+                    + old.as_ref().map_or(0, weft_core::change::approx_row_bytes)
             }
             PendingKind::Truncate { more, .. } => more.len() * 8,
         };
@@ -458,8 +458,8 @@ fn decode_row(r: &mut Cursor<'_>, relation: &Relation) -> Result<Option<Row>, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::change::Column;
     use serde_json::json;
+    use weft_core::change::Column;
 
     fn relation(name: &str) -> Arc<Relation> {
         Arc::new(Relation {

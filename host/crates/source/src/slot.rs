@@ -9,75 +9,9 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use super::protocol::{ReplicationConnection, quote_ident, quote_literal};
 use super::{SourceConfig, SourceError};
-
-/// A table named in the config, split into schema and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName {
-    /// The schema; `public` when the config gave none.
-    pub schema: String,
-    /// The table.
-    pub name: String,
-}
-
-impl TableName {
-    /// Parses `schema.table` or `table` (schema `public`).
-    pub fn parse(text: &str) -> TableName {
-        match text.split_once('.') {
-            Some((schema, name)) => TableName {
-                schema: schema.to_string(),
-                name: name.to_string(),
-            },
-            None => TableName {
-                schema: "public".into(),
-                name: text.to_string(),
-            },
-        }
-    }
-
-    /// `"schema"."table"`, quoted for SQL.
-    pub fn quoted(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
-    }
-
-    /// `schema.table`, unquoted.
-    pub fn display(&self) -> String {
-        format!("{}.{}", self.schema, self.name)
-    }
-}
-
-fn query_error(context: &str) -> impl FnOnce(tokio_postgres::Error) -> SourceError + '_ {
-    move |e| SourceError::Query {
-        context: context.to_string(),
-        source: e,
-    }
-}
-
-/// Checks `wal_level` and the user's REPLICATION privilege.
-pub async fn check_server(client: &Client, user: &str) -> Result<(), SourceError> {
-    let wal_level: String = client
-        .query_one("SHOW wal_level", &[])
-        .await
-        .map_err(query_error("reading wal_level"))?
-        .get(0);
-    if wal_level != "logical" {
-        return Err(SourceError::WalLevel { actual: wal_level });
-    }
-    let row = client
-        .query_one(
-            "SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user",
-            &[],
-        )
-        .await
-        .map_err(query_error("reading the user's REPLICATION privilege"))?;
-    if !row.get::<_, bool>(0) {
-        return Err(SourceError::NoReplicationPrivilege {
-            user: user.to_string(),
-        });
-    }
-    Ok(())
-}
+use weft_postgres::protocol::{ReplicationConnection, quote_ident, quote_literal};
+use weft_postgres::{TableName, query_error};
 
 /// Makes sure the publication exists and covers the configured tables.
 pub async fn ensure_publication(client: &Client, config: &SourceConfig) -> Result<(), SourceError> {

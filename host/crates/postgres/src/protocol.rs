@@ -19,8 +19,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::tls::{ChannelBindingMode, SslMode, TlsOptions};
-use super::{PgConnectOptions, SourceError};
-use crate::lsn::Lsn;
+use super::{PgConnectOptions, PgError};
+use weft_core::lsn::Lsn;
 
 /// Settings sent as `options` in the startup packet: they make the text
 /// output of every type independent of the server's configuration.
@@ -87,14 +87,14 @@ pub struct ReplicationConnection {
 impl ReplicationConnection {
     /// Connects (with TLS as `sslmode` says), authenticates and waits
     /// until the server is ready.
-    pub async fn connect(options: &PgConnectOptions) -> Result<Self, SourceError> {
+    pub async fn connect(options: &PgConnectOptions) -> Result<Self, PgError> {
         let first = match options.tls.mode {
             SslMode::Disable | SslMode::Allow => Encryption::Plain,
             SslMode::Prefer => Encryption::IfOffered,
             _ => Encryption::Required,
         };
         match Self::connect_with(options, first).await {
-            Err(SourceError::TlsRequired { .. }) if options.tls.mode == SslMode::Allow => {
+            Err(PgError::TlsRequired { .. }) if options.tls.mode == SslMode::Allow => {
                 Self::connect_with(options, Encryption::Required).await
             }
             other => other,
@@ -104,16 +104,16 @@ impl ReplicationConnection {
     async fn connect_with(
         options: &PgConnectOptions,
         encryption: Encryption,
-    ) -> Result<Self, SourceError> {
+    ) -> Result<Self, PgError> {
         let address = options.address();
         let mut stream =
             tokio::time::timeout(Duration::from_secs(30), TcpStream::connect(&address))
                 .await
-                .map_err(|_| SourceError::Connect {
+                .map_err(|_| PgError::Connect {
                     address: address.clone(),
                     reason: "timed out after 30 s".into(),
                 })?
-                .map_err(|e| SourceError::Connect {
+                .map_err(|e| PgError::Connect {
                     address: address.clone(),
                     reason: e.to_string(),
                 })?;
@@ -131,7 +131,7 @@ impl ReplicationConnection {
                 .and_then(|cert| super::tls::server_end_point(cert));
             Box::new(tls)
         } else if encryption == Encryption::Required {
-            return Err(SourceError::Tls {
+            return Err(PgError::Tls {
                 address,
                 reason: super::server_without_tls(options.tls.mode),
             });
@@ -146,10 +146,10 @@ impl ReplicationConnection {
             server_version: 0,
         };
         match conn.startup(options).await {
-            Err(SourceError::Server { error, .. })
+            Err(PgError::Server { error, .. })
                 if super::is_no_encryption_rejection(&error.code, &error.message) =>
             {
-                Err(SourceError::TlsRequired { address })
+                Err(PgError::TlsRequired { address })
             }
             Err(e) => Err(e),
             Ok(()) => Ok(conn),
@@ -161,7 +161,7 @@ impl ReplicationConnection {
         self.server_version
     }
 
-    async fn startup(&mut self, options: &PgConnectOptions) -> Result<(), SourceError> {
+    async fn startup(&mut self, options: &PgConnectOptions) -> Result<(), PgError> {
         let params = [
             ("user", options.user.as_str()),
             ("database", options.database.as_str()),
@@ -170,7 +170,7 @@ impl ReplicationConnection {
             ("options", SESSION_OPTIONS),
         ];
         frontend::startup_message(params.iter().copied(), &mut self.write_buf)
-            .map_err(SourceError::Io)?;
+            .map_err(PgError::Io)?;
         self.flush().await?;
         self.authenticate(options).await?;
         loop {
@@ -186,17 +186,14 @@ impl ReplicationConnection {
         }
     }
 
-    async fn authenticate(&mut self, options: &PgConnectOptions) -> Result<(), SourceError> {
+    async fn authenticate(&mut self, options: &PgConnectOptions) -> Result<(), PgError> {
         let password = || {
-            options
-                .password
-                .as_deref()
-                .ok_or_else(|| SourceError::Auth {
-                    user: options.user.clone(),
-                    reason: "the server asks for a password but none is configured; \
+            options.password.as_deref().ok_or_else(|| PgError::Auth {
+                user: options.user.clone(),
+                reason: "the server asks for a password but none is configured; \
                              put it in the connection URL"
-                        .into(),
-                })
+                    .into(),
+            })
         };
         let mut scram: Option<ScramSha256> = None;
         let mut bound = false;
@@ -207,7 +204,7 @@ impl ReplicationConnection {
             match message {
                 backend::Message::AuthenticationOk => {
                     if options.tls.channel_binding == ChannelBindingMode::Require && !bound {
-                        return Err(SourceError::Auth {
+                        return Err(PgError::Auth {
                             user: options.user.clone(),
                             reason: "channel_binding=require, but the server authenticated \
                                      without SCRAM channel binding: use scram-sha-256 for this \
@@ -219,7 +216,7 @@ impl ReplicationConnection {
                 }
                 backend::Message::AuthenticationCleartextPassword => {
                     frontend::password_message(password()?.as_bytes(), &mut self.write_buf)
-                        .map_err(SourceError::Io)?;
+                        .map_err(PgError::Io)?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationMd5Password(body) => {
@@ -229,7 +226,7 @@ impl ReplicationConnection {
                         body.salt(),
                     );
                     frontend::password_message(hash.as_bytes(), &mut self.write_buf)
-                        .map_err(SourceError::Io)?;
+                        .map_err(PgError::Io)?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationSasl(body) => {
@@ -242,7 +239,7 @@ impl ReplicationConnection {
                         state.message(),
                         &mut self.write_buf,
                     )
-                    .map_err(SourceError::Io)?;
+                    .map_err(PgError::Io)?;
                     self.flush().await?;
                     scram = Some(state);
                 }
@@ -250,25 +247,25 @@ impl ReplicationConnection {
                     let state = scram
                         .as_mut()
                         .ok_or_else(|| protocol_error("SASL continue before SASL start"))?;
-                    state.update(body.data()).map_err(|e| SourceError::Auth {
+                    state.update(body.data()).map_err(|e| PgError::Auth {
                         user: options.user.clone(),
                         reason: format!("SCRAM exchange failed: {e}"),
                     })?;
                     frontend::sasl_response(state.message(), &mut self.write_buf)
-                        .map_err(SourceError::Io)?;
+                        .map_err(PgError::Io)?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationSaslFinal(body) => {
                     let state = scram
                         .as_mut()
                         .ok_or_else(|| protocol_error("SASL final before SASL start"))?;
-                    state.finish(body.data()).map_err(|e| SourceError::Auth {
+                    state.finish(body.data()).map_err(|e| PgError::Auth {
                         user: options.user.clone(),
                         reason: format!("the server's SCRAM signature did not verify: {e}"),
                     })?;
                 }
                 _ => {
-                    return Err(SourceError::Auth {
+                    return Err(PgError::Auth {
                         user: options.user.clone(),
                         reason: "the server asks for an authentication method weft does not \
                                  support (GSS/SSPI/Kerberos); use scram-sha-256, md5, password or trust"
@@ -286,7 +283,7 @@ impl ReplicationConnection {
         &self,
         options: &PgConnectOptions,
         mechanisms: &[String],
-    ) -> Result<(&'static str, ChannelBinding), SourceError> {
+    ) -> Result<(&'static str, ChannelBinding), PgError> {
         let offers = |m: &str| mechanisms.iter().any(|offered| offered == m);
         let mode = options.tls.channel_binding;
         if mode != ChannelBindingMode::Disable
@@ -299,7 +296,7 @@ impl ReplicationConnection {
             ));
         }
         if mode == ChannelBindingMode::Require {
-            return Err(SourceError::Auth {
+            return Err(PgError::Auth {
                 user: options.user.clone(),
                 reason: format!(
                     "channel_binding=require, but channel binding is not possible here (server \
@@ -314,7 +311,7 @@ impl ReplicationConnection {
             });
         }
         if !offers(sasl::SCRAM_SHA_256) {
-            return Err(SourceError::Auth {
+            return Err(PgError::Auth {
                 user: options.user.clone(),
                 reason: format!(
                     "the server offers SASL mechanisms {mechanisms:?}; weft supports \
@@ -337,8 +334,8 @@ impl ReplicationConnection {
 
     /// Runs a simple query (replication commands included) and returns its
     /// rows as text.
-    pub async fn simple_query(&mut self, sql: &str) -> Result<Vec<TextRow>, SourceError> {
-        frontend::query(sql, &mut self.write_buf).map_err(SourceError::Io)?;
+    pub async fn simple_query(&mut self, sql: &str) -> Result<Vec<TextRow>, PgError> {
+        frontend::query(sql, &mut self.write_buf).map_err(PgError::Io)?;
         self.flush().await?;
         let mut rows = Vec::new();
         let mut error = None;
@@ -356,7 +353,7 @@ impl ReplicationConnection {
             }
         }
         match error {
-            Some(server) => Err(SourceError::Server {
+            Some(server) => Err(PgError::Server {
                 context: sql.to_string(),
                 error: server,
             }),
@@ -365,7 +362,7 @@ impl ReplicationConnection {
     }
 
     /// `IDENTIFY_SYSTEM`.
-    pub async fn identify_system(&mut self) -> Result<SystemIdentity, SourceError> {
+    pub async fn identify_system(&mut self) -> Result<SystemIdentity, PgError> {
         let rows = self.simple_query("IDENTIFY_SYSTEM").await?;
         let row = rows
             .first()
@@ -384,7 +381,7 @@ impl ReplicationConnection {
 
     /// Creates a logical slot with the pgoutput plugin, without exporting a
     /// snapshot. Returns the slot's consistent point.
-    pub async fn create_logical_slot(&mut self, slot: &str) -> Result<Lsn, SourceError> {
+    pub async fn create_logical_slot(&mut self, slot: &str) -> Result<Lsn, PgError> {
         let sql = format!(
             "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
             quote_ident(slot)
@@ -403,7 +400,7 @@ impl ReplicationConnection {
         slot: &str,
         start: Lsn,
         plugin_options: &[(&str, String)],
-    ) -> Result<(), SourceError> {
+    ) -> Result<(), PgError> {
         let options = plugin_options
             .iter()
             .map(|(k, v)| format!("{} {}", quote_ident(k), quote_literal(v)))
@@ -413,14 +410,14 @@ impl ReplicationConnection {
             "START_REPLICATION SLOT {} LOGICAL {start} ({options})",
             quote_ident(slot)
         );
-        frontend::query(&sql, &mut self.write_buf).map_err(SourceError::Io)?;
+        frontend::query(&sql, &mut self.write_buf).map_err(PgError::Io)?;
         self.flush().await?;
         loop {
             match self.read_message_or_error().await? {
                 Ok(Incoming::CopyBothResponse) => return Ok(()),
                 Err(error) => {
                     // Drain to ReadyForQuery so the error is the whole story.
-                    return Err(SourceError::Server {
+                    return Err(PgError::Server {
                         context: sql,
                         error,
                     });
@@ -431,7 +428,7 @@ impl ReplicationConnection {
     }
 
     /// Reads the next frame of the replication stream.
-    pub async fn next_frame(&mut self) -> Result<ReplicationFrame, SourceError> {
+    pub async fn next_frame(&mut self) -> Result<ReplicationFrame, PgError> {
         loop {
             match self.read_message_or_error().await? {
                 Ok(Incoming::CopyData(mut data)) => {
@@ -475,7 +472,7 @@ impl ReplicationConnection {
                 }
                 Ok(_) => {}
                 Err(error) => {
-                    return Err(SourceError::Server {
+                    return Err(PgError::Server {
                         context: "the replication stream".into(),
                         error,
                     });
@@ -491,7 +488,7 @@ impl ReplicationConnection {
         written: Lsn,
         flushed: Lsn,
         reply_requested: bool,
-    ) -> Result<(), SourceError> {
+    ) -> Result<(), PgError> {
         let mut body = BytesMut::with_capacity(34);
         body.put_u8(b'r');
         body.put_u64(written.0);
@@ -500,7 +497,7 @@ impl ReplicationConnection {
         body.put_i64(pg_now());
         body.put_u8(u8::from(reply_requested));
         frontend::CopyData::new(body.freeze())
-            .map_err(SourceError::Io)?
+            .map_err(PgError::Io)?
             .write(&mut self.write_buf);
         self.flush().await
     }
@@ -513,16 +510,16 @@ impl ReplicationConnection {
         let _ = self.io.shutdown().await;
     }
 
-    async fn flush(&mut self) -> Result<(), SourceError> {
+    async fn flush(&mut self) -> Result<(), PgError> {
         self.io
             .write_all(&self.write_buf)
             .await
-            .map_err(SourceError::Io)?;
+            .map_err(PgError::Io)?;
         self.write_buf.clear();
-        self.io.flush().await.map_err(SourceError::Io)
+        self.io.flush().await.map_err(PgError::Io)
     }
 
-    async fn read_frame(&mut self) -> Result<(u8, BytesMut), SourceError> {
+    async fn read_frame(&mut self) -> Result<(u8, BytesMut), PgError> {
         loop {
             if let Some(header) = backend::Header::parse(&self.read_buf)
                 .map_err(|e| protocol_error(&e.to_string()))?
@@ -538,9 +535,9 @@ impl ReplicationConnection {
                 .io
                 .read_buf(&mut self.read_buf)
                 .await
-                .map_err(SourceError::Io)?;
+                .map_err(PgError::Io)?;
             if n == 0 {
-                return Err(SourceError::Io(std::io::Error::new(
+                return Err(PgError::Io(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "the server closed the connection",
                 )));
@@ -550,7 +547,7 @@ impl ReplicationConnection {
 
     async fn read_message_or_error(
         &mut self,
-    ) -> Result<Result<Incoming, Box<ServerError>>, SourceError> {
+    ) -> Result<Result<Incoming, Box<ServerError>>, PgError> {
         loop {
             let (tag, mut frame) = self.read_frame().await?;
             match tag {
@@ -579,10 +576,10 @@ impl ReplicationConnection {
         }
     }
 
-    async fn read_message(&mut self) -> Result<Incoming, SourceError> {
+    async fn read_message(&mut self) -> Result<Incoming, PgError> {
         match self.read_message_or_error().await? {
             Ok(incoming) => Ok(incoming),
-            Err(error) => Err(SourceError::Server {
+            Err(error) => Err(PgError::Server {
                 context: "connection startup".into(),
                 error,
             }),
@@ -599,11 +596,11 @@ enum Encryption {
 }
 
 /// Sends an SSLRequest; true when the server agrees to TLS.
-async fn request_tls(stream: &mut TcpStream) -> Result<bool, SourceError> {
+async fn request_tls(stream: &mut TcpStream) -> Result<bool, PgError> {
     let mut buf = BytesMut::new();
     frontend::ssl_request(&mut buf);
-    stream.write_all(&buf).await.map_err(SourceError::Io)?;
-    let answer = stream.read_u8().await.map_err(SourceError::Io)?;
+    stream.write_all(&buf).await.map_err(PgError::Io)?;
+    let answer = stream.read_u8().await.map_err(PgError::Io)?;
     match answer {
         b'S' => Ok(true),
         b'N' => Ok(false),
@@ -616,8 +613,8 @@ async fn request_tls(stream: &mut TcpStream) -> Result<bool, SourceError> {
 async fn tls_handshake(
     options: &PgConnectOptions,
     stream: TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, SourceError> {
-    let tls_error = |reason: String| SourceError::Tls {
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, PgError> {
+    let tls_error = |reason: String| PgError::Tls {
         address: options.address(),
         reason,
     };
@@ -634,7 +631,7 @@ async fn tls_handshake(
             // the server or the certificate check refused is not.
             |e| match super::tls::explain_handshake(&e, &options.host, &options.tls) {
                 Some(reason) => tls_error(reason),
-                None => SourceError::Io(e),
+                None => PgError::Io(e),
             },
         )
 }
@@ -712,7 +709,7 @@ fn sasl_mechanisms(mut mechanisms: backend::SaslMechanisms<'_>) -> Vec<String> {
     out
 }
 
-fn data_row(row: &backend::DataRowBody) -> Result<TextRow, SourceError> {
+fn data_row(row: &backend::DataRowBody) -> Result<TextRow, PgError> {
     use fallible_iterator::FallibleIterator;
     let buffer = row.buffer();
     let mut ranges = row.ranges();
@@ -723,8 +720,8 @@ fn data_row(row: &backend::DataRowBody) -> Result<TextRow, SourceError> {
     Ok(out)
 }
 
-fn protocol_error(what: &str) -> SourceError {
-    SourceError::Protocol(what.to_string())
+fn protocol_error(what: &str) -> PgError {
+    PgError::Protocol(what.to_string())
 }
 
 fn parse_server_version(text: &str) -> u32 {

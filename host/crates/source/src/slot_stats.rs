@@ -1,6 +1,6 @@
 //! Reads how much WAL the slot holds back and how far its confirmed
 //! position trails the server, every few seconds, into gauges
-//! ([`crate::metrics::SLOT_SIZE`], [`crate::metrics::SLOT_CONFIRMED_LAG`]).
+//! ([`weft_core::metrics::SLOT_SIZE`], [`weft_core::metrics::SLOT_CONFIRMED_LAG`]).
 //! A slot that stops advancing (a paused sink, a stuck source) shows up
 //! here before the server's disk fills, and as the slot's
 //! [`SLOT_LAG_CHECK`] health warning once it retains more WAL than the
@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::health::{EntityKind, Status};
-use crate::metrics::{SLOT_CONFIRMED_LAG, SLOT_SIZE};
+use weft_core::health::{EntityKind, Status};
+use weft_core::metrics::{SLOT_CONFIRMED_LAG, SLOT_SIZE};
 
 /// How often the slot's position is read.
 pub const INTERVAL: Duration = Duration::from_secs(5);
@@ -61,7 +61,7 @@ pub fn spawn(
 
 /// Raises or clears the slot's [`SLOT_LAG_CHECK`] for `retained` bytes.
 fn check_lag(slot: &str, retained: f64, bound: u64) {
-    let health = crate::health::global();
+    let health = weft_core::health::global();
     if retained > bound as f64 {
         health.fail(
             EntityKind::Slot,

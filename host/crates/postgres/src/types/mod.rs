@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::message::json;
+use weft_core::message::json;
 
 pub use builtin::builtin_kind;
 
@@ -186,13 +186,13 @@ pub fn write_json_lenient(
 
 /// The text one non-null key value of `column` of `relation` given in text
 /// format has in a message's `record_pks` and group: exactly
-/// [`crate::change::json_key_text`] of [`render_lenient`]'s value, without
+/// [`weft_core::change::json_key_text`] of [`render_lenient`]'s value, without
 /// building the value for text and numbers printed as they render.
 pub fn key_text_lenient(kind: &TypeKind, text: &str, (relation, column): (&str, &str)) -> String {
     match kind {
         TypeKind::Text => text.to_string(),
         TypeKind::Number if scalar::is_number_as_printed(text) => text.to_string(),
-        _ => crate::change::json_key_text(&render_lenient(kind, text, relation, column)),
+        _ => weft_core::change::json_key_text(&render_lenient(kind, text, relation, column)),
     }
 }
 

@@ -8,19 +8,19 @@
 //! it. An event bigger than the whole budget waits for the channel to empty
 //! and then goes alone, so no row is ever too big to pass.
 //!
-//! [`Change::approx_bytes`]: crate::change::Change::approx_bytes
+//! [`Change::approx_bytes`]: weft_core::change::Change::approx_bytes
 
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::change::SourceEvent;
+use weft_core::change::SourceEvent;
 
 /// How many events may wait in a source's channel.
 pub const CAPACITY: usize = 1024;
 
 /// How many bytes of events may wait in a source's channel: about one
-/// pipeline batch (`crate::pipeline::BatchLimits`).
+/// pipeline batch (`weft_pipeline::BatchLimits`).
 pub const MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// What a non-change event is counted as.
@@ -166,8 +166,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::change::{Action, Change, Column, Relation, Row};
-    use crate::lsn::Lsn;
+    use weft_core::change::{Action, Change, Column, Relation, Row};
+    use weft_core::lsn::Lsn;
 
     /// An insert whose row holds `text_len` characters.
     fn change(text_len: usize) -> SourceEvent {

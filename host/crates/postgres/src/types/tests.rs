@@ -337,7 +337,7 @@ fn values_and_keys_written_directly_are_the_rendered_values_written() {
             assert_eq!(written, expected.unwrap(), "type {oid}, text {text:?}");
             assert_eq!(
                 key_text_lenient(&kind, text, ("public.t", "c")),
-                crate::change::json_key_text(&rendered),
+                weft_core::change::json_key_text(&rendered),
                 "key of type {oid}, text {text:?}"
             );
         }

@@ -8,7 +8,7 @@
 
 use bytes::{Buf, Bytes};
 
-use crate::lsn::Lsn;
+use weft_core::lsn::Lsn;
 
 /// A pgoutput message that could not be decoded.
 #[derive(Debug, thiserror::Error)]

@@ -121,14 +121,14 @@ pub fn spawn(
 
 /// Raises or clears the slot's [`HEARTBEAT_CHECK`].
 fn check_silence(slot: &str, silent: Duration, window: Duration, interval: Duration) {
-    let health = crate::health::global();
-    let kind = crate::health::EntityKind::Slot;
+    let health = weft_core::health::global();
+    let kind = weft_core::health::EntityKind::Slot;
     if silent > window {
         health.fail(
             kind,
             slot,
             HEARTBEAT_CHECK,
-            crate::health::Status::Warning,
+            weft_core::health::Status::Warning,
             format!(
                 "no heartbeat came back through the replication stream for {}s (one is written every {}ms): the stream is stalled; look for a full backlog, a stuck sink or a lost replication connection",
                 silent.as_secs(),

@@ -1,87 +1,30 @@
-//! Postgres logical replication: the replication connection, pgoutput
-//! decoding, type mapping, slot and publication management.
-//!
-//! [`run`] is the entry point: it checks the server, makes sure the
-//! publication and slot exist, streams pgoutput from the slot's confirmed
-//! position and hands the pipeline committed changes in commit order. It
-//! confirms to Postgres only what the pipeline reports durable, and
-//! reconnects with capped exponential backoff when the connection drops.
+//! Talking to Postgres: connection settings, TLS with every libpq
+//! `sslmode`, ordinary query connections, the replication connection's
+//! protocol (startup, SCRAM, CopyBoth), the server checks that replication
+//! needs, SQL identifiers, and the rendering of Postgres values as
+//! `to_jsonb()` renders them.
 //!
 //! * [`protocol`]: the replication connection (startup, auth, CopyBoth).
-//! * [`pgoutput`]: the pgoutput message decoder.
+//! * [`tls`]: `sslmode` and certificate verification for both connections.
 //! * [`types`]: text values → JSON as `to_jsonb()` renders them.
 //! * [`type_catalog`]: definitions of non-built-in types from the catalog.
-//! * [`relation`]: the relations seen on the stream and row rendering.
-//! * [`slot`]: server, publication and slot checks and creation.
-//! * [`spill`]: streamed in-progress transactions, spilled to disk when big.
-//! * [`heartbeat`]: `pg_logical_emit_message` heartbeats for idle databases.
-//! * [`slot_stats`]: the slot's retained WAL and confirmed lag, as metrics.
-//! * [`stream`]: one replication session: decode, order, emit, confirm.
-//! * [`tls`]: `sslmode` and certificate verification for both connections.
-//! * [`unchanged_toast`]: metric and health warning for unchanged TOAST
-//!   values shown as `"unchanged_toast"`.
+//!
+//! This layer sits on `weft-core` and `weft-config`; the source, the
+//! backfill, the postgres sink and a function's source query all connect
+//! through it.
 
-pub mod events;
-pub mod heartbeat;
-pub mod pgoutput;
 pub mod protocol;
-pub mod relation;
-pub mod slot;
-pub mod slot_stats;
-pub mod spill;
-pub mod stream;
 pub mod tls;
 pub mod type_catalog;
 pub mod types;
-pub mod unchanged_toast;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use protocol::quote_ident;
+use tokio_postgres::Client;
+use weft_config::PgConnection;
 
-use crate::health::{self, EntityKind, Status};
-use crate::lsn::Lsn;
-
-/// Where and how to replicate from.
-#[derive(Debug, Clone)]
-pub struct SourceConfig {
-    /// The database's `name` in the config: the `database` label of its
-    /// metrics and the entity of its health checks.
-    pub name: String,
-    /// How to reach the database.
-    pub connection: PgConnectOptions,
-    /// The logical replication slot to stream from.
-    pub slot_name: String,
-    /// Create the slot when it does not exist.
-    pub create_slot_if_not_exists: bool,
-    /// The publication that selects the tables.
-    pub publication_name: String,
-    /// Create the publication when it does not exist.
-    pub create_publication_if_not_exists: bool,
-    /// Tables as `schema.table`; the publication is created `FOR TABLE`
-    /// these, or `FOR ALL TABLES` when empty, and an existing one must
-    /// include them.
-    pub tables: Vec<String>,
-    /// A directory of this source's own where streamed transactions larger
-    /// than [`spill::SPILL_THRESHOLD_BYTES`] wait on disk for their commit.
-    /// Its `*.spill` files are deleted when the source starts.
-    pub spill_dir: PathBuf,
-    /// How often to write a heartbeat (`pg_logical_emit_message`) into the
-    /// database, so that the slot of an idle database advances; `None`
-    /// writes none.
-    pub heartbeat_interval: Option<Duration>,
-    /// Raise the slot's [`slot_stats::SLOT_LAG_CHECK`] warning while it
-    /// retains more WAL than this, in bytes.
-    pub lag_warning_bytes: u64,
-}
-
-/// The default [`SourceConfig::heartbeat_interval`], as Sequin's.
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
-
-/// Connection settings for the source database.
+/// Connection settings for a Postgres database.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PgConnectOptions {
     /// Host name or IP address.
@@ -98,14 +41,14 @@ pub struct PgConnectOptions {
     pub tls: tls::TlsOptions,
 }
 
-impl TryFrom<&crate::config::PgConnection> for PgConnectOptions {
-    type Error = SourceError;
+impl TryFrom<&PgConnection> for PgConnectOptions {
+    type Error = PgError;
 
-    fn try_from(connection: &crate::config::PgConnection) -> Result<Self, SourceError> {
+    fn try_from(connection: &PgConnection) -> Result<Self, PgError> {
         let tls = tls::TlsOptions::from_params(&connection.params)
-            .map_err(|reason| SourceError::InvalidUrl { reason })?;
+            .map_err(|reason| PgError::InvalidUrl { reason })?;
         if connection.host.starts_with('/') {
-            return Err(SourceError::InvalidUrl {
+            return Err(PgError::InvalidUrl {
                 reason: format!(
                     "host {} is a Unix socket directory; weft connects over TCP: use the server's \
                      address, e.g. 127.0.0.1",
@@ -141,9 +84,9 @@ impl PgConnectOptions {
     /// Parses `postgres://user:password@host:port/database?sslmode=disable`
     /// with the config's URL parser; `sslmode`, `sslrootcert`, `sslcert`
     /// and `sslkey` work as in libpq (see [`tls`]).
-    pub fn from_url(url: &str) -> Result<Self, SourceError> {
-        let connection = crate::config::PgConnection::from_url(url)
-            .map_err(|reason| SourceError::InvalidUrl { reason })?;
+    pub fn from_url(url: &str) -> Result<Self, PgError> {
+        let connection =
+            PgConnection::from_url(url).map_err(|reason| PgError::InvalidUrl { reason })?;
         PgConnectOptions::try_from(&connection)
     }
 
@@ -178,7 +121,7 @@ impl PgConnectOptions {
     /// drives it on a spawned task, which ends when the client is dropped.
     pub async fn connect_query(
         &self,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SourceError> {
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), PgError> {
         use tokio_postgres::config::SslMode as Mode;
         let first = match self.tls.mode {
             tls::SslMode::Disable | tls::SslMode::Allow => Mode::Disable,
@@ -186,7 +129,7 @@ impl PgConnectOptions {
             _ => Mode::Require,
         };
         match self.connect_query_with(first).await {
-            Err(SourceError::TlsRequired { .. }) if self.tls.mode == tls::SslMode::Allow => {
+            Err(PgError::TlsRequired { .. }) if self.tls.mode == tls::SslMode::Allow => {
                 self.connect_query_with(Mode::Require).await
             }
             other => other,
@@ -196,7 +139,7 @@ impl PgConnectOptions {
     async fn connect_query_with(
         &self,
         mode: tokio_postgres::config::SslMode,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SourceError> {
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), PgError> {
         let mut config = self.query_config();
         config.ssl_mode(mode);
         config.channel_binding(match self.tls.channel_binding {
@@ -214,7 +157,7 @@ impl PgConnectOptions {
         let tls_config = self
             .tls
             .client_config(&self.host)
-            .map_err(|e| SourceError::Tls {
+            .map_err(|e| PgError::Tls {
                 address: self.address(),
                 reason: e.to_string(),
             })?;
@@ -225,32 +168,32 @@ impl PgConnectOptions {
         Ok((client, drive(connection)))
     }
 
-    fn query_connect_error(&self, e: tokio_postgres::Error) -> SourceError {
+    fn query_connect_error(&self, e: tokio_postgres::Error) -> PgError {
         if let Some(db) = e.as_db_error() {
             if is_no_encryption_rejection(db.code().code(), db.message()) {
-                return SourceError::TlsRequired {
+                return PgError::TlsRequired {
                     address: self.address(),
                 };
             }
-            return SourceError::Query {
+            return PgError::Query {
                 context: "opening the query connection".into(),
                 source: e,
             };
         }
         if let Some(reason) = tls::explain_handshake(&e, &self.host, &self.tls) {
-            return SourceError::Tls {
+            return PgError::Tls {
                 address: self.address(),
                 reason,
             };
         }
         let text = weft_core::error::with_causes(&e);
         if text.contains("server does not support TLS") {
-            return SourceError::Tls {
+            return PgError::Tls {
                 address: self.address(),
                 reason: server_without_tls(self.tls.mode),
             };
         }
-        SourceError::Connect {
+        PgError::Connect {
             address: self.address(),
             reason: text,
         }
@@ -272,12 +215,12 @@ where
 
 /// Whether a startup error is pg_hba.conf refusing a connection because it
 /// is not encrypted (only `hostssl` lines match this client).
-pub(crate) fn is_no_encryption_rejection(code: &str, message: &str) -> bool {
+pub fn is_no_encryption_rejection(code: &str, message: &str) -> bool {
     code == "28000" && message.contains("no encryption")
 }
 
 /// Why a server that answers an SSLRequest with "no" cannot be used.
-pub(crate) fn server_without_tls(mode: tls::SslMode) -> String {
+pub fn server_without_tls(mode: tls::SslMode) -> String {
     format!(
         "sslmode={} needs TLS but the server does not offer it: set ssl = on (with ssl_cert_file \
          and ssl_key_file) in postgresql.conf, or use sslmode=prefer on a trusted network",
@@ -285,9 +228,10 @@ pub(crate) fn server_without_tls(mode: tls::SslMode) -> String {
     )
 }
 
-/// Everything that can stop the source.
+/// Why talking to Postgres failed: connecting, authenticating, TLS, a
+/// query, or the replication connection's protocol.
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub enum PgError {
     /// The connection URL could not be parsed.
     #[error("invalid database URL: {reason}")]
     InvalidUrl {
@@ -350,9 +294,6 @@ pub enum SourceError {
     /// The server sent something the protocol does not allow.
     #[error("replication protocol violation: {0}")]
     Protocol(String),
-    /// A pgoutput message could not be decoded.
-    #[error(transparent)]
-    Decode(#[from] pgoutput::DecodeError),
     /// `wal_level` is not `logical`.
     #[error(
         "the server runs with wal_level = {actual}, logical replication needs logical: \
@@ -371,97 +312,21 @@ pub enum SourceError {
         /// The user.
         user: String,
     },
-    /// A configured table does not exist.
-    #[error("table {table} does not exist: create it or remove it from the configured tables")]
-    TableMissing {
-        /// `schema.table`.
-        table: String,
-    },
-    /// The publication does not exist and may not be created.
-    #[error(
-        "publication {publication:?} does not exist: run {fix}; or set create_if_not_exists: true"
-    )]
-    PublicationMissing {
-        /// The publication.
-        publication: String,
-        /// The SQL that creates it.
-        fix: String,
-    },
-    /// The publication exists but does not fit.
-    #[error("publication {publication:?} does not fit: {reason}; run {fix}")]
-    PublicationMismatch {
-        /// The publication.
-        publication: String,
-        /// What does not fit.
-        reason: String,
-        /// The SQL that fixes it.
-        fix: String,
-    },
-    /// The slot does not exist and may not be created.
-    #[error(
-        "replication slot {slot:?} does not exist: run {fix}; or set create_if_not_exists: true"
-    )]
-    SlotMissing {
-        /// The slot.
-        slot: String,
-        /// The SQL that creates it.
-        fix: String,
-    },
-    /// The slot exists but does not fit.
-    #[error("replication slot {slot:?} does not fit: {reason}; fix: {fix}")]
-    SlotMismatch {
-        /// The slot.
-        slot: String,
-        /// What does not fit.
-        reason: String,
-        /// What to do.
-        fix: String,
-    },
-    /// Another process streams from the slot.
-    #[error(
-        "replication slot {slot:?} is in use by another process (PID {pid}, application_name \
-         {application_name:?}, client {client}): a slot serves one consumer at a time. Stop that \
-         consumer (see SELECT * FROM pg_stat_replication WHERE pid = {pid}), or end it with \
-         SELECT pg_terminate_backend({pid}); or give this database its own slot name"
-    )]
-    SlotActive {
-        /// The slot.
-        slot: String,
-        /// The walsender holding it.
-        pid: i32,
-        /// That walsender's application_name.
-        application_name: String,
-        /// Its client address.
-        client: String,
-    },
-    /// A spill file of a big streamed transaction could not be written or read.
-    #[error(
-        "spill file {path}: {source}; check that the data directory's disk has space and is writable"
-    )]
-    Spill {
-        /// The file or directory.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The pipeline dropped its receiver while the source was running.
-    #[error("the pipeline stopped receiving source events")]
-    PipelineClosed,
 }
 
-impl SourceError {
-    /// Whether reconnecting may help: lost connections and server-side
+impl PgError {
+    /// Whether connecting again may help: lost connections and server-side
     /// conditions that pass (shutdown, restart, slot briefly in use).
     pub fn is_retryable(&self) -> bool {
         match self {
-            SourceError::Connect { .. } | SourceError::Io(_) => true,
-            SourceError::Query { source, .. } => {
+            PgError::Connect { .. } | PgError::Io(_) => true,
+            PgError::Query { source, .. } => {
                 source.is_closed()
                     || source.code().is_none_or(|code| {
                         code.code().starts_with("08") || code.code().starts_with("57")
                     })
             }
-            SourceError::Server { error, .. } => {
+            PgError::Server { error, .. } => {
                 // 08: connection exceptions; 57: operator intervention
                 // (admin shutdown, terminated backend); 55006: the slot is
                 // active for another process (e.g. our previous session).
@@ -474,81 +339,72 @@ impl SourceError {
     }
 }
 
-/// The health check (on the slot's entity) that replication is streaming;
-/// `GET /health/ready` waits for every slot to pass it.
-pub const REPLICATION_CHECK: &str = "replication";
+/// A table named in the config, split into schema and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    /// The schema; `public` when the config gave none.
+    pub schema: String,
+    /// The table.
+    pub name: String,
+}
 
-/// Streams committed changes from the slot into `events` until `shutdown`
-/// is cancelled.
-///
-/// Emits, per transaction in commit order, its changes (with `commit_lsn`,
-/// `commit_idx`, `xid`, `commit_timestamp` set) then a
-/// [`SourceEvent::Commit`]; and [`SourceEvent::Idle`] on keepalives when no
-/// transaction is open. Confirms to Postgres (standby status flush/apply
-/// LSN) exactly the latest value of `durable`. Setup problems (wal_level,
-/// privileges, slot or publication that do not fit) end it with an error;
-/// lost connections are retried with capped exponential backoff, resuming
-/// from the slot's confirmed position and skipping transactions already
-/// emitted in this run.
-pub async fn run(
-    config: SourceConfig,
-    events: events::EventSender,
-    durable: watch::Receiver<Lsn>,
-    shutdown: CancellationToken,
-) -> Result<(), SourceError> {
-    let span = tracing::info_span!("source", slot = %config.slot_name, database = %config.connection.database);
-    let slot = config.slot_name.clone();
-    let report = move |status: Status, message: String| {
-        health::global().fail(EntityKind::Slot, &slot, REPLICATION_CHECK, status, message);
-    };
-    report(
-        Status::Warning,
-        "connecting: replication has not started yet".into(),
-    );
-    async move {
-        spill::clean_spill_dir(&config.spill_dir)?;
-        let mut progress = stream::Progress::default();
-        let mut backoff = Duration::from_secs(1);
-        const MAX_BACKOFF: Duration = Duration::from_secs(60);
-        loop {
-            let result = stream::Session::run(
-                &config,
-                &events,
-                durable.clone(),
-                &shutdown,
-                &mut progress,
-            )
-            .await;
-            match result {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_retryable() && !shutdown.is_cancelled() => {
-                    if progress.take_streamed() {
-                        backoff = Duration::from_secs(1);
-                    }
-                    tracing::warn!(error = %e, retry_in = ?backoff, "replication interrupted; reconnecting");
-                    report(
-                        Status::Error,
-                        format!("replication interrupted: {e}; reconnecting in {backoff:?}"),
-                    );
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                Err(e) => {
-                    if shutdown.is_cancelled() {
-                        return Ok(());
-                    }
-                    tracing::error!(error = %e, "replication stopped");
-                    report(Status::Error, format!("replication stopped: {e}"));
-                    return Err(e);
-                }
-            }
+impl TableName {
+    /// Parses `schema.table` or `table` (schema `public`).
+    pub fn parse(text: &str) -> TableName {
+        match text.split_once('.') {
+            Some((schema, name)) => TableName {
+                schema: schema.to_string(),
+                name: name.to_string(),
+            },
+            None => TableName {
+                schema: "public".into(),
+                name: text.to_string(),
+            },
         }
     }
-    .instrument(span)
-    .await
+
+    /// `"schema"."table"`, quoted for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+
+    /// `schema.table`, unquoted.
+    pub fn display(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// The error of a query that failed while `context`.
+pub fn query_error(context: &str) -> impl FnOnce(tokio_postgres::Error) -> PgError + '_ {
+    move |e| PgError::Query {
+        context: context.to_string(),
+        source: e,
+    }
+}
+
+/// Checks `wal_level` and the user's REPLICATION privilege.
+pub async fn check_server(client: &Client, user: &str) -> Result<(), PgError> {
+    let wal_level: String = client
+        .query_one("SHOW wal_level", &[])
+        .await
+        .map_err(query_error("reading wal_level"))?
+        .get(0);
+    if wal_level != "logical" {
+        return Err(PgError::WalLevel { actual: wal_level });
+    }
+    let row = client
+        .query_one(
+            "SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(query_error("reading the user's REPLICATION privilege"))?;
+    if !row.get::<_, bool>(0) {
+        return Err(PgError::NoReplicationPrivilege {
+            user: user.to_string(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
