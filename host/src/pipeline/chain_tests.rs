@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::change::Action;
 use crate::lsn::Lsn;
-use crate::plugins::tests::{config, engine, guest, message};
 use crate::plugins::{Grants, Limits, PluginError, SourceQuery};
+use weft_wasm::test_support::{config, engine, guest, message};
 
 fn row(record: Value) -> Message {
     message(Action::Insert, record, None)

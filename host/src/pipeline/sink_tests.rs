@@ -9,7 +9,7 @@ use super::*;
 use crate::change::{Action, Column, Relation, Row};
 use crate::config::Config;
 use crate::plugins::Limits;
-use crate::plugins::tests::{config, engine, guest};
+use weft_wasm::test_support::{config, engine, guest};
 
 /// What `sink` makes of `changes`.
 async fn process(sink: &mut SinkPipeline, changes: Vec<Change>, store: &Store) -> SinkBatch {

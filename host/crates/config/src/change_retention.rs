@@ -82,9 +82,15 @@ impl ChangeRetentionConfig {
 
     /// The sink that runs this change retention: the source table's
     /// changes, narrowed by actions, filters and filter function, appended
-    /// to the event table by a `postgres` sink.
-    pub fn sink<D: Destination>(&self) -> SinkConfig<D> {
-        SinkConfig {
+    /// to the event table by a `postgres` sink; `None` in a build without
+    /// that sink type.
+    pub fn sink<D: Destination>(&self) -> Option<SinkConfig<D>> {
+        let destination = D::event_log(
+            &self.destination_database,
+            self.destination_table(),
+            self.create_table,
+        )?;
+        Some(SinkConfig {
             account: None,
             name: self.name.clone(),
             database: Some(self.source_database.clone()),
@@ -105,12 +111,8 @@ impl ChangeRetentionConfig {
             truncate: TruncatePolicy::Skip,
             initial_backfill: None,
             column_filters: self.filters.clone(),
-            destination: D::event_log(
-                &self.destination_database,
-                self.destination_table(),
-                self.create_table,
-            ),
-        }
+            destination,
+        })
     }
 }
 

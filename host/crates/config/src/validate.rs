@@ -91,7 +91,15 @@ pub(crate) fn resolve<D: Destination>(
         &mut problems,
     );
     let mut sinks = sinks;
-    sinks.extend(change_retentions.iter().map(ChangeRetentionConfig::sink));
+    for (i, retention) in change_retentions.iter().enumerate() {
+        match retention.sink() {
+            Some(sink) => sinks.push(sink),
+            None => problems.add(
+                root.key("change_retentions").index(i),
+                "a change retention writes through the postgres sink, which this build of weft leaves out; build weft with its `postgres` feature",
+            ),
+        }
+    }
     let api_tokens = document.api_tokens;
     check_unique_names(
         api_tokens.iter().map(|t| t.name.as_str()),

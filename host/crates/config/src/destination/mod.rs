@@ -42,8 +42,9 @@ pub trait Destination: Sized + Clone + fmt::Debug + PartialEq {
 
     /// The destination a change retention writes through: append one event
     /// row per change to `table` in the database `database`, creating the
-    /// table when `create_table` (see `change_retention`).
-    fn event_log(database: &str, table: TableRef, create_table: bool) -> Self;
+    /// table when `create_table` (see `change_retention`); `None` when this
+    /// build has no sink type that can.
+    fn event_log(database: &str, table: TableRef, create_table: bool) -> Option<Self>;
 
     /// The `type` this destination was configured with.
     fn type_name(&self) -> &'static str;

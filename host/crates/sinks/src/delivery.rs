@@ -1,0 +1,802 @@
+//! The delivery worker of a push sink: drains the sink's messages from the
+//! store to its [`Destination`], with retries, backoff and dead letters.
+//!
+//! The store is the outbox. The pipeline stores every message before the
+//! slot is confirmed, so a destination that is down costs nothing upstream:
+//! its messages wait in the store and the slot keeps advancing. The worker:
+//!
+//! 1. leases the next deliverable messages (group heads whose next attempt
+//!    is due, in commit order: one message per group in flight), up to the
+//!    destination's batch size, and starts a delivery of them while fewer
+//!    than `max_in_flight` deliveries run;
+//! 2. settles each message by its [`DeliveryOutcome`]: delivered ones are
+//!    deleted (their group's next message becomes deliverable), a retriable
+//!    failure is retried after an exponential backoff with jitter, which
+//!    holds back only its group, and a message out of attempts
+//!    (`max_retry_count`) or failed permanently becomes a dead letter;
+//! 3. sleeps until woken by the pipeline (new messages), by the API (a
+//!    replay), by a finished delivery, or until the next retry is due.
+//!
+//! On shutdown it starts nothing new, lets running deliveries finish (each
+//! is bounded by the destination's timeout), settles them and returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::pause::PauseSwitch;
+use crate::config::{DeliveryConfig, SinkConfig};
+use weft_core::health::{self, EntityKind, Status};
+use weft_store::{Store, StoreError, StoreTime, StoredMessage};
+
+/// What became of one message of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// The destination accepted it.
+    Delivered,
+    /// It was not delivered; `retriable` says whether trying again may help
+    /// (the destination's retry logic decides).
+    Failed {
+        /// What went wrong, for logs and the dead letter. Never holds secrets.
+        error: String,
+        /// False for failures no retry can fix: dead-letter at once.
+        retriable: bool,
+    },
+}
+
+impl DeliveryOutcome {
+    /// A failure worth retrying.
+    pub fn retry(error: impl Into<String>) -> DeliveryOutcome {
+        DeliveryOutcome::Failed {
+            error: error.into(),
+            retriable: true,
+        }
+    }
+
+    /// A failure no retry can fix.
+    pub fn permanent(error: impl Into<String>) -> DeliveryOutcome {
+        DeliveryOutcome::Failed {
+            error: error.into(),
+            retriable: false,
+        }
+    }
+}
+
+/// Where a push sink delivers: one implementation per destination type.
+#[async_trait]
+pub trait Destination: Send + Sync + 'static {
+    /// The sink's batch size, parallelism, timeout and retries.
+    fn limits(&self) -> &DeliveryLimits;
+
+    /// Most messages handed to one [`Destination::deliver`] call.
+    fn batch_size(&self) -> u32 {
+        self.limits().batch_size
+    }
+
+    /// Most [`Destination::deliver`] calls running at once.
+    fn max_in_flight(&self) -> usize {
+        self.limits().max_in_flight as usize
+    }
+
+    /// An upper bound on one [`Destination::deliver`] call (its timeout).
+    fn max_delivery_time(&self) -> Duration {
+        self.limits().request_timeout
+    }
+
+    /// Delivers `batch` (commit order, at most one message per group) and
+    /// returns one outcome per message, index-aligned. Must return within
+    /// [`Destination::max_delivery_time`].
+    async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome>;
+}
+
+/// When to try a failed message again, and how often at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay before the first retry; it doubles with each further failure.
+    pub backoff_base: Duration,
+    /// The longest delay between two attempts.
+    pub backoff_max: Duration,
+    /// Retries after the first attempt before the message is dead-lettered;
+    /// `None` retries forever.
+    pub max_retry_count: Option<u32>,
+}
+
+impl Default for RetryPolicy {
+    /// Sequin's: from 1 s, doubling, capped at 10 min, unlimited retries.
+    fn default() -> Self {
+        RetryPolicy {
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(600),
+            max_retry_count: None,
+        }
+    }
+}
+
+/// How a push sink's deliveries are sized, timed and retried: its
+/// destination's shared delivery fields, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryLimits {
+    /// Most messages per delivery.
+    pub batch_size: u32,
+    /// Most deliveries in flight at once.
+    pub max_in_flight: u32,
+    /// Longest one delivery may take.
+    pub request_timeout: Duration,
+    /// Backoff and retry limit.
+    pub retry: RetryPolicy,
+}
+
+impl DeliveryLimits {
+    /// The limits of `sink`, whose destination's shared fields are `delivery`.
+    pub fn resolve(sink: &SinkConfig, delivery: &DeliveryConfig) -> DeliveryLimits {
+        DeliveryLimits {
+            batch_size: delivery.batch_size,
+            max_in_flight: delivery.max_in_flight,
+            request_timeout: delivery.request_timeout(),
+            retry: RetryPolicy {
+                backoff_base: Duration::from_millis(delivery.retry_backoff_base_ms),
+                backoff_max: Duration::from_millis(delivery.retry_backoff_max_ms),
+                max_retry_count: sink.max_retry_count,
+            },
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay after the `attempt`-th failed attempt (1-based):
+    /// `base * 2^(attempt-1)` capped at `backoff_max`, then jittered to
+    /// between half and all of it, so that groups failing together do not
+    /// retry in lockstep.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(32);
+        let full = self
+            .backoff_base
+            .saturating_mul(1u32 << exponent.min(31))
+            .min(self.backoff_max);
+        let half = full / 2;
+        let jitter = rand::rng().random_range(0..=half.as_millis() as u64);
+        half + Duration::from_millis(jitter)
+    }
+
+    /// Whether a message that failed its `attempt`-th attempt may be tried again.
+    pub fn may_retry(&self, attempt: u32) -> bool {
+        self.max_retry_count.is_none_or(|max| attempt <= max)
+    }
+}
+
+/// Wakes a sink's delivery worker: new messages were stored or replayed.
+/// Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryWaker(Arc<Notify>);
+
+impl DeliveryWaker {
+    /// A waker not yet attached to a worker.
+    pub fn new() -> DeliveryWaker {
+        DeliveryWaker::default()
+    }
+
+    /// Wakes the worker (or makes its next wait return at once).
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// Why a delivery worker stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The store failed; nothing was lost, undelivered messages stay stored.
+    #[error("sink {sink}: store: {source}")]
+    Store {
+        /// The sink's name.
+        sink: String,
+        /// What the store reported.
+        source: StoreError,
+    },
+    /// A store call or a delivery task panicked.
+    #[error("sink {sink}: delivery task failed: {detail}")]
+    Task {
+        /// The sink's name.
+        sink: String,
+        /// The panic.
+        detail: String,
+    },
+}
+
+/// The delivery worker of one push sink.
+pub struct DeliveryWorker {
+    sink: String,
+    store: Store,
+    destination: Arc<dyn Destination>,
+    retry: RetryPolicy,
+    waker: DeliveryWaker,
+    memory_budget: usize,
+    pause: PauseSwitch,
+}
+
+/// A delivery's leased messages and their outcomes.
+type Finished = (Vec<StoredMessage>, Vec<DeliveryOutcome>);
+
+impl DeliveryWorker {
+    /// The worker delivering `sink`'s messages from `store` to `destination`.
+    /// Call `waker.wake()` after storing messages for the sink.
+    pub fn new(
+        sink: &str,
+        store: Store,
+        destination: Arc<dyn Destination>,
+        retry: RetryPolicy,
+        waker: DeliveryWaker,
+    ) -> DeliveryWorker {
+        DeliveryWorker {
+            sink: sink.to_string(),
+            store,
+            destination,
+            retry,
+            waker,
+            memory_budget: usize::MAX,
+            pause: PauseSwitch::default(),
+        }
+    }
+
+    /// Leases nothing while `pause` is on (running deliveries finish);
+    /// wake the worker after turning it off.
+    pub fn with_pause(mut self, pause: PauseSwitch) -> DeliveryWorker {
+        self.pause = pause;
+        self
+    }
+
+    /// Bounds the payload bytes this worker holds in memory at once (the
+    /// sink's `max_memory_mb`): it leases no more messages while deliveries
+    /// in flight hold `bytes`. A single message bigger than `bytes` can
+    /// never be delivered within the budget; it becomes a dead letter with
+    /// that reason instead of being dropped.
+    pub fn with_memory_budget(mut self, bytes: usize) -> DeliveryWorker {
+        self.memory_budget = bytes.max(1);
+        self
+    }
+
+    /// Delivers until `shutdown` fires, then finishes running deliveries.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), DeliveryError> {
+        let released = self
+            .blocking(|store, sink| store.release_leases(sink))
+            .await?;
+        if released > 0 {
+            info!(
+                sink = %self.sink,
+                released, "messages in delivery when weft stopped are deliverable again"
+            );
+        }
+        let batch_size = self.destination.batch_size().max(1);
+        let max_in_flight = self.destination.max_in_flight().max(1);
+        // A lease only matters if this process dies mid-delivery; the next
+        // start releases it anyway.
+        let lease = self.destination.max_delivery_time() + Duration::from_secs(60);
+        let mut running: JoinSet<Finished> = JoinSet::new();
+        let mut in_flight_bytes = 0usize;
+        let memory_gauge =
+            metrics::gauge!(weft_core::metrics::DELIVERY_MEMORY, "sink" => self.sink.clone());
+        memory_gauge.set(0.0);
+        if self.memory_budget != usize::MAX {
+            metrics::gauge!(weft_core::metrics::DELIVERY_MEMORY_LIMIT, "sink" => self.sink.clone())
+                .set(self.memory_budget as f64);
+        }
+        loop {
+            // Register before looking, so that a wake between look and wait is kept.
+            let woken = self.waker.0.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+
+            let mut store_failed = false;
+            let looked_at = StoreTime::now();
+            while !shutdown.is_cancelled()
+                && !self.pause.is_paused()
+                && running.len() < max_in_flight
+                && in_flight_bytes < self.memory_budget
+            {
+                let room = self.memory_budget - in_flight_bytes;
+                // Only an idle worker takes a message bigger than the room
+                // left: it is then bigger than the whole budget, and is
+                // dead-lettered below.
+                let idle = running.is_empty();
+                let leased = self
+                    .blocking(move |store, sink| {
+                        store.lease_deliverable_within(sink, batch_size, lease, room, idle)
+                    })
+                    .await;
+                let batch = match leased {
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        // E.g. an operator's sqlite3 holding the lock: try again soon.
+                        warn!(sink = %self.sink, %error, "cannot read the next messages; retrying in 1s");
+                        store_failed = true;
+                        break;
+                    }
+                };
+                if batch.is_empty() {
+                    break;
+                }
+                let batch = match self.dead_letter_oversized(batch).await {
+                    Ok(batch) if batch.is_empty() => continue,
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        warn!(sink = %self.sink, %error, "cannot dead-letter an oversized message; retrying in 1s");
+                        store_failed = true;
+                        break;
+                    }
+                };
+                in_flight_bytes += batch_bytes(&batch);
+                memory_gauge.set(in_flight_bytes as f64);
+                let destination = Arc::clone(&self.destination);
+                running.spawn(async move {
+                    let outcomes = destination.deliver(&batch).await;
+                    (batch, outcomes)
+                });
+            }
+            // One reading of the token for the checks below: a cancel arriving
+            // between two readings must not disable every branch of the select.
+            let stopping = shutdown.is_cancelled();
+            if stopping && running.is_empty() {
+                break;
+            }
+            // With every slot busy, a due retry must wait for a delivery to
+            // finish; waking for it would only spin.
+            let next_retry = if stopping || running.len() >= max_in_flight {
+                None
+            } else if store_failed {
+                Some(Duration::from_secs(1))
+            } else {
+                self.blocking(move |store, sink| store.next_lease_expiry(sink, looked_at))
+                    .await
+                    .unwrap_or(Some(Duration::from_secs(1)))
+            };
+            let retry_at = next_retry.map(|after| after + Duration::from_millis(1));
+            tokio::select! {
+                finished = running.join_next(), if !running.is_empty() => {
+                    match finished {
+                        Some(Ok((batch, outcomes))) => {
+                            in_flight_bytes = in_flight_bytes.saturating_sub(batch_bytes(&batch));
+                            memory_gauge.set(in_flight_bytes as f64);
+                            if let Err(error) = self.settle(batch, outcomes).await {
+                                // The leases stay; their messages are sent
+                                // again once the leases run out (at least once).
+                                warn!(sink = %self.sink, %error, "cannot record delivery outcomes; the messages will be delivered again");
+                            }
+                        }
+                        Some(Err(e)) => return Err(DeliveryError::Task {
+                            sink: self.sink.clone(),
+                            detail: e.to_string(),
+                        }),
+                        None => {}
+                    }
+                }
+                _ = &mut woken, if !stopping => {}
+                _ = sleep_opt(retry_at), if retry_at.is_some() && !stopping => {}
+                _ = shutdown.cancelled(), if !stopping => {
+                    info!(sink = %self.sink, in_flight = running.len(), "delivery stopping after running deliveries finish");
+                }
+            }
+        }
+        info!(sink = %self.sink, "delivery stopped");
+        Ok(())
+    }
+
+    /// Dead-letters the messages of `batch` bigger than the whole memory
+    /// budget and returns the rest.
+    async fn dead_letter_oversized(
+        &self,
+        batch: Vec<StoredMessage>,
+    ) -> Result<Vec<StoredMessage>, DeliveryError> {
+        let budget = self.memory_budget;
+        let (oversized, fits): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(|m| m.size_bytes > budget);
+        if oversized.is_empty() {
+            return Ok(fits);
+        }
+        let sink = self.sink.clone();
+        self.blocking(move |store, sink_name| {
+            for message in &oversized {
+                let error = format!(
+                    "the message is {} bytes, more than this sink's max_memory_mb allows ({} bytes); raise max_memory_mb or shrink the message with a transform, then replay this dead letter",
+                    message.size_bytes, budget
+                );
+                warn!(sink = %sink, idempotency_key = %message.idempotency_key, %error, "oversized message dead-lettered");
+                store.dead_letter(sink_name, message.ack_id, &error)?;
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(fits)
+    }
+
+    /// Records the outcome of each message of a finished delivery.
+    async fn settle(
+        &self,
+        batch: Vec<StoredMessage>,
+        mut outcomes: Vec<DeliveryOutcome>,
+    ) -> Result<(), DeliveryError> {
+        if outcomes.len() != batch.len() {
+            warn!(
+                sink = %self.sink,
+                expected = batch.len(),
+                got = outcomes.len(),
+                "destination returned the wrong number of outcomes; retrying the messages without one"
+            );
+            outcomes.resize(
+                batch.len(),
+                DeliveryOutcome::retry("the destination reported no outcome for this message"),
+            );
+        }
+        let last_error = outcomes.iter().rev().find_map(|outcome| match outcome {
+            DeliveryOutcome::Failed { error, .. } => Some(error.clone()),
+            DeliveryOutcome::Delivered => None,
+        });
+        let retry = self.retry;
+        let sink = self.sink.clone();
+        let settled = self
+            .blocking(move |store, sink_name| {
+                let mut delivered = Vec::new();
+                for (message, outcome) in batch.iter().zip(outcomes) {
+                    match outcome {
+                        DeliveryOutcome::Delivered => delivered.push(message.ack_id),
+                        DeliveryOutcome::Failed { error, retriable } => {
+                            if retriable && retry.may_retry(message.attempt) {
+                                let delay = retry.delay(message.attempt);
+                                debug!(
+                                    sink = %sink,
+                                    idempotency_key = %message.idempotency_key,
+                                    attempt = message.attempt,
+                                    retry_in_ms = delay.as_millis() as u64,
+                                    %error,
+                                    "delivery failed; retrying later"
+                                );
+                                store.retry_later(sink_name, message.ack_id, &error, delay)?;
+                            } else {
+                                warn!(
+                                    sink = %sink,
+                                    idempotency_key = %message.idempotency_key,
+                                    attempts = message.attempt,
+                                    %error,
+                                    "message dead-lettered; its group proceeds"
+                                );
+                                store.dead_letter(sink_name, message.ack_id, &error)?;
+                            }
+                        }
+                    }
+                }
+                if !delivered.is_empty() {
+                    store.ack(sink_name, &delivered)?;
+                }
+                Ok(())
+            })
+            .await;
+        if settled.is_ok() {
+            report_health(&self.sink, last_error);
+        }
+        settled
+    }
+
+    /// Runs a store call on the blocking pool.
+    async fn blocking<T, F>(&self, call: F) -> Result<T, DeliveryError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store, &str) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.store.clone();
+        let sink = self.sink.clone();
+        tokio::task::spawn_blocking(move || call(&store, &sink))
+            .await
+            .map_err(|e| DeliveryError::Task {
+                sink: self.sink.clone(),
+                detail: e.to_string(),
+            })?
+            .map_err(|source| DeliveryError::Store {
+                sink: self.sink.clone(),
+                source,
+            })
+    }
+}
+
+/// The sink's `delivery` health check: an error naming the destination's
+/// last failure while deliveries fail, cleared (and the sink's last
+/// success noted) by a batch that delivered everything.
+fn report_health(sink: &str, last_error: Option<String>) {
+    let health = health::global();
+    match last_error {
+        Some(error) => health.fail(
+            EntityKind::Sink,
+            sink,
+            "delivery",
+            Status::Error,
+            format!("deliveries are failing: {error}; they are retried with backoff (see the dead letters for those that ran out of retries)"),
+        ),
+        None => {
+            health.clear(EntityKind::Sink, sink, "delivery");
+            health.succeeded(EntityKind::Sink, sink);
+        }
+    }
+}
+
+/// The payload bytes a delivery of `batch` holds.
+fn batch_bytes(batch: &[StoredMessage]) -> usize {
+    batch.iter().map(|m| m.size_bytes).sum()
+}
+
+async fn sleep_opt(after: Option<Duration>) {
+    match after {
+        Some(after) => tokio::time::sleep(after).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use weft_core::lsn::Lsn;
+    use weft_store::{NewMessage, SinkBatch};
+
+    /// A destination that refuses groups listed in `failing` and records
+    /// what it accepted, each call taking `delay`.
+    struct Recorder {
+        failing: Mutex<Vec<String>>,
+        accepted: Mutex<Vec<(String, u64)>>,
+        delay: Duration,
+        /// Payload bytes inside `deliver` calls now, and the most seen.
+        bytes_in_flight: Mutex<(usize, usize)>,
+    }
+
+    const RECORDER_LIMITS: DeliveryLimits = DeliveryLimits {
+        batch_size: 3,
+        max_in_flight: 2,
+        request_timeout: Duration::from_secs(5),
+        retry: RetryPolicy {
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(600),
+            max_retry_count: None,
+        },
+    };
+
+    #[async_trait]
+    impl Destination for Recorder {
+        fn limits(&self) -> &DeliveryLimits {
+            &RECORDER_LIMITS
+        }
+        async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
+            let bytes = batch_bytes(batch);
+            {
+                let mut held = self.bytes_in_flight.lock().unwrap();
+                held.0 += bytes;
+                held.1 = held.1.max(held.0);
+            }
+            tokio::time::sleep(self.delay).await;
+            self.bytes_in_flight.lock().unwrap().0 -= bytes;
+            let failing = self.failing.lock().unwrap().clone();
+            batch
+                .iter()
+                .map(|m| {
+                    if failing.contains(&m.group_id) {
+                        DeliveryOutcome::retry("refused")
+                    } else {
+                        self.accepted
+                            .lock()
+                            .unwrap()
+                            .push((m.group_id.clone(), m.commit_lsn.0));
+                        DeliveryOutcome::Delivered
+                    }
+                })
+                .collect()
+        }
+    }
+
+    fn setup(failing: &[&str], delay: Duration) -> (tempfile::TempDir, Store, Arc<Recorder>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let recorder = Arc::new(Recorder {
+            failing: Mutex::new(failing.iter().map(|s| s.to_string()).collect()),
+            accepted: Mutex::default(),
+            delay,
+            bytes_in_flight: Mutex::default(),
+        });
+        (dir, store, recorder)
+    }
+
+    fn append(store: &Store, lsn: u64, groups: &[&str]) {
+        append_sized(store, lsn, groups, 0);
+    }
+
+    /// Like `append`, each payload about `pad` bytes long.
+    fn append_sized(store: &Store, lsn: u64, groups: &[&str], pad: usize) {
+        let messages = groups
+            .iter()
+            .enumerate()
+            .map(|(idx, group)| NewMessage {
+                commit_lsn: Lsn(lsn),
+                commit_idx: idx as u32,
+                group_id: group.to_string(),
+                idempotency_key: weft_core::message::idempotency_key(Lsn(lsn), idx as u32),
+                payload: weft_core::payload::Payload::Json(if pad == 0 {
+                    json!({})
+                } else {
+                    json!({ "pad": "x".repeat(pad) })
+                })
+                .into(),
+                route: None,
+            })
+            .collect();
+        store
+            .append(&[SinkBatch::of("s", messages)], Lsn(lsn))
+            .unwrap();
+    }
+
+    fn fast_retries(max_retry_count: Option<u32>) -> RetryPolicy {
+        RetryPolicy {
+            backoff_base: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(40),
+            max_retry_count,
+        }
+    }
+
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        // Generous: retry times are wall-clock (they survive restarts in the
+        // store), and a busy CI machine or a clock step can delay them.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        let policy = RetryPolicy::default();
+        for _ in 0..50 {
+            let first = policy.delay(1);
+            assert!(first >= Duration::from_millis(500) && first <= Duration::from_secs(1));
+            let fourth = policy.delay(4);
+            assert!(fourth >= Duration::from_secs(4) && fourth <= Duration::from_secs(8));
+            let late = policy.delay(40);
+            assert!(late >= Duration::from_secs(300) && late <= Duration::from_secs(600));
+        }
+        assert!(policy.may_retry(1_000_000));
+        let limited = RetryPolicy {
+            max_retry_count: Some(2),
+            ..policy
+        };
+        assert!(limited.may_retry(2));
+        assert!(!limited.may_retry(3));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_group_is_dead_lettered_while_others_flow_in_order() {
+        let (_dir, store, recorder) = setup(&["bad"], Duration::ZERO);
+        let waker = DeliveryWaker::new();
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(Some(2)),
+            waker.clone(),
+        );
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        append(&store, 10, &["a", "bad", "b"]);
+        append(&store, 20, &["a", "bad", "b"]);
+        waker.wake();
+        eventually("a and b delivered", || {
+            recorder.accepted.lock().unwrap().len() == 4
+        })
+        .await;
+        let accepted = recorder.accepted.lock().unwrap().clone();
+        for group in ["a", "b"] {
+            let lsns: Vec<u64> = accepted
+                .iter()
+                .filter(|(g, _)| g == group)
+                .map(|(_, lsn)| *lsn)
+                .collect();
+            assert_eq!(lsns, vec![10, 20], "group {group}");
+        }
+        eventually("both bad messages dead", || {
+            store.dead_letter_count("s").unwrap() == 2
+        })
+        .await;
+        let dead = store.dead_letters("s", 0, 10).unwrap();
+        assert_eq!(dead[0].commit_lsn, Lsn(10));
+        assert_eq!(dead[0].attempts, 3, "first attempt plus two retries");
+        assert_eq!(dead[0].last_error, "refused");
+
+        // Replay after the destination recovers: delivered, in order.
+        recorder.failing.lock().unwrap().clear();
+        store.replay_dead_letters("s", None).unwrap();
+        waker.wake();
+        eventually("replayed bad delivered", || {
+            recorder.accepted.lock().unwrap().len() == 6
+        })
+        .await;
+        let bad: Vec<u64> = recorder
+            .accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(g, _)| g == "bad")
+            .map(|(_, lsn)| *lsn)
+            .collect();
+        assert_eq!(bad, vec![10, 20]);
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_budget_bounds_bytes_in_flight_and_dead_letters_oversized_messages() {
+        let (_dir, store, recorder) = setup(&[], Duration::from_millis(30));
+        let waker = DeliveryWaker::new();
+        // Without the budget, 2 deliveries of 3 messages (~6 x 110 bytes)
+        // would run at once.
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(None),
+            waker.clone(),
+        )
+        .with_memory_budget(250);
+        let groups: Vec<String> = (0..12).map(|g| format!("g{g}")).collect();
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        append_sized(&store, 10, &groups, 100);
+        append_sized(&store, 20, &["big"], 1000);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        eventually("all small messages delivered", || {
+            recorder.accepted.lock().unwrap().len() == 12
+        })
+        .await;
+        eventually("the oversized message dead-lettered", || {
+            store.dead_letter_count("s").unwrap() == 1
+        })
+        .await;
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+        let peak = recorder.bytes_in_flight.lock().unwrap().1;
+        assert!(peak <= 250, "{peak} payload bytes were in flight at once");
+        assert!(peak >= 200, "two messages fit the budget; peak was {peak}");
+        let dead = store.dead_letters("s", 0, 10).unwrap();
+        assert_eq!(dead[0].group_id, "big");
+        assert!(
+            dead[0].last_error.contains("max_memory_mb"),
+            "{}",
+            dead[0].last_error
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_waits_for_deliveries_in_flight_and_records_them() {
+        let (_dir, store, recorder) = setup(&[], Duration::from_millis(500));
+        let waker = DeliveryWaker::new();
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(None),
+            waker.clone(),
+        );
+        append(&store, 10, &["a", "b"]);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+        assert_eq!(recorder.accepted.lock().unwrap().len(), 2);
+        assert_eq!(
+            store.message_counts("s").unwrap().stored,
+            0,
+            "the finished delivery was recorded before the worker returned"
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! Sink adapters, one folder per sink type, the registry of those types,
+//! and the delivery worker that drives push sinks from the store.
+//!
+//! Every sink type implements [`sink::Sink`] in its own folder, with the
+//! same files in each: `mod.rs` (the implementation: routing keys, default
+//! route, checks, build), `config.rs` (its `destination:` settings, as
+//! written and resolved), `destination.rs` (its delivery) and `errors.rs`
+//! (which of its failures a retry can fix). [`sink_types!`] below is the
+//! one list of them: adding a sink type is adding a folder and a line
+//! there. See `docs/architecture.md`.
+
+pub mod config;
+pub mod delivery;
+pub mod pause;
+pub mod route;
+pub mod sink;
+
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redis_stream;
+#[cfg(feature = "redis")]
+pub mod redis_string;
+pub mod sequin_stream;
+#[cfg(feature = "webhook")]
+pub mod webhook;
+
+#[cfg(all(test, feature = "all-sinks"))]
+mod config_tests;
+
+use weft_config::model::TableRef;
+
+use sink::{SinkKind, sink_types};
+
+sink_types! {
+    SequinStream => sequin_stream::SequinStreamSink,
+    #[cfg(feature = "webhook")]
+    Webhook => webhook::WebhookSink,
+    #[cfg(feature = "nats")]
+    Nats => nats::NatsSink,
+    #[cfg(feature = "redis")]
+    RedisString => redis_string::RedisStringSink,
+    #[cfg(feature = "redis")]
+    RedisStream => redis_stream::RedisStreamSink,
+    #[cfg(feature = "kafka")]
+    Kafka => kafka::KafkaSink,
+    #[cfg(feature = "rabbitmq")]
+    RabbitMq => rabbitmq::RabbitMqSink,
+    #[cfg(feature = "postgres")]
+    Postgres => postgres::PostgresSink,
+}
+
+/// Sequin's other destination types, which weft does not have (yet); named
+/// in the error so that users know it is not a typo.
+const PLANNED: &[&str] = &[
+    "sqs",
+    "sns",
+    "kinesis",
+    "gcp_pubsub",
+    "azure_event_hub",
+    "elasticsearch",
+    "typesense",
+    "meilisearch",
+    "s2",
+];
+
+/// The destination a change retention writes through: the postgres sink's
+/// event log (see `docs/change_retention.md`); `None` in a build without
+/// the postgres sink.
+fn event_log(database: &str, table: TableRef, create_table: bool) -> Option<DestinationConfig> {
+    #[cfg(feature = "postgres")]
+    return Some(DestinationConfig::Postgres(
+        postgres::PostgresConfig::event_log(database, table, create_table),
+    ));
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = (database, table, create_table);
+        None
+    }
+}
+
+/// The sink type named `name` (a `destination.type`).
+pub fn kind(name: &str) -> Option<&'static SinkKind> {
+    sink_kinds().iter().find(|kind| kind.name == name)
+}
