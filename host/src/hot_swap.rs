@@ -207,7 +207,7 @@ impl FunctionRuntime {
             if !uses_changed || replaced || !chains.contains_key(&sink.name) {
                 continue;
             }
-            let chain = crate::server::load_chain(&config, &self.engine, sink, |name| {
+            let chain = crate::pipeline::load_chain(&config, &self.engine, sink, |name| {
                 changed.iter().any(|c| c == name)
             })
             .map_err(|error| error.to_string())?;
@@ -354,8 +354,9 @@ impl FunctionRuntime {
         label: &str,
         sink: &crate::config::SinkConfig,
     ) -> Result<Shadow, String> {
-        let fresh = crate::server::load_chain(config, &self.engine, sink, |name| name == function)
-            .map_err(|error| error.to_string())?;
+        let fresh =
+            crate::pipeline::load_chain(config, &self.engine, sink, |name| name == function)
+                .map_err(|error| error.to_string())?;
         let transform = fresh
             .transform
             .and_then(|t| t.into_inner())

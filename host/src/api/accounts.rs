@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::auth::Caller;
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::Config;
 use crate::config::account::AccountConfig;
 use crate::hot_swap::FunctionRuntime;
@@ -16,7 +16,7 @@ use crate::hot_swap::FunctionRuntime;
 /// `GET /api/accounts`.
 #[utoipa::path(get, path = "/api/accounts", tag = "accounts", summary = "The accounts, with their limits and usage", responses((status = 200, description = "The accounts", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
@@ -33,7 +33,7 @@ pub(super) async fn list(
 /// `GET /api/accounts/{name}`.
 #[utoipa::path(get, path = "/api/accounts/{name}", tag = "accounts", summary = "One account, with its limits and usage", params(("name" = String, Path, description = "The account")), responses((status = 200, description = "The account", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::api_token::ApiTokenConfig;
 
 /// The tokens the API accepts. Cheap to clone.
@@ -92,7 +92,7 @@ impl Caller {
 
 /// Middleware: refuses a request without a known token with 401.
 pub async fn require_token(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     mut request: Request,
     next: Next,
 ) -> Response {

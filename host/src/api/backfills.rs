@@ -12,12 +12,12 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::backfill::launcher::LaunchError;
 use crate::backfill::{BackfillLauncher, BackfillScope, RowFilter, TableSelection};
 use crate::store::{Backfill, BackfillState};
 
-fn launcher(state: &PullApiState, sink: &str) -> Result<BackfillLauncher, ApiError> {
+fn launcher(state: &ApiState, sink: &str) -> Result<BackfillLauncher, ApiError> {
     state
         .backfills()
         .filter(|l| l.knows_sink(sink))
@@ -62,7 +62,7 @@ struct CreateRequest {
 /// `start_position`, `filter`).
 #[utoipa::path(post, path = "/api/sinks/{name}/backfills", tag = "backfills", summary = "Start backfills", params(("name" = String, Path, description = "The sink")), request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Started", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -138,7 +138,7 @@ pub(super) async fn create(
 /// `GET …/backfills`: `{"data": [...]}`, oldest first.
 #[utoipa::path(get, path = "/api/sinks/{name}/backfills", tag = "backfills", summary = "A sink's backfills", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     launcher(&state, &sink)?;
@@ -155,7 +155,7 @@ pub(super) async fn list(
 /// `GET …/backfills/{id}`.
 #[utoipa::path(get, path = "/api/sinks/{name}/backfills/{id}", tag = "backfills", summary = "One backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     launcher(&state, &sink)?;
@@ -171,7 +171,7 @@ pub(super) async fn get(
 /// `POST …/backfills/{id}/pause`.
 #[utoipa::path(post, path = "/api/sinks/{name}/backfills/{id}/pause", tag = "backfills", summary = "Pause a backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn pause(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let launcher = launcher(&state, &sink)?;
@@ -184,7 +184,7 @@ pub(super) async fn pause(
 /// `POST …/backfills/{id}/resume`.
 #[utoipa::path(post, path = "/api/sinks/{name}/backfills/{id}/resume", tag = "backfills", summary = "Resume a backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn resume(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let launcher = launcher(&state, &sink)?;
@@ -197,7 +197,7 @@ pub(super) async fn resume(
 /// `DELETE …/backfills/{id}`: cancels it.
 #[utoipa::path(delete, path = "/api/sinks/{name}/backfills/{id}", tag = "backfills", summary = "Cancel a backfill", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The backfill")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn cancel(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let launcher = launcher(&state, &sink)?;

@@ -24,9 +24,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use serde_yaml_ng::Value as Yaml;
 
-use super::config_apply::apply_edit;
 use super::config_edit::edit_entry;
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::plugin_registry::PluginRef;
 use crate::hot_swap::{Candidate, FunctionRuntime};
 
@@ -44,7 +43,7 @@ pub(super) struct ShadowBody {
 /// `POST /api/functions/{name}/shadow`.
 #[utoipa::path(post, path = "/api/functions/{name}/shadow", tag = "functions", summary = "Run a candidate version in shadow", params(("name" = String, Path, description = "The function")), request_body = ShadowBody, responses((status = 201, description = "Running in shadow", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn start(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
     Json(body): Json<ShadowBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -84,7 +83,7 @@ pub(super) async fn start(
 /// `GET /api/functions/{name}/shadow`.
 #[utoipa::path(get, path = "/api/functions/{name}/shadow", tag = "functions", summary = "The shadow report", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn report(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     shadow_state(&state, &name, false).map(Json)
@@ -93,14 +92,14 @@ pub(super) async fn report(
 /// `DELETE /api/functions/{name}/shadow`.
 #[utoipa::path(delete, path = "/api/functions/{name}/shadow", tag = "functions", summary = "Stop the shadow run", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn stop(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     shadow_state(&state, &name, true).map(Json)
 }
 
 /// The shadow run of `name` and its reports, after stopping it if `stop`.
-fn shadow_state(state: &PullApiState, name: &str, stop: bool) -> Result<Value, ApiError> {
+fn shadow_state(state: &ApiState, name: &str, stop: bool) -> Result<Value, ApiError> {
     let functions = state.running_functions()?;
     let candidate = running_candidate(&functions, name)?;
     let sinks = if stop {
@@ -119,30 +118,31 @@ fn shadow_state(state: &PullApiState, name: &str, stop: bool) -> Result<Value, A
 /// `POST /api/functions/{name}/promote`.
 #[utoipa::path(post, path = "/api/functions/{name}/promote", tag = "functions", summary = "Make the candidate live", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn promote(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
     let candidate = running_candidate(&functions, &name)?;
     let mut before = None;
-    let applied = apply_edit(&state, |text| {
-        edit_entry(text, "functions", &name, |entry| {
-            before = Some(entry.clone());
-            let fields = entry
-                .as_mapping_mut()
-                .expect("edit_entry hands out mappings");
-            fields.remove("file");
-            fields.insert("plugin".into(), candidate.plugin.to_string().into());
-            if let Some(config) = &candidate.config {
-                let config: serde_yaml_ng::Mapping = config
-                    .iter()
-                    .map(|(k, v)| (Yaml::from(k.as_str()), Yaml::from(v.as_str())))
-                    .collect();
-                fields.insert("config".into(), Yaml::Mapping(config));
-            }
+    let applied = state
+        .apply(|text| {
+            edit_entry(text, "functions", &name, |entry| {
+                before = Some(entry.clone());
+                let fields = entry
+                    .as_mapping_mut()
+                    .expect("edit_entry hands out mappings");
+                fields.remove("file");
+                fields.insert("plugin".into(), candidate.plugin.to_string().into());
+                if let Some(config) = &candidate.config {
+                    let config: serde_yaml_ng::Mapping = config
+                        .iter()
+                        .map(|(k, v)| (Yaml::from(k.as_str()), Yaml::from(v.as_str())))
+                        .collect();
+                    fields.insert("config".into(), Yaml::Mapping(config));
+                }
+            })
         })
-    })
-    .await?;
+        .await?;
     if let Some(before) = before {
         functions.remember_promoted_from(&name, before);
     }
@@ -158,7 +158,7 @@ pub(super) async fn promote(
 /// `POST /api/functions/{name}/rollback`.
 #[utoipa::path(post, path = "/api/functions/{name}/rollback", tag = "functions", summary = "Restore the version before the last promotion", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn rollback(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let functions = state.running_functions()?;
@@ -168,10 +168,9 @@ pub(super) async fn rollback(
             format!("function {name:?} was not promoted since weft started; there is nothing to roll back"),
         )
     })?;
-    let applied = apply_edit(&state, |text| {
-        edit_entry(text, "functions", &name, |entry| *entry = previous.clone())
-    })
-    .await?;
+    let applied = state
+        .apply(|text| edit_entry(text, "functions", &name, |entry| *entry = previous.clone()))
+        .await?;
     functions.forget_promoted_from(&name);
     Ok(Json(
         json!({ "function": name, "rolled_back": true, "apply": applied }),

@@ -8,13 +8,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::change_retention::ChangeRetentionConfig;
 use crate::health::EntityKind;
 
 /// `GET /api/change_retentions`: `{"data": [...]}`.
 #[utoipa::path(get, path = "/api/change_retentions", tag = "change_retentions", summary = "List the change retentions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
-pub(super) async fn list(State(state): State<PullApiState>) -> Json<Value> {
+pub(super) async fn list(State(state): State<ApiState>) -> Json<Value> {
     let data: Vec<Value> = state.change_retentions().iter().map(describe).collect();
     Json(json!({ "data": data }))
 }
@@ -22,7 +22,7 @@ pub(super) async fn list(State(state): State<PullApiState>) -> Json<Value> {
 /// `GET /api/change_retentions/{name}`.
 #[utoipa::path(get, path = "/api/change_retentions/{name}", tag = "change_retentions", summary = "One change retention", params(("name" = String, Path, description = "The change retention")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     state

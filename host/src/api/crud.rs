@@ -21,9 +21,8 @@ use serde_json::{Value, json};
 use serde_yaml_ng::Value as Yaml;
 
 use super::auth::Caller;
-use super::config_apply::apply_edit;
 use super::config_edit::{edit_section, position};
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 
 /// A resource kind these routes change.
 #[derive(Clone, Copy)]
@@ -65,7 +64,7 @@ const HTTP_ENDPOINT: Kind = Kind {
 /// `POST /api/sinks`.
 #[utoipa::path(post, path = "/api/sinks", tag = "sinks", summary = "Create a sink (sequin.yml keys)", request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Created and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create_sink(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Json(entry): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -75,7 +74,7 @@ pub(super) async fn create_sink(
 /// `PUT /api/sinks/{name}`.
 #[utoipa::path(put, path = "/api/sinks/{name}", tag = "sinks", summary = "Replace a sink", params(("name" = String, Path, description = "The sink")), request_body(content = Object, content_type = "application/json"), responses((status = 200, description = "Replaced and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replace_sink(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(entry): Json<Value>,
@@ -86,7 +85,7 @@ pub(super) async fn replace_sink(
 /// `DELETE /api/sinks/{name}`.
 #[utoipa::path(delete, path = "/api/sinks/{name}", tag = "sinks", summary = "Delete a sink", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "Deleted and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete_sink(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     remove(&state, SINK, &name).await
@@ -95,7 +94,7 @@ pub(super) async fn delete_sink(
 /// `POST /api/functions`.
 #[utoipa::path(post, path = "/api/functions", tag = "functions", summary = "Create a function (sequin.yml keys)", request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Created and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create_function(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Json(entry): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -105,7 +104,7 @@ pub(super) async fn create_function(
 /// `PUT /api/functions/{name}`: a change to a function alone is a hot swap.
 #[utoipa::path(put, path = "/api/functions/{name}", tag = "functions", summary = "Replace a function (hot swap)", params(("name" = String, Path, description = "The function")), request_body(content = Object, content_type = "application/json"), responses((status = 200, description = "Replaced and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replace_function(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(entry): Json<Value>,
@@ -116,7 +115,7 @@ pub(super) async fn replace_function(
 /// `DELETE /api/functions/{name}`.
 #[utoipa::path(delete, path = "/api/functions/{name}", tag = "functions", summary = "Delete a function no sink uses", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "Deleted and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete_function(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     remove(&state, FUNCTION, &name).await
@@ -125,7 +124,7 @@ pub(super) async fn delete_function(
 /// `POST /api/postgres_databases`: a new database restarts the pipelines.
 #[utoipa::path(post, path = "/api/postgres_databases", tag = "postgres_databases", summary = "Create a database (sequin.yml keys)", request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Created and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create_database(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Json(entry): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -135,7 +134,7 @@ pub(super) async fn create_database(
 /// `PUT /api/postgres_databases/{name}`.
 #[utoipa::path(put, path = "/api/postgres_databases/{name}", tag = "postgres_databases", summary = "Replace a database", params(("name" = String, Path, description = "The database")), request_body(content = Object, content_type = "application/json"), responses((status = 200, description = "Replaced and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replace_database(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(entry): Json<Value>,
@@ -146,7 +145,7 @@ pub(super) async fn replace_database(
 /// `DELETE /api/postgres_databases/{name}`: refused while a sink uses it.
 #[utoipa::path(delete, path = "/api/postgres_databases/{name}", tag = "postgres_databases", summary = "Delete a database no sink uses", params(("name" = String, Path, description = "The database")), responses((status = 200, description = "Deleted and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete_database(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     remove(&state, DATABASE, &name).await
@@ -155,7 +154,7 @@ pub(super) async fn delete_database(
 /// `POST /api/destinations/http_endpoints`.
 #[utoipa::path(post, path = "/api/destinations/http_endpoints", tag = "http_endpoints", summary = "Create an HTTP endpoint (sequin.yml keys)", request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Created and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create_http_endpoint(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Json(entry): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -166,7 +165,7 @@ pub(super) async fn create_http_endpoint(
 /// it are updated in place.
 #[utoipa::path(put, path = "/api/destinations/http_endpoints/{name}", tag = "http_endpoints", summary = "Replace an HTTP endpoint", params(("name" = String, Path, description = "The endpoint")), request_body(content = Object, content_type = "application/json"), responses((status = 200, description = "Replaced and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replace_http_endpoint(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(entry): Json<Value>,
@@ -178,7 +177,7 @@ pub(super) async fn replace_http_endpoint(
 /// uses it.
 #[utoipa::path(delete, path = "/api/destinations/http_endpoints/{name}", tag = "http_endpoints", summary = "Delete an HTTP endpoint no sink uses", params(("name" = String, Path, description = "The endpoint")), responses((status = 200, description = "Deleted and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete_http_endpoint(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     remove(&state, HTTP_ENDPOINT, &name).await
@@ -187,7 +186,7 @@ pub(super) async fn delete_http_endpoint(
 /// `POST /api/accounts`: admin tokens only.
 #[utoipa::path(post, path = "/api/accounts", tag = "accounts", summary = "Create an account (admin tokens only)", request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "Created and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create_account(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Json(entry): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -198,7 +197,7 @@ pub(super) async fn create_account(
 /// what the account's resources take; admin tokens only.
 #[utoipa::path(put, path = "/api/accounts/{name}", tag = "accounts", summary = "Replace an account (admin tokens only)", params(("name" = String, Path, description = "The account")), request_body(content = Object, content_type = "application/json"), responses((status = 200, description = "Replaced and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replace_account(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(entry): Json<Value>,
@@ -210,7 +209,7 @@ pub(super) async fn replace_account(
 /// tokens only.
 #[utoipa::path(delete, path = "/api/accounts/{name}", tag = "accounts", summary = "Delete an account that owns nothing (admin tokens only)", params(("name" = String, Path, description = "The account")), responses((status = 200, description = "Deleted and applied", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete_account(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -232,28 +231,29 @@ fn admin_only(caller: &Caller, kind: Kind) -> Result<(), ApiError> {
 }
 
 async fn create(
-    state: &PullApiState,
+    state: &ApiState,
     caller: &Caller,
     kind: Kind,
     entry: Value,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (name, entry) = owned_entry(caller, kind, entry, None)?;
-    let applied = apply_edit(state, |text| {
-        edit_section(text, kind.section, |entries| {
-            if position(entries, &name).is_some() {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    format!(
-                        "a {} named {name:?} exists; PUT /api/{}/{name} replaces it",
-                        kind.what, kind.route
-                    ),
-                ));
-            }
-            entries.push(entry);
-            Ok(())
+    let applied = state
+        .apply(|text| {
+            edit_section(text, kind.section, |entries| {
+                if position(entries, &name).is_some() {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "a {} named {name:?} exists; PUT /api/{}/{name} replaces it",
+                            kind.what, kind.route
+                        ),
+                    ));
+                }
+                entries.push(entry);
+                Ok(())
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "name": name, "apply": applied })),
@@ -261,33 +261,35 @@ async fn create(
 }
 
 async fn replace(
-    state: &PullApiState,
+    state: &ApiState,
     caller: &Caller,
     kind: Kind,
     name: &str,
     entry: Value,
 ) -> Result<Json<Value>, ApiError> {
     let (_, entry) = owned_entry(caller, kind, entry, Some(name))?;
-    let applied = apply_edit(state, |text| {
-        edit_section(text, kind.section, |entries| {
-            let at = position(entries, name).ok_or_else(|| missing(kind, name))?;
-            entries[at] = entry;
-            Ok(())
+    let applied = state
+        .apply(|text| {
+            edit_section(text, kind.section, |entries| {
+                let at = position(entries, name).ok_or_else(|| missing(kind, name))?;
+                entries[at] = entry;
+                Ok(())
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok(Json(json!({ "name": name, "apply": applied })))
 }
 
-async fn remove(state: &PullApiState, kind: Kind, name: &str) -> Result<Json<Value>, ApiError> {
-    let applied = apply_edit(state, |text| {
-        edit_section(text, kind.section, |entries| {
-            let at = position(entries, name).ok_or_else(|| missing(kind, name))?;
-            entries.remove(at);
-            Ok(())
+async fn remove(state: &ApiState, kind: Kind, name: &str) -> Result<Json<Value>, ApiError> {
+    let applied = state
+        .apply(|text| {
+            edit_section(text, kind.section, |entries| {
+                let at = position(entries, name).ok_or_else(|| missing(kind, name))?;
+                entries.remove(at);
+                Ok(())
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok(Json(
         json!({ "name": name, "deleted": true, "apply": applied }),
     ))

@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::store::{DeadLetter, Store, StoreError};
 
 const DEFAULT_LIMIT: u32 = 100;
@@ -24,7 +24,7 @@ const MAX_LIMIT: u32 = 1000;
 /// first; page with `after=<last id seen>`.
 #[utoipa::path(get, path = "/api/sinks/{name}/dead_letters", tag = "dead_letters", summary = "A sink's dead letters", params(("name" = String, Path, description = "The sink"), ("after" = Option<i64>, Query, description = "Page after this id"), ("limit" = Option<u32>, Query, description = "At most this many (1 to 1000)")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
@@ -45,7 +45,7 @@ pub(super) async fn list(
 /// `GET …/dead_letters/{id}`.
 #[utoipa::path(get, path = "/api/sinks/{name}/dead_letters/{id}", tag = "dead_letters", summary = "One dead letter", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The dead letter")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     known(&state, &sink)?;
@@ -61,7 +61,7 @@ pub(super) async fn get(
 /// `POST …/dead_letters/{id}/replay`: back in line for delivery.
 #[utoipa::path(post, path = "/api/sinks/{name}/dead_letters/{id}/replay", tag = "dead_letters", summary = "Replay one dead letter", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The dead letter")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replay_one(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     known(&state, &sink)?;
@@ -81,7 +81,7 @@ pub(super) async fn replay_one(
 /// `{"ids": [...]}`, or all of them with no body.
 #[utoipa::path(post, path = "/api/sinks/{name}/dead_letters/replay", tag = "dead_letters", summary = "Replay dead letters (the listed ids, or all)", params(("name" = String, Path, description = "The sink")), request_body(content = Option<Object>, content_type = "application/json"), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn replay_many(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -122,7 +122,7 @@ pub(super) async fn replay_many(
 /// `DELETE …/dead_letters/{id}`: gone for good.
 #[utoipa::path(delete, path = "/api/sinks/{name}/dead_letters/{id}", tag = "dead_letters", summary = "Discard a dead letter", params(("name" = String, Path, description = "The sink"), ("id" = String, Path, description = "The dead letter")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn discard(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path((sink, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     known(&state, &sink)?;
@@ -162,7 +162,7 @@ fn iso(ms: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-pub(super) fn known(state: &PullApiState, sink: &str) -> Result<(), ApiError> {
+pub(super) fn known(state: &ApiState, sink: &str) -> Result<(), ApiError> {
     if state.knows_sink(sink) {
         Ok(())
     } else {
@@ -210,7 +210,7 @@ fn int_param(
     }
 }
 
-async fn blocking<T, F>(state: &PullApiState, sink: &str, call: F) -> Result<T, ApiError>
+async fn blocking<T, F>(state: &ApiState, sink: &str, call: F) -> Result<T, ApiError>
 where
     T: Send + 'static,
     F: FnOnce(&Store, &str) -> Result<T, StoreError> + Send + 'static,

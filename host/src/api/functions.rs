@@ -9,12 +9,12 @@ use serde_json::{Value, json};
 
 use super::auth::Caller;
 use super::resources::{named, section};
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 
 /// `GET /api/functions`.
 #[utoipa::path(get, path = "/api/functions", tag = "functions", summary = "List the functions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let data: Vec<Value> = section(&state, &caller, "functions")?
@@ -27,7 +27,7 @@ pub(super) async fn list(
 /// `GET /api/functions/{name}`.
 #[utoipa::path(get, path = "/api/functions/{name}", tag = "functions", summary = "One function, with its switch points", params(("name" = String, Path, description = "The function")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -40,7 +40,7 @@ pub(super) async fn get(
     Ok(Json(with_runtime(&state, entry)))
 }
 
-fn with_runtime(state: &PullApiState, mut entry: Value) -> Value {
+fn with_runtime(state: &ApiState, mut entry: Value) -> Value {
     let name = entry["name"].as_str().unwrap_or_default().to_string();
     let Some(functions) = state.functions() else {
         return entry;

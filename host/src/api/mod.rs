@@ -13,6 +13,7 @@ mod change_retentions;
 mod config_apply;
 mod config_edit;
 mod config_splice;
+mod control;
 mod crud;
 mod dead_letters;
 mod error;
@@ -32,7 +33,7 @@ mod tokens;
 mod webhook_sources;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -45,308 +46,151 @@ use utoipa_axum::routes;
 use crate::backfill::BackfillLauncher;
 use crate::config::change_retention::ChangeRetentionConfig;
 use crate::hot_swap::FunctionRuntime;
-use crate::message::ConsumerRef;
-use crate::pipeline::Breaker;
-use crate::sinks::delivery::DeliveryWaker;
+use crate::pipeline::{Breaker, SinkHandles};
 use crate::sinks::pause::PauseSwitch;
-use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
+use crate::sinks::sequin_stream::SequinStream;
 use crate::store::Store;
 use crate::webhook_source::WebhookIngress;
 
+pub use control::{
+    Applied, ApplyError, ConfigEdit, Controller, DatabasesChanged, HotSwapped, SinksChanged,
+};
 pub use error::ApiError;
 
-/// What the API serves: the store, the Sequin Stream sinks it knows, and
-/// the push sinks (webhook) whose delivery workers it can wake. Cheap to
-/// clone; sinks can be added and removed while serving.
-#[derive(Clone, Debug)]
-pub struct PullApiState {
+/// What the API serves, built once when weft starts: the store, the
+/// running sinks' handles and, in a weft that runs pipelines, the running
+/// weft itself. Cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
     store: Store,
-    sinks: Arc<RwLock<HashMap<String, SequinStream>>>,
-    push_sinks: Arc<RwLock<HashMap<String, DeliveryWaker>>>,
-    breakers: Arc<RwLock<HashMap<String, Breaker>>>,
-    backfills: Arc<RwLock<Option<BackfillLauncher>>>,
-    config_text: Arc<RwLock<Option<String>>>,
-    config_path: Arc<RwLock<Option<std::path::PathBuf>>>,
-    reload: Arc<std::sync::atomic::AtomicBool>,
-    change_retentions: Arc<RwLock<Vec<ChangeRetentionConfig>>>,
-    api_tokens: Arc<RwLock<auth::ApiTokens>>,
-    pauses: Arc<RwLock<HashMap<String, PauseSwitch>>>,
-    webhook_sources: Arc<RwLock<HashMap<String, WebhookIngress>>>,
-    functions: Arc<RwLock<Option<FunctionRuntime>>>,
-    live_sinks: Arc<RwLock<Option<crate::server::live_sinks::LiveSinks>>>,
+    sinks: SinkHandles,
+    running: Option<Running>,
     shutdown: CancellationToken,
 }
 
-impl PullApiState {
-    /// Serves the messages in `store`. Long-polling receives return early
-    /// (possibly empty) once `shutdown` is cancelled, so that a graceful
-    /// shutdown does not wait for their `wait_for`; pass the same token to [`serve`].
-    pub fn new(store: Store, shutdown: CancellationToken) -> PullApiState {
-        PullApiState {
+/// What a weft that runs pipelines serves beyond its stored messages.
+#[derive(Clone)]
+pub struct Running {
+    /// The running weft: config, tokens, plans and applies.
+    pub controller: Arc<dyn Controller>,
+    /// The running functions and the plugin registry.
+    pub functions: FunctionRuntime,
+    /// Backfills of the running sinks.
+    pub backfills: BackfillLauncher,
+    /// The webhook sources weft accepts requests for, by name.
+    pub webhook_sources: HashMap<String, WebhookIngress>,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("runs_pipelines", &self.running.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiState {
+    /// Serves the messages in `store` to the sinks `sinks` knows and, when
+    /// `running` is set, the running weft's config, functions, backfills and
+    /// webhook sources. Long-polling receives return early (possibly empty)
+    /// once `shutdown` is cancelled, so that a graceful shutdown does not
+    /// wait for their `wait_for`; pass the same token to [`serve`].
+    pub fn new(
+        store: Store,
+        sinks: SinkHandles,
+        running: Option<Running>,
+        shutdown: CancellationToken,
+    ) -> ApiState {
+        ApiState {
             store,
-            sinks: Arc::default(),
-            push_sinks: Arc::default(),
-            breakers: Arc::default(),
-            backfills: Arc::default(),
-            config_text: Arc::default(),
-            config_path: Arc::default(),
-            reload: Arc::default(),
-            change_retentions: Arc::default(),
-            api_tokens: Arc::default(),
-            pauses: Arc::default(),
-            webhook_sources: Arc::default(),
-            functions: Arc::default(),
-            live_sinks: Arc::default(),
+            sinks,
+            running,
             shutdown,
         }
     }
 
-    /// Serves the Sequin Stream sink `name` with `settings`, replacing any
-    /// sink of that name, and returns its handle; call
-    /// [`SequinStream::wake`] on it after appending messages for the sink.
-    pub fn add_sink(&self, name: &str, settings: SequinStreamSettings) -> SequinStream {
-        let stream = SequinStream::new(name, self.store.clone(), settings);
-        self.sinks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(name.to_string(), stream.clone());
-        stream
-    }
-
-    /// Stops serving the sink `name`; its stored messages stay in the store.
-    pub fn remove_sink(&self, name: &str) -> Option<SequinStream> {
-        self.sinks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(name)
-    }
-
-    /// The sink called `id_or_name`, or whose consumer id (the
+    /// The pull sink called `id_or_name`, or whose consumer id (the
     /// `metadata.consumer.id` of its messages) is `id_or_name`, if served.
     pub fn sink(&self, id_or_name: &str) -> Option<SequinStream> {
-        let sinks = self
-            .sinks
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(stream) = sinks.get(id_or_name) {
-            return Some(stream.clone());
-        }
-        let id = uuid::Uuid::parse_str(id_or_name).ok()?.to_string();
-        sinks
-            .iter()
-            .find(|(name, _)| *ConsumerRef::for_sink(name).id == *id)
-            .map(|(_, stream)| stream.clone())
-    }
-
-    /// Stops serving the sink `name` in every way: its pull stream or
-    /// delivery waker, pause switch and quarantine breaker (a sink deleted
-    /// while weft runs).
-    pub fn forget_sink(&self, name: &str) {
-        self.remove_sink(name);
-        self.remove_push_sink(name);
-        self.pauses
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(name);
-        self.breakers
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(name);
-    }
-
-    /// Forgets the push sink `name`'s delivery waker.
-    pub fn remove_push_sink(&self, name: &str) {
-        self.push_sinks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(name);
-    }
-
-    /// Knows the push sink `name`, whose delivery worker `waker` wakes.
-    pub fn add_push_sink(&self, name: &str, waker: DeliveryWaker) {
-        self.push_sinks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(name.to_string(), waker);
-    }
-
-    /// Accepts requests for the webhook source `ingress` describes.
-    pub fn add_webhook_source(&self, ingress: WebhookIngress) {
-        self.webhook_sources
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(ingress.config().name.clone(), ingress);
+        self.sinks.pull(id_or_name)
     }
 
     /// The webhook source called `name`, if served.
     pub fn webhook_source(&self, name: &str) -> Option<WebhookIngress> {
-        self.webhook_sources
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-            .cloned()
+        self.running.as_ref()?.webhook_sources.get(name).cloned()
     }
 
     /// The names of the webhook sources served, sorted.
     pub fn webhook_source_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
-            .webhook_sources
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .keys()
-            .cloned()
+            .running
+            .iter()
+            .flat_map(|running| running.webhook_sources.keys().cloned())
             .collect();
         names.sort();
         names
     }
 
-    /// Serves backfills through `launcher`.
-    pub fn set_backfills(&self, launcher: BackfillLauncher) {
-        *self
-            .backfills
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(launcher);
-    }
-
-    /// The backfill launcher, once set.
+    /// The backfill launcher, in a weft that runs pipelines.
     pub fn backfills(&self) -> Option<BackfillLauncher> {
-        self.backfills
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Lets the API pause and resume the sink `name` through `switch`.
-    pub fn add_pause_switch(&self, name: &str, switch: PauseSwitch) {
-        self.pauses
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(name.to_string(), switch);
+        self.running
+            .as_ref()
+            .map(|running| running.backfills.clone())
     }
 
     /// The pause switch of the sink `name`.
     fn pause_switch(&self, name: &str) -> Option<PauseSwitch> {
-        self.pauses
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-            .cloned()
+        self.sinks.pause_switch(name)
     }
 
-    /// Asks every request (but probes and webhook-source posts) for one
-    /// of `tokens`; see [`auth`].
-    pub fn set_api_tokens(&self, tokens: auth::ApiTokens) {
-        *self
-            .api_tokens
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = tokens;
-    }
-
-    /// The tokens the API accepts.
+    /// The tokens the API accepts; none (an open API) in a weft that runs
+    /// no pipelines.
     fn api_tokens(&self) -> auth::ApiTokens {
-        self.api_tokens
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.running
+            .as_ref()
+            .map(|running| running.controller.api_tokens())
+            .unwrap_or_default()
     }
 
-    /// Plans and applies configs against the file at `path`
-    /// (`/api/config/plan`, `/api/config/apply`).
-    pub fn set_config_path(&self, path: std::path::PathBuf) {
-        *self
-            .config_path
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(path);
+    /// The running weft, or a 409 in a weft that runs no pipelines.
+    fn controller(&self) -> Result<&dyn Controller, ApiError> {
+        self.running
+            .as_ref()
+            .map(|running| running.controller.as_ref())
+            .ok_or_else(no_pipelines)
     }
 
     /// The config file and its text as weft runs it, when it has one.
     fn config_file(&self) -> Option<(std::path::PathBuf, String)> {
-        let path = self
-            .config_path
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()?;
-        Some((path, self.config_text()?))
-    }
-
-    /// Stops everything, as a shutdown does, so that weft starts again
-    /// with the config file (see [`PullApiState::reload_requested`]).
-    fn request_reload(&self) {
-        self.reload.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.shutdown.cancel();
-    }
-
-    /// Whether the API asked for a restart with the (applied) config file.
-    pub fn reload_requested(&self) -> bool {
-        self.reload.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Serves `retentions` at `/api/change_retentions`.
-    pub fn set_change_retentions(&self, retentions: Vec<ChangeRetentionConfig>) {
-        *self
-            .change_retentions
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = retentions;
+        self.running.as_ref()?.controller.config_file()
     }
 
     /// The change retentions served.
     fn change_retentions(&self) -> Vec<ChangeRetentionConfig> {
-        self.change_retentions
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Serves the plugin registry and hot swaps of `functions`.
-    pub fn set_functions(&self, functions: FunctionRuntime) {
-        *self
-            .functions
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(functions);
-    }
-
-    /// Applies configs that create, update or delete sinks through
-    /// `live_sinks`, without a restart.
-    pub fn set_live_sinks(&self, live_sinks: crate::server::live_sinks::LiveSinks) {
-        *self
-            .live_sinks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(live_sinks);
-    }
-
-    /// The running sinks, in a weft that runs pipelines.
-    fn live_sinks(&self) -> Option<crate::server::live_sinks::LiveSinks> {
-        self.live_sinks
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.functions()
+            .map(|functions| functions.running().change_retentions.clone())
+            .unwrap_or_default()
     }
 
     /// The running functions and the plugin registry; `None` in a weft
     /// serving no pipelines (tests of the bare API).
     fn functions(&self) -> Option<FunctionRuntime> {
-        self.functions
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.running
+            .as_ref()
+            .map(|running| running.functions.clone())
     }
 
     /// The running functions, or a 409 in a weft that runs no pipelines.
     fn running_functions(&self) -> Result<FunctionRuntime, ApiError> {
-        self.functions().ok_or_else(|| {
-            ApiError::new(
-                axum::http::StatusCode::CONFLICT,
-                "this weft runs no pipelines, so it has no plugin registry or functions to manage",
-            )
-        })
+        self.functions().ok_or_else(no_pipelines)
     }
 
-    /// Serves `text`, the config file as written, at `/api/config/export`.
-    pub fn set_config_text(&self, text: String) {
-        *self
-            .config_text
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(text);
+    /// Applies the config `edit` makes of the running config's text.
+    async fn apply(
+        &self,
+        edit: impl FnOnce(&str) -> Result<String, ApiError> + Send,
+    ) -> Result<Applied, ApiError> {
+        Ok(self.controller()?.apply(Box::new(edit)).await?)
     }
 
     /// The running config as JSON, secrets redacted; `None` without a
@@ -364,60 +208,34 @@ impl PullApiState {
         })
     }
 
-    /// The config file as written, once set.
+    /// The config file as written, when weft runs one.
     fn config_text(&self) -> Option<String> {
-        self.config_text
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Knows the quarantine breaker of the sink `name`.
-    pub fn add_breaker(&self, name: &str, breaker: Breaker) {
-        self.breakers
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(name.to_string(), breaker);
+        self.config_file().map(|(_, text)| text)
     }
 
     /// The quarantine breaker of the sink `name`, if known.
     pub fn breaker(&self, name: &str) -> Option<Breaker> {
-        self.breakers
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-            .cloned()
+        self.sinks.breaker(name)
     }
 
     /// Whether `name` is a sink this API serves (pull or push).
     pub fn knows_sink(&self, name: &str) -> bool {
-        self.push_sinks
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains_key(name)
-            || self
-                .sinks
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .contains_key(name)
+        self.sinks.knows(name)
     }
 
     /// Wakes the long-polling receivers, or the delivery worker, of the
     /// sink `name`: messages were stored for it.
     pub fn wake(&self, name: &str) {
-        if let Some(stream) = self.sink(name) {
-            stream.wake();
-        }
-        let push = self
-            .push_sinks
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-            .cloned();
-        if let Some(waker) = push {
-            waker.wake();
-        }
+        self.sinks.wake(name);
     }
+}
+
+/// The answer of a management route in a weft that runs no pipelines.
+fn no_pipelines() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::CONFLICT,
+        "this weft runs no pipelines, so it has no plugin registry or functions to manage",
+    )
 }
 
 /// The pull API under both `/api/http_pull_consumers/{name}/` and
@@ -433,7 +251,7 @@ impl PullApiState {
 /// resources `GET /api/sinks`, `/api/postgres_databases` and
 /// `/api/destinations/http_endpoints` (see [`resources`]) and
 /// `GET /metrics` (Prometheus text format).
-pub fn router(state: PullApiState) -> Router {
+pub fn router(state: ApiState) -> Router {
     let (documented, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(health))
         .routes(routes!(readiness))
@@ -537,8 +355,8 @@ pub fn router(state: PullApiState) -> Router {
 /// `routes` without axum's default 2 MB request body limit: their handlers
 /// enforce a limit of their own.
 fn without_body_limit(
-    routes: utoipa_axum::router::UtoipaMethodRouter<PullApiState>,
-) -> utoipa_axum::router::UtoipaMethodRouter<PullApiState> {
+    routes: utoipa_axum::router::UtoipaMethodRouter<ApiState>,
+) -> utoipa_axum::router::UtoipaMethodRouter<ApiState> {
     let (schemas, paths, method_router) = routes;
     (
         schemas,
@@ -609,7 +427,7 @@ async fn entity_health() -> axum::Json<serde_json::Value> {
 /// host instead).
 #[utoipa::path(get, path = "/api/config/export", tag = "config", summary = "The running config, secrets redacted", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 async fn export_config(
-    axum::extract::State(state): axum::extract::State<PullApiState>,
+    axum::extract::State(state): axum::extract::State<ApiState>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     let text = state.config_text().ok_or_else(|| {
         ApiError::new(

@@ -8,12 +8,12 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::dead_letters::known;
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 
 /// `POST …/pause`.
 #[utoipa::path(post, path = "/api/sinks/{name}/pause", tag = "sinks", summary = "Stop a sink's deliveries", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn pause(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     set(&state, &sink, true).await
@@ -22,13 +22,13 @@ pub(super) async fn pause(
 /// `POST …/resume`.
 #[utoipa::path(post, path = "/api/sinks/{name}/resume", tag = "sinks", summary = "Resume a sink's deliveries", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn resume(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     set(&state, &sink, false).await
 }
 
-async fn set(state: &PullApiState, sink: &str, paused: bool) -> Result<Json<Value>, ApiError> {
+async fn set(state: &ApiState, sink: &str, paused: bool) -> Result<Json<Value>, ApiError> {
     known(state, sink)?;
     let switch = state.pause_switch(sink).ok_or_else(|| {
         ApiError::new(

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::auth::Caller;
 use super::webhook_sources::{Unread, read_limited};
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::plugin_registry::PluginRef;
 use crate::registry::{RegistryError, Upload};
 use crate::store::{RegisteredPlugin, Registration};
@@ -30,7 +30,7 @@ use crate::store::{RegisteredPlugin, Registration};
 /// `POST /api/plugins`.
 #[utoipa::path(post, path = "/api/plugins", tag = "plugins", summary = "Register a component", params(("name" = String, Query, description = "The plugin name"), ("version" = String, Query, description = "Its version"), ("kind" = String, Query, description = "transform, filter, routing or enrichment"), ("account" = Option<String>, Query, description = "An admin's upload into this account's name space")), request_body(content = ComponentBytes, content_type = "application/octet-stream", description = "The component (.wasm); any content type is accepted, application/wasm is conventional"), responses((status = 201, description = "Registered", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn upload(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -113,7 +113,7 @@ pub(super) struct ComponentBytes(Vec<u8>);
 /// `GET /api/plugins`: `{"data": [version, ...]}`.
 #[utoipa::path(get, path = "/api/plugins", tag = "plugins", summary = "List registered versions", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let data = registered(&state, &caller, |_| true)?;
@@ -123,7 +123,7 @@ pub(super) async fn list(
 /// `GET /api/plugins/{name}`: `{"data": [version, ...]}`, 404 when none.
 #[utoipa::path(get, path = "/api/plugins/{name}", tag = "plugins", summary = "A plugin's versions", params(("name" = String, Path, description = "The plugin")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn versions(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -140,7 +140,7 @@ pub(super) async fn versions(
 /// The registered versions the caller sees that `keep`, rendered: an
 /// account's own, or every account's for an admin.
 fn registered(
-    state: &PullApiState,
+    state: &ApiState,
     caller: &Caller,
     keep: impl Fn(&RegisteredPlugin) -> bool,
 ) -> Result<Vec<Value>, ApiError> {
@@ -158,7 +158,7 @@ fn registered(
 /// `GET /api/plugins/{name}/{version}`.
 #[utoipa::path(get, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "One version", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version"), ("account" = Option<String>, Query, description = "For an admin: the account whose name space")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
@@ -174,7 +174,7 @@ pub(super) async fn get(
 /// `DELETE /api/plugins/{name}/{version}`.
 #[utoipa::path(delete, path = "/api/plugins/{name}/{version}", tag = "plugins", summary = "Delete a version not in use", params(("name" = String, Path, description = "The plugin"), ("version" = String, Path, description = "The version"), ("account" = Option<String>, Query, description = "For an admin: the account whose name space")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,

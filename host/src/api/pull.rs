@@ -9,14 +9,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{ApiError, PullApiState, params};
+use super::{ApiError, ApiState, params};
 use crate::sinks::sequin_stream::{PullError, SequinStream};
 use crate::store::{AckId, AckOutcome};
 
 /// `GET|POST …/receive`: `{"data": [{"ack_id": "…", "data": {message}}]}`.
 #[utoipa::path(method(get, post), path = "/api/http_pull_consumers/{name}/receive", tag = "pull", summary = "Receive messages (also under /api/sequin_streams/{name})", params(("name" = String, Path, description = "The sink"), ("batch_size" = Option<u32>, Query, description = "1 to 1000"), ("wait_for" = Option<u64>, Query, description = "Long-poll ms, 500 to 300000")), request_body(content = Option<Object>, content_type = "application/json"), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn receive(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
     body: Bytes,
@@ -65,7 +65,7 @@ struct ReceivedMessage {
 /// `POST …/ack` with `{"ack_ids": […]}`: deletes the acked messages.
 #[utoipa::path(post, path = "/api/http_pull_consumers/{name}/ack", tag = "pull", summary = "Ack messages", params(("name" = String, Path, description = "The sink")), request_body = AckIds, responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn ack(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -78,7 +78,7 @@ pub(super) async fn ack(
 /// `POST …/nack` with `{"ack_ids": […]}`: makes the messages visible again.
 #[utoipa::path(post, path = "/api/http_pull_consumers/{name}/nack", tag = "pull", summary = "Nack messages", params(("name" = String, Path, description = "The sink")), request_body = AckIds, responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn nack(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -88,7 +88,7 @@ pub(super) async fn nack(
     settled(&stream, "nacked", outcome)
 }
 
-fn sink(state: &PullApiState, name: &str) -> Result<SequinStream, ApiError> {
+fn sink(state: &ApiState, name: &str) -> Result<SequinStream, ApiError> {
     state.sink(name).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -7,12 +7,12 @@ use axum::extract::{Path, State};
 use serde_json::{Value, json};
 
 use super::dead_letters::known;
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 
 /// `GET …/quarantine`: `{"quarantined": bool, "quarantine": {...} | null}`.
 #[utoipa::path(get, path = "/api/sinks/{name}/quarantine", tag = "sinks", summary = "A sink's quarantine", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn get(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     known(&state, &sink)?;
@@ -26,7 +26,7 @@ pub(super) async fn get(
 /// `DELETE …/quarantine`: lifts it; `{"lifted": {...} | null}`.
 #[utoipa::path(delete, path = "/api/sinks/{name}/quarantine", tag = "sinks", summary = "Release a quarantined sink", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn reset(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(sink): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     known(&state, &sink)?;

@@ -11,14 +11,14 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::auth::Caller;
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::health::EntityKind;
 use crate::message::ConsumerRef;
 
 /// `GET /api/sinks`.
 #[utoipa::path(get, path = "/api/sinks", tag = "sinks", summary = "List the sinks", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn sinks(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let data: Vec<Value> = section(&state, &caller, "sinks")?
@@ -31,7 +31,7 @@ pub(super) async fn sinks(
 /// `GET /api/sinks/{name}`.
 #[utoipa::path(get, path = "/api/sinks/{name}", tag = "sinks", summary = "One sink", params(("name" = String, Path, description = "The sink")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn sink(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -47,7 +47,7 @@ pub(super) async fn sink(
 /// `GET /api/postgres_databases`.
 #[utoipa::path(get, path = "/api/postgres_databases", tag = "postgres_databases", summary = "List the databases", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn databases(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
@@ -58,7 +58,7 @@ pub(super) async fn databases(
 /// `GET /api/postgres_databases/{name}`.
 #[utoipa::path(get, path = "/api/postgres_databases/{name}", tag = "postgres_databases", summary = "One database", params(("name" = String, Path, description = "The database")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn database(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -69,7 +69,7 @@ pub(super) async fn database(
 /// `GET /api/destinations/http_endpoints`.
 #[utoipa::path(get, path = "/api/destinations/http_endpoints", tag = "http_endpoints", summary = "List the HTTP endpoints", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn http_endpoints(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
@@ -80,7 +80,7 @@ pub(super) async fn http_endpoints(
 /// `GET /api/destinations/http_endpoints/{name}`.
 #[utoipa::path(get, path = "/api/destinations/http_endpoints/{name}", tag = "http_endpoints", summary = "One HTTP endpoint", params(("name" = String, Path, description = "The endpoint")), responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn http_endpoint(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -97,7 +97,7 @@ pub(super) async fn http_endpoint(
 /// The entries of the top-level `key` of the running config that
 /// `caller` owns (every one for an admin), redacted.
 pub(super) fn section(
-    state: &PullApiState,
+    state: &ApiState,
     caller: &Caller,
     key: &str,
 ) -> Result<Vec<Value>, ApiError> {
@@ -133,7 +133,7 @@ pub(super) fn named(
 }
 
 /// A sink entry with its consumer id, status and health checks.
-fn with_status(state: &PullApiState, mut sink: Value) -> Value {
+fn with_status(state: &ApiState, mut sink: Value) -> Value {
     let name = sink["name"].as_str().unwrap_or_default().to_string();
     let quarantined = state.breaker(&name).and_then(|b| b.quarantine()).is_some();
     let paused = state.pause_switch(&name).is_some_and(|p| p.is_paused());

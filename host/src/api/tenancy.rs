@@ -12,13 +12,13 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::auth::Caller;
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::Config;
 
 /// Middleware (after [`super::auth::require_token`]): refuses an account's
 /// request for a resource it does not own.
 pub async fn scope_to_account(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     request: Request,
     next: Next,
 ) -> Response {

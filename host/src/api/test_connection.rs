@@ -8,14 +8,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::DatabaseConfig;
 use weft_postgres::PgConnectOptions;
 
 /// `POST /api/postgres_databases/{name}/test_connection`.
 #[utoipa::path(post, path = "/api/postgres_databases/{name}/test_connection", tag = "postgres_databases", summary = "Check that weft can connect and replicate", params(("name" = String, Path, description = "The database")), responses((status = 200, description = "{\"success\": bool, ...}", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn test_connection(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let running = state.running_functions()?.running();

@@ -7,11 +7,14 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::lsn::Lsn;
+use crate::sinks::delivery::DeliveryWaker;
+use crate::sinks::sequin_stream::SequinStreamSettings;
 use crate::store::{AckId, NewMessage, SinkBatch};
 
 struct Server {
     base: String,
-    state: PullApiState,
+    state: ApiState,
+    sinks: SinkHandles,
     store: Store,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -23,14 +26,19 @@ async fn start(settings: SequinStreamSettings) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
     let shutdown = CancellationToken::new();
-    let state = PullApiState::new(store.clone(), shutdown.clone());
-    state.add_sink("orders", settings);
+    let sinks = SinkHandles::new();
+    sinks.put_pull(
+        "orders",
+        SequinStream::new("orders", store.clone(), settings),
+    );
+    let state = ApiState::new(store.clone(), sinks.clone(), None, shutdown.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let task = tokio::spawn(serve(listener, router(state.clone()), shutdown.clone()));
     Server {
         base,
         state,
+        sinks,
         store,
         shutdown,
         task,
@@ -428,8 +436,8 @@ async fn receive_and_ack_rate_over_http() {
 async fn dead_letters_are_listed_paged_replayed_and_discarded() {
     let server = start(SequinStreamSettings::default()).await;
     server
-        .state
-        .add_push_sink("hook", crate::sinks::delivery::DeliveryWaker::new());
+        .sinks
+        .put_push("hook", DeliveryWaker::new(), PauseSwitch::new(false));
     let messages = (1..=3)
         .map(|i| NewMessage {
             commit_lsn: Lsn(i),

@@ -13,15 +13,14 @@ use rand::RngCore;
 use serde_json::{Value, json};
 
 use super::auth::Caller;
-use super::config_apply::apply_edit;
 use super::config_edit::{edit_section, position};
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::config::api_token::ApiTokenConfig;
 
 /// `GET /api/api_tokens`.
 #[utoipa::path(get, path = "/api/api_tokens", tag = "api_tokens", summary = "List the API tokens (names and accounts only)", responses((status = 200, description = "The tokens", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn list(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let running = state.running_functions()?.running();
@@ -38,7 +37,7 @@ pub(super) async fn list(
 /// `"account"`): the new token, whose secret is shown this once.
 #[utoipa::path(post, path = "/api/api_tokens", tag = "api_tokens", summary = "Create an API token; its secret is answered once", request_body(content = Object, content_type = "application/json"), responses((status = 201, description = "The token, with its secret", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn create(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Json(body): Json<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -60,19 +59,22 @@ pub(super) async fn create(
     if let Some(account) = &account {
         entry.insert("account".into(), account.as_str().into());
     }
-    apply_edit(&state, |text| {
-        edit_section(text, "api_tokens", |entries| {
-            if position(entries, &name).is_some() {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    format!("an API token named {name:?} exists; delete it first to replace it"),
-                ));
-            }
-            entries.push(serde_yaml_ng::Value::Mapping(entry));
-            Ok(())
+    state
+        .apply(|text| {
+            edit_section(text, "api_tokens", |entries| {
+                if position(entries, &name).is_some() {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "an API token named {name:?} exists; delete it first to replace it"
+                        ),
+                    ));
+                }
+                entries.push(serde_yaml_ng::Value::Mapping(entry));
+                Ok(())
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "name": name, "account": account, "token": token })),
@@ -82,7 +84,7 @@ pub(super) async fn create(
 /// `DELETE /api/api_tokens/{name}`; not the token of this request.
 #[utoipa::path(delete, path = "/api/api_tokens/{name}", tag = "api_tokens", summary = "Revoke an API token", params(("name" = String, Path, description = "The token's name")), responses((status = 200, description = "Revoked", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn delete(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -92,18 +94,19 @@ pub(super) async fn delete(
             "this request is authenticated with that token; revoke it with another one",
         ));
     }
-    apply_edit(&state, |text| {
-        edit_section(text, "api_tokens", |entries| {
-            let at = position(entries, &name).ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    format!("no API token named {name:?}; GET /api/api_tokens lists them"),
-                )
-            })?;
-            entries.remove(at);
-            Ok(())
+    state
+        .apply(|text| {
+            edit_section(text, "api_tokens", |entries| {
+                let at = position(entries, &name).ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        format!("no API token named {name:?}; GET /api/api_tokens lists them"),
+                    )
+                })?;
+                entries.remove(at);
+                Ok(())
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok(Json(json!({ "name": name, "deleted": true })))
 }

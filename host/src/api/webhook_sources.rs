@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::json;
 use tracing::{debug, error};
 
-use super::{ApiError, PullApiState};
+use super::{ApiError, ApiState};
 use crate::store::Acceptance;
 use crate::webhook_source::{auth, body};
 
@@ -28,7 +28,7 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 /// `POST /api/webhook_sources/{name}`.
 #[utoipa::path(post, path = "/api/webhook_sources/{name}", tag = "webhook_sources", summary = "Post messages to a webhook source", params(("name" = String, Path, description = "The webhook source")), request_body(content = Object, content_type = "application/json"), responses((status = 202, description = "Accepted", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::api::error::ApiErrorBody)))]
 pub(super) async fn post(
-    State(state): State<PullApiState>,
+    State(state): State<ApiState>,
     Path(name): Path<String>,
     headers: HeaderMap,
     request_body: Body,

@@ -35,7 +35,9 @@ mod backlog;
 mod batch;
 pub mod breaker;
 pub mod chain;
+mod handles;
 mod handout;
+mod load;
 pub mod shadow;
 mod sink;
 pub mod sink_set;
@@ -46,6 +48,8 @@ pub use backlog::{Admitted, BacklogGuard};
 pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
 pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
+pub use handles::SinkHandles;
+pub use load::{LoadError, load_chain, restore_cpu_shares};
 pub use sink::{Prepared, SinkPipeline, SinkPipelineError, group_id};
 pub use sink_set::{SinkSetChange, SinkSetHandle};
 
@@ -56,7 +60,6 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::api::PullApiState;
 use crate::backfill::{Backfills, ChunkStored, Watermarks};
 use crate::change::SourceEvent;
 use crate::lsn::Lsn;
@@ -100,7 +103,7 @@ pub struct Pipeline {
     sinks: Vec<SinkPipeline>,
     store: Store,
     durable: watch::Sender<Lsn>,
-    pull_api: PullApiState,
+    handles: SinkHandles,
     limits: BatchLimits,
     truncates_skipped: u64,
     watermarks: Watermarks,
@@ -119,22 +122,22 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline for `sinks`, storing into `store`, reporting durable
-    /// positions through `durable` and waking pull consumers via `wakeups`.
+    /// positions through `durable` and waking sinks through `handles`.
     pub fn new(
         sinks: Vec<SinkPipeline>,
         store: Store,
         durable: watch::Sender<Lsn>,
-        pull_api: PullApiState,
+        handles: SinkHandles,
         limits: BatchLimits,
     ) -> Self {
         for sink in &sinks {
-            pull_api.add_breaker(sink.name(), sink.breaker().clone());
+            handles.put_breaker(sink.name(), sink.breaker().clone());
         }
         Pipeline {
             sinks,
             store,
             durable,
-            pull_api,
+            handles,
             limits,
             truncates_skipped: 0,
             watermarks: Watermarks::new(Backfills::new()),
@@ -446,7 +449,7 @@ impl Pipeline {
         }
         if after.any_message {
             for sink in &self.sinks {
-                self.pull_api.wake(sink.name());
+                self.handles.wake(sink.name());
             }
         }
         self.record_stored_chunks(after.chunks).await?;
@@ -507,7 +510,7 @@ impl Pipeline {
                 }
                 match sink.release_held(&self.store, HELD_RELEASE_BATCH).await {
                     Ok(0) => break,
-                    Ok(_) => self.pull_api.wake(sink.name()),
+                    Ok(_) => self.handles.wake(sink.name()),
                     Err(error) => {
                         warn!(sink = sink.name(), %error, "cannot release held changes; trying again later");
                         break;
@@ -530,7 +533,7 @@ impl Pipeline {
             match request.change {
                 SinkSetChange::Put { sink, starts_here } => {
                     let name = sink.name().to_string();
-                    self.pull_api.add_breaker(&name, sink.breaker().clone());
+                    self.handles.put_breaker(&name, sink.breaker().clone());
                     if starts_here {
                         let (store, at) = (self.store.clone(), self.last_commit);
                         let sink_name = name.clone();
@@ -636,12 +639,7 @@ sinks:
     }
 
     /// A pipeline of the one sink of `config`, in batches of 10 changes.
-    fn orders_pipeline(
-        config: &Config,
-        store: &Store,
-        durable: watch::Sender<Lsn>,
-        shutdown: &CancellationToken,
-    ) -> Pipeline {
+    fn orders_pipeline(config: &Config, store: &Store, durable: watch::Sender<Lsn>) -> Pipeline {
         Pipeline::new(
             vec![SinkPipeline::new(
                 config.sinks[0].clone(),
@@ -649,7 +647,7 @@ sinks:
             )],
             store.clone(),
             durable,
-            PullApiState::new(store.clone(), shutdown.clone()),
+            SinkHandles::new(),
             BatchLimits {
                 max_changes: 10,
                 max_bytes: usize::MAX,
@@ -702,8 +700,8 @@ sinks:
         let stored = backfills.expect("t1", tag, generation, relation);
         let shutdown = CancellationToken::new();
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
-        let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown)
-            .with_backfills(backfills.clone());
+        let pipeline =
+            orders_pipeline(&config, &store, durable_tx).with_backfills(backfills.clone());
         let (events, rx) = crate::source::events::channel(64, crate::source::events::MAX_BYTES);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         let rows = (1..=12)
@@ -765,7 +763,7 @@ sinks:
     ) {
         let shutdown = CancellationToken::new();
         let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
-        let mut pipeline = orders_pipeline(config, store, durable_tx, &shutdown);
+        let mut pipeline = orders_pipeline(config, store, durable_tx);
         let joining = match joins {
             OrdersJoins::AtStart => None,
             OrdersJoins::Later => {
@@ -896,7 +894,7 @@ sinks:
         replayed.extend((0..5).map(|idx| change(300, idx)));
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
-        let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown);
+        let pipeline = orders_pipeline(&config, &store, durable_tx);
         let (sender, rx) =
             crate::source::events::channel(replayed.len(), crate::source::events::MAX_BYTES);
         for event in replayed {
@@ -940,7 +938,7 @@ sinks:
         let store = Store::open(&dir.path().join("weft.db")).unwrap();
         let shutdown = CancellationToken::new();
         let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
-        let pipeline = orders_pipeline(&config, &store, durable_tx, &shutdown);
+        let pipeline = orders_pipeline(&config, &store, durable_tx);
         let (events, rx) = crate::source::events::channel(4, crate::source::events::MAX_BYTES);
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         // 35 changes of one transaction pass through a 4-slot channel and

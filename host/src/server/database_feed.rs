@@ -45,7 +45,7 @@ impl BuiltFeed {
         let sinks = sinks
             .into_iter()
             .map(|sink| {
-                super::chains::load_chain(config, engine, sink, |_| true)
+                crate::pipeline::load_chain(config, engine, sink, |_| true)
                     .map(|chain| (sink.clone(), chain))
             })
             .collect::<Result<Vec<_>, _>>()?;

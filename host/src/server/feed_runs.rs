@@ -99,7 +99,7 @@ impl LiveSinks {
             })
             .collect();
         let (pipeline, events_tx, events_rx, durable_rx) =
-            super::wire_pipeline(pipelines, &self.store, &self.pull_api);
+            super::wire_pipeline(pipelines, &self.store, &self.handles);
         let (handle, changes) = SinkSetHandle::channel();
         let pipeline = pipeline
             .with_backfills(self.backfills.clone())
@@ -155,7 +155,7 @@ impl LiveSinks {
     ) {
         let source = feed.source().to_string();
         let (pipeline, events_tx, events_rx, durable_rx) =
-            super::wire_pipeline(pipelines, &self.store, &self.pull_api);
+            super::wire_pipeline(pipelines, &self.store, &self.handles);
         let (handle, changes) = SinkSetHandle::channel();
         let pipeline = pipeline.with_sink_changes(changes);
         let name = source.clone();
@@ -325,10 +325,8 @@ impl LiveSinks {
         origin.supervised().restarted(failure, restarts);
         match loaded {
             Loaded::Database(built) => {
-                if let Some(launcher) = self.pull_api.backfills() {
-                    for target in built.backfill_targets() {
-                        launcher.set_target(target);
-                    }
+                for target in built.backfill_targets() {
+                    self.launcher.set_target(target);
                 }
                 self.run_database(*built, restarts);
             }

@@ -39,18 +39,17 @@ use tracing::{Instrument, info, info_span};
 use super::database_feed::{BuiltFeed, check_reachable};
 use super::supervision::{Restarts, Supervised};
 use super::{ServerError, source_config};
-use crate::api::PullApiState;
-use crate::backfill::{BackfillTarget, Backfills};
+use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
 use crate::config::destination::Reference;
 use crate::config::{Config, Destination as _, HttpEndpointConfig, SinkConfig};
 use crate::health::EntityKind;
 use crate::hot_swap::FunctionRuntime;
 use crate::http_egress::HttpEgress;
 use crate::lsn::Lsn;
-use crate::pipeline::{FunctionChain, SinkPipeline, SinkSetChange, SinkSetHandle};
+use crate::pipeline::{FunctionChain, SinkHandles, SinkPipeline, SinkSetChange, SinkSetHandle};
 use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
 use crate::sinks::pause::PauseSwitch;
-use crate::sinks::sequin_stream::SequinStreamSettings;
+use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
 use crate::sinks::sink::Built;
 use crate::store::Store;
 
@@ -214,7 +213,10 @@ pub struct SinkChanges {
 #[derive(Clone)]
 pub struct LiveSinks {
     pub(super) store: Store,
-    pub(super) pull_api: PullApiState,
+    /// The running sinks' handles, which the API and the pipelines share.
+    pub(super) handles: SinkHandles,
+    /// Backfills of the running sinks.
+    pub(super) launcher: BackfillLauncher,
     pub(super) functions: FunctionRuntime,
     pub(super) data_dir: PathBuf,
     pub(super) shutdown: CancellationToken,
@@ -230,20 +232,22 @@ impl std::fmt::Debug for LiveSinks {
 }
 
 impl LiveSinks {
-    /// The sinks of a run; delivery workers and database feeds stop at
-    /// `shutdown`, and database pipelines emit the backfill chunks of
+    /// The sinks of a run, whose handles go into `handles` and whose
+    /// backfills `launcher` runs; delivery workers and database feeds stop
+    /// at `shutdown`, and database pipelines emit the backfill chunks of
     /// `backfills`. A failed feed or worker restarts alone
     /// ([`super::supervision`]).
     pub fn new(
         store: Store,
-        pull_api: PullApiState,
+        (handles, launcher): (SinkHandles, BackfillLauncher),
         functions: FunctionRuntime,
         (data_dir, backfills): (PathBuf, Backfills),
         shutdown: CancellationToken,
     ) -> LiveSinks {
         LiveSinks {
             store,
-            pull_api,
+            handles,
+            launcher,
             functions,
             data_dir,
             shutdown,
@@ -312,19 +316,16 @@ impl LiveSinks {
         self.stop_worker(name).await;
         match delivery {
             Delivery::Pull { settings, paused } => {
-                self.pull_api.remove_push_sink(name);
-                let stream = self.pull_api.add_sink(name, settings);
+                let stream = SequinStream::new(name, self.store.clone(), settings);
                 stream.pause_switch().set(paused);
-                self.pull_api.add_pause_switch(name, stream.pause_switch());
+                self.handles.put_pull(name, stream);
             }
             Delivery::Push {
                 worker,
                 waker,
                 pause,
             } => {
-                self.pull_api.remove_sink(name);
-                self.pull_api.add_push_sink(name, waker);
-                self.pull_api.add_pause_switch(name, pause);
+                self.handles.put_push(name, waker, pause);
                 self.run_worker(name, worker, Restarts::default());
             }
         }
@@ -385,8 +386,7 @@ impl LiveSinks {
                     waker,
                     pause,
                 }) => {
-                    self.pull_api.add_push_sink(&sink, waker);
-                    self.pull_api.add_pause_switch(&sink, pause);
+                    self.handles.put_push(&sink, waker, pause);
                     supervised.restarted(&failure, restarts);
                     self.run_worker(&sink, worker, restarts);
                     return;
@@ -446,7 +446,7 @@ impl LiveSinks {
         config: &Config,
         sink: &SinkConfig,
     ) -> Result<SinkPipeline, ServerError> {
-        let chain = super::chains::load_chain(config, self.functions.engine(), sink, |_| true)?;
+        let chain = crate::pipeline::load_chain(config, self.functions.engine(), sink, |_| true)?;
         self.register_chain(sink, &chain);
         Ok(SinkPipeline::new(sink.clone(), chain))
     }
@@ -564,7 +564,7 @@ impl LiveSinks {
         );
         let name = sink.name.clone();
         let chain = tokio::task::spawn_blocking(move || {
-            super::chains::load_chain(&proposed, &engine, &config, |_| true)
+            crate::pipeline::load_chain(&proposed, &engine, &config, |_| true)
         })
         .await
         .map_err(|error| format!("the function loading task failed: {error}"))?
@@ -651,8 +651,8 @@ impl LiveSinks {
                     starts_here: ready.created || ready.moved_from.is_some(),
                 };
                 self.change_feed(&ready.feed, put).await?;
-                if let (Some(target), Some(launcher)) = (backfill, self.pull_api.backfills()) {
-                    launcher.set_target(target);
+                if let Some(target) = backfill {
+                    self.launcher.set_target(target);
                 }
             }
             if !joins_running_feed && ready.moved_from.is_some() {
@@ -678,19 +678,15 @@ impl LiveSinks {
         }
         for built in feeds {
             let database = built.database.name.clone();
-            if let Some(launcher) = self.pull_api.backfills() {
-                for target in built.backfill_targets() {
-                    launcher.set_target(target);
-                }
+            for target in built.backfill_targets() {
+                self.launcher.set_target(target);
             }
             self.spawn_database(built);
             info!(%database, "database feed started without a restart");
             changes.databases_started.push(database);
         }
-        if let Some(launcher) = self.pull_api.backfills() {
-            for sink in &created {
-                launcher.start_initial_of(sink);
-            }
+        for sink in &created {
+            self.launcher.start_initial_of(sink);
         }
         Ok(changes)
     }
@@ -700,13 +696,11 @@ impl LiveSinks {
     /// holds for it.
     async fn forget(&self, name: &str) -> Result<(), String> {
         self.stop_worker(name).await;
-        self.pull_api.forget_sink(name);
+        self.handles.forget(name);
         self.functions.remove_chain(name);
         crate::health::global().forget_sink(name, false);
         crate::metrics::forget_sink(name);
-        if let Some(launcher) = self.pull_api.backfills() {
-            launcher.forget_sink(name).map_err(|e| e.to_string())?;
-        }
+        self.launcher.forget_sink(name).map_err(|e| e.to_string())?;
         let (store, sink) = (self.store.clone(), name.to_string());
         let deleted = tokio::task::spawn_blocking(move || store.remove_sink(&sink))
             .await

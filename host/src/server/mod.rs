@@ -1,33 +1,34 @@
 //! `weft run`: assembles sources, pipelines, sinks and the HTTP API from a
 //! validated config, and runs them until SIGTERM or SIGINT.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
-mod chains;
+mod controller;
 mod database_feed;
 mod feed_runs;
 pub mod live_sinks;
 mod pipeline_threads;
 mod supervision;
 
-pub use chains::{load_chain, restore_cpu_shares};
-
-use crate::api::PullApiState;
+use crate::api::{ApiState, Running};
 use crate::backfill::{BackfillLauncher, Backfills};
 use crate::config::{Config, DatabaseConfig, SinkConfig};
 use crate::hot_swap::FunctionRuntime;
 use crate::lsn::Lsn;
-use crate::pipeline::{BatchLimits, Pipeline, SinkPipeline};
+use crate::pipeline::{BatchLimits, Pipeline, SinkHandles, SinkPipeline};
 use crate::plugins::{EngineSettings, PluginEngine};
 use crate::registry::PluginRegistry;
 use crate::source::events::{self, EventReceiver, EventSender};
 use crate::store::Store;
+use controller::LiveController;
 use database_feed::BuiltFeed;
 use live_sinks::LiveSinks;
 
@@ -73,6 +74,9 @@ pub enum ServerError {
     /// The store could not be opened.
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    /// A sink's functions could not be loaded.
+    #[error(transparent)]
+    Load(#[from] crate::pipeline::LoadError),
     /// A plugin could not be loaded.
     #[error("function {function}: {source}")]
     Plugin {
@@ -184,31 +188,34 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let pull_api = PullApiState::new(store.clone(), shutdown.clone());
-    if let Some(text) = &config_text {
-        pull_api.set_config_text(text.clone());
-    }
-    if let Some(path) = config_path {
-        pull_api.set_config_path(path);
-    }
-    pull_api.set_change_retentions(config.change_retentions.clone());
-    pull_api.set_functions(functions.clone());
     let tokens = crate::api::auth::ApiTokens::new(config.api_tokens.clone());
     if !tokens.enabled() {
         tracing::warn!(
             "no api_tokens configured: the HTTP API (pull, dead letters, backfills, config export) answers anyone who can reach {listen}; add api_tokens to require `Authorization: Bearer <token>`"
         );
     }
-    pull_api.set_api_tokens(tokens);
+    let handles = SinkHandles::new();
     let backfills = Backfills::new();
-    let live_sinks = LiveSinks::new(
+    // Targets are set as each feed is built, below and whenever one starts.
+    let launcher = BackfillLauncher::new(
         store.clone(),
-        pull_api.clone(),
-        functions.clone(),
-        (data_dir.clone(), backfills.clone()),
+        backfills.clone(),
+        Vec::new(),
         shutdown.clone(),
     );
-    pull_api.set_live_sinks(live_sinks.clone());
+    let live_sinks = LiveSinks::new(
+        store.clone(),
+        (handles.clone(), launcher.clone()),
+        functions.clone(),
+        (data_dir.clone(), backfills),
+        shutdown.clone(),
+    );
+    let controller = LiveController::new(
+        (config_path, config_text),
+        tokens,
+        (functions.clone(), live_sinks.clone(), handles.clone()),
+        shutdown.clone(),
+    );
     for sink in &config.sinks {
         let delivery = live_sinks.delivery(&config, sink)?;
         live_sinks.start_delivery(&sink.name, delivery).await;
@@ -227,15 +234,27 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     }
     // Served from the start: what a source accepts waits in the store for
     // its pipeline.
+    let mut webhook_sources = HashMap::new();
     let webhook_feeds: Vec<_> = config
         .webhook_sources
         .iter()
         .map(|source| {
             let (ingress, feed) = crate::webhook_source::WebhookIngress::new(source, store.clone());
-            pull_api.add_webhook_source(ingress);
+            webhook_sources.insert(source.name.clone(), ingress);
             (source, feed)
         })
         .collect();
+    let api = ApiState::new(
+        store.clone(),
+        handles,
+        Some(Running {
+            controller: Arc::new(controller.clone()),
+            functions: functions.clone(),
+            backfills: launcher.clone(),
+            webhook_sources,
+        }),
+        shutdown.clone(),
+    );
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ServerError::Listen {
@@ -245,7 +264,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     info!(address = %listener.local_addr().unwrap_or(listen), "HTTP API listening");
     {
         let shutdown = shutdown.clone();
-        let router = crate::api::router(pull_api.clone());
+        let router = crate::api::router(api);
         tasks.spawn(
             async move {
                 crate::api::serve(listener, router, shutdown)
@@ -276,14 +295,15 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         );
     }
 
-    let mut backfill_targets = Vec::new();
     for database in &config.databases {
         let Some(built) = BuiltFeed::build(&config, database, functions.engine(), &data_dir)?
         else {
             info!(database = %database.name, "no sinks on this database; not replicating it");
             continue;
         };
-        backfill_targets.extend(built.backfill_targets());
+        for target in built.backfill_targets() {
+            launcher.set_target(target);
+        }
         live_sinks.spawn_database(built);
     }
 
@@ -299,9 +319,6 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         live_sinks.spawn_webhook_source(feed, pipelines);
     }
 
-    let launcher =
-        BackfillLauncher::new(store.clone(), backfills, backfill_targets, shutdown.clone());
-    pull_api.set_backfills(launcher.clone());
     let resumed = launcher.resume_all().map_err(ServerError::Store)?;
     if resumed > 0 {
         info!(resumed, "active backfills resumed");
@@ -335,7 +352,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     }
     live_sinks.join_all().await;
     result.map(|()| {
-        if pull_api.reload_requested() {
+        if controller.reload_requested() {
             RunOutcome::Reload
         } else {
             RunOutcome::Stopped
@@ -384,7 +401,7 @@ fn retention_job(
 fn wire_pipeline(
     pipelines: Vec<SinkPipeline>,
     store: &Store,
-    pull_api: &PullApiState,
+    handles: &SinkHandles,
 ) -> (Pipeline, EventSender, EventReceiver, watch::Receiver<Lsn>) {
     let (events_tx, events_rx) = events::channel(events::CAPACITY, events::MAX_BYTES);
     let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
@@ -392,7 +409,7 @@ fn wire_pipeline(
         pipelines,
         store.clone(),
         durable_tx,
-        pull_api.clone(),
+        handles.clone(),
         BatchLimits::default(),
     );
     (pipeline, events_tx, events_rx, durable_rx)

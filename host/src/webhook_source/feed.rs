@@ -177,9 +177,8 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::api::PullApiState;
     use crate::config::Config;
-    use crate::pipeline::{BatchLimits, FunctionChain, Pipeline, SinkPipeline};
+    use crate::pipeline::{BatchLimits, FunctionChain, Pipeline, SinkHandles, SinkPipeline};
     use crate::store::ReceiveLimits;
 
     fn row(n: i64) -> crate::change::Row {
@@ -227,7 +226,7 @@ sinks:
             sinks,
             store.clone(),
             durable_tx,
-            PullApiState::new(store.clone(), shutdown.clone()),
+            SinkHandles::new(),
             BatchLimits::default(),
         );
         let (events_tx, events_rx) =

@@ -21,6 +21,7 @@ macro_rules! wit_version {
 
 pub mod change;
 pub mod error;
+pub mod fs;
 pub mod health;
 pub mod lsn;
 pub mod message;

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+use weft_core::fs::write_atomically;
 
 /// Where a component came from on load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,16 +81,6 @@ impl ComponentCache {
         }
         Ok((component, Origin::Compiled))
     }
-}
-
-/// Writes to a temporary file and renames it, so a reader never sees a
-/// partial file (nor a process that maps it a truncated one).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 /// Feeds `Hash` output into SHA-256, which is stable across Rust versions

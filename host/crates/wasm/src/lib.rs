@@ -58,7 +58,6 @@ mod http_tests;
 #[cfg(test)]
 mod tests;
 
-pub use cache::write_atomically;
 pub use cpu_share::CpuShare;
 pub use engine::{Allocation, EngineSettings, PluginEngine};
 pub use enrichment::{EnrichmentFunction, Grants};

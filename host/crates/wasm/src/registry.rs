@@ -213,7 +213,7 @@ impl PluginRegistry {
         };
         let path = self.file(&plugin);
         if !path.is_file() {
-            crate::write_atomically(&path, &upload.bytes)
+            weft_core::fs::write_atomically(&path, &upload.bytes)
                 .map_err(|source| RegistryError::Io { path, source })?;
         }
         match self.store.register_plugin(&plugin)? {

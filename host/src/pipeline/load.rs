@@ -7,8 +7,28 @@ use crate::pipeline::{FunctionChain, Named};
 use crate::plugins::{
     AllowedHost, CpuShare, Grants, Limits, OutboundHttp, PluginEngine, PluginError, SourceQuery,
 };
+use weft_postgres::{PgConnectOptions, PgError};
 
-use super::{ServerError, connect_options};
+/// Why a sink's functions could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A function's component could not be loaded.
+    #[error("function {function}: {source}")]
+    Plugin {
+        /// The function's name in the config.
+        function: String,
+        /// What went wrong.
+        source: PluginError,
+    },
+    /// The database a function's source query reads could not be described.
+    #[error("database {database}: {source}")]
+    Source {
+        /// The database's name in the config.
+        database: String,
+        /// What went wrong.
+        source: PgError,
+    },
+}
 
 /// Loads the functions `sink` uses whose name is `wanted`, as `config`
 /// defines them; the other steps of the chain stay empty.
@@ -17,7 +37,7 @@ pub fn load_chain(
     engine: &PluginEngine,
     sink: &SinkConfig,
     wanted: impl Fn(&str) -> bool,
-) -> Result<FunctionChain, ServerError> {
+) -> Result<FunctionChain, LoadError> {
     let wanted = |name: &&String| wanted(name);
     let function = |name: &str| {
         config
@@ -26,7 +46,7 @@ pub fn load_chain(
     };
     let failed = |function: &FunctionConfig| {
         let name = function.name.clone();
-        move |source| ServerError::Plugin {
+        move |source| LoadError::Plugin {
             function: name,
             source,
         }
@@ -108,13 +128,17 @@ fn source_query(
     config: &Config,
     sink: &SinkConfig,
     function: &FunctionConfig,
-) -> Result<SourceQuery, ServerError> {
+) -> Result<SourceQuery, LoadError> {
     let database = config
         .databases
         .iter()
         .find(|d| sink.takes_database(&d.name))
         .expect("config validation guarantees the database exists");
-    let connection = connect_options(database)?;
+    let connection =
+        PgConnectOptions::try_from(database.connection()).map_err(|source| LoadError::Source {
+            database: database.name.clone(),
+            source,
+        })?;
     Ok(SourceQuery::new(
         &function.name,
         connection.query_config(),
