@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use weft::change::Action;
-use weft::lsn::Lsn;
-use weft::message::{ConsumerRef, Message, Metadata, idempotency_key};
-use weft::plugins::{EngineSettings, Limits, PluginEngine};
+use weft_core::change::Action;
+use weft_core::lsn::Lsn;
+use weft_core::message::{ConsumerRef, Message, Metadata, idempotency_key};
+use weft_wasm::{EngineSettings, Limits, PluginEngine};
 
 const BATCH_SIZES: [usize; 4] = [1, 10, 100, 1000];
 

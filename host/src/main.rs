@@ -1,12 +1,17 @@
-//! The `weft` command-line interface.
+//! The `weft` binary: the command-line interface, and `weft run`, the
+//! composition root that builds every layer (see `docs/architecture.md`).
+
+mod cli;
+mod plugin_project;
+mod server;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::commands;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
-use weft::cli::commands;
 
 /// Postgres change-data-capture with sandboxed WebAssembly functions.
 #[derive(Parser)]
@@ -375,13 +380,14 @@ enum PluginCommand {
 
 /// `weft config export`: checks the config, then prints it.
 fn export_config(path: &std::path::Path, show_secrets: bool) -> ExitCode {
-    use weft::config::export::{Secrets, export};
-    let exported = weft::config::Config::load(path).and_then(|_| {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| weft::config::ConfigError::Read {
+    use weft_sinks::config::export::{Secrets, export};
+    let exported = weft_sinks::config::Config::load(path).and_then(|_| {
+        let text = std::fs::read_to_string(path).map_err(|source| {
+            weft_sinks::config::ConfigError::Read {
                 path: path.to_owned(),
                 source,
-            })?;
+            }
+        })?;
         let secrets = if show_secrets {
             Secrets::Show
         } else {
@@ -456,7 +462,7 @@ fn config_change(remote: &RemoteArgs, verb: &'static str, file: &std::path::Path
 
 /// `weft context ...`: edits the contexts file.
 fn context(command: ContextCommand) -> ExitCode {
-    use weft::cli::context::{Context, Contexts};
+    use crate::cli::context::{Context, Contexts};
     let result = Contexts::load().and_then(|mut contexts| match command {
         ContextCommand::Add { name, url, token } => {
             contexts.add(&name, Context { url, token });
@@ -480,7 +486,7 @@ fn context(command: ContextCommand) -> ExitCode {
                     ]
                 })
                 .collect();
-            Ok(weft::cli::table::render(
+            Ok(crate::cli::table::render(
                 &["", "NAME", "URL", "TOKEN"],
                 &rows,
             ))
@@ -649,7 +655,7 @@ fn main() -> ExitCode {
                 commands::dead_letters_discard(&r, &sink, id, out).await
             })
         }
-        Command::Check { config } => match weft::config::Config::load(&config) {
+        Command::Check { config } => match weft_sinks::config::Config::load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());
                 ExitCode::SUCCESS
@@ -669,7 +675,7 @@ fn main() -> ExitCode {
         } => {
             let metrics_auth = match (metrics_username, metrics_password) {
                 (Some(username), Some(password)) => {
-                    Some(weft::api::metrics_listener::BasicAuth { username, password })
+                    Some(weft_api::metrics_listener::BasicAuth { username, password })
                 }
                 (None, None) => None,
                 _ => {
@@ -679,7 +685,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let config = match weft::config::Config::load(&config_path) {
+            let config = match weft_sinks::config::Config::load(&config_path) {
                 Ok(config) => config,
                 Err(error) => {
                     eprintln!("{error}");
@@ -693,7 +699,7 @@ fn main() -> ExitCode {
                 .expect("the tokio runtime starts");
             let mut config = config;
             loop {
-                let options = weft::server::RunOptions {
+                let options = crate::server::RunOptions {
                     config,
                     data_dir: data_dir.clone(),
                     listen,
@@ -702,12 +708,12 @@ fn main() -> ExitCode {
                     metrics_auth: metrics_auth.clone(),
                     config_path: Some(config_path.clone()),
                 };
-                match runtime.block_on(weft::server::run(options)) {
-                    Ok(weft::server::RunOutcome::Stopped) => return ExitCode::SUCCESS,
+                match runtime.block_on(crate::server::run(options)) {
+                    Ok(crate::server::RunOutcome::Stopped) => return ExitCode::SUCCESS,
                     // The API checked the applied config, but the file or
                     // the environment may have changed since.
-                    Ok(weft::server::RunOutcome::Reload) => {
-                        match weft::config::Config::load(&config_path) {
+                    Ok(crate::server::RunOutcome::Reload) => {
+                        match weft_sinks::config::Config::load(&config_path) {
                             Ok(reloaded) => config = reloaded,
                             Err(error) => {
                                 tracing::error!("the applied config no longer loads: {error}");
@@ -730,7 +736,7 @@ fn main() -> ExitCode {
 /// `weft plugin ...`: the path made or built on stdout, errors on stderr
 /// (exit status 2).
 fn plugin(command: PluginCommand) -> ExitCode {
-    use weft::plugin_project as project;
+    use crate::plugin_project as project;
     let result = match command {
         PluginCommand::New {
             lang,

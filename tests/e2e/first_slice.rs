@@ -109,7 +109,10 @@ fn changes_flow_through_a_transform_to_the_pull_api_and_survive_sigkill() {
     let key = metadata["idempotency_key"].as_str().unwrap();
     assert_eq!(
         key,
-        weft::message::idempotency_key(weft::lsn::Lsn(metadata["commit_lsn"].as_u64().unwrap()), 0)
+        weft_core::message::idempotency_key(
+            weft_core::lsn::Lsn(metadata["commit_lsn"].as_u64().unwrap()),
+            0
+        )
     );
 
     // Ack rows 1 and 2, nack row 3: row 3's insert comes straight back, and

@@ -137,7 +137,7 @@ fn the_source_query_is_read_only_bound_and_bounded() {
     pg.psql("CREATE SEQUENCE weft_seq");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let options = weft_postgres::PgConnectOptions::from_url(&pg.url("postgres")).unwrap();
-    let query = weft::plugins::SourceQuery::new(
+    let query = weft_wasm::SourceQuery::new(
         "names",
         options.query_config(),
         Duration::from_millis(300),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use weft::lsn::Lsn;
+use weft_core::lsn::Lsn;
 
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::WeftProcess;

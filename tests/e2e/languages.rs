@@ -12,10 +12,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use weft::change::Action;
-use weft::lsn::Lsn;
-use weft::message::{ConsumerRef, Message, Metadata, idempotency_key};
-use weft::plugins::{EngineSettings, FunctionError, Limits, PluginEngine};
+use weft_core::change::Action;
+use weft_core::lsn::Lsn;
+use weft_core::message::{ConsumerRef, Message, Metadata, idempotency_key};
+use weft_wasm::{EngineSettings, FunctionError, Limits, PluginEngine};
 
 use crate::harness::guests;
 use crate::harness::postgres::PgCluster;

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use weft::plugins::{EngineSettings, Grants, Limits, Payload, PluginEngine};
+use weft_wasm::{EngineSettings, Grants, Limits, Payload, PluginEngine};
 
 use crate::harness::guests::{self, EXAMPLE_LANGUAGES};
 use crate::harness::postgres::PgCluster;

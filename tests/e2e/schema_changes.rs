@@ -6,10 +6,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use weft::change::{Action, Change, SourceEvent};
-use weft::lsn::Lsn;
-use weft::source::SourceError;
-use weft::source::events;
+use weft_core::change::{Action, Change, SourceEvent};
+use weft_core::lsn::Lsn;
+use weft_source::SourceError;
+use weft_source::events;
 
 use crate::harness::postgres::PgCluster;
 
@@ -27,7 +27,7 @@ impl Source {
         let (tx, events) = events::channel(1024, events::MAX_BYTES);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
+        let handle = tokio::spawn(weft_source::run(config, tx, durable_rx, shutdown.clone()));
         pg.wait_for_active_slot(slot);
         Source {
             events,

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use weft::change::SourceEvent;
-use weft::lsn::Lsn;
-use weft::source::events;
-use weft::source::{SourceConfig, SourceError, slot};
+use weft_core::change::SourceEvent;
+use weft_core::lsn::Lsn;
+use weft_source::events;
+use weft_source::{SourceConfig, SourceError, slot};
 
 use crate::harness::postgres::{PgCluster, PgOptions};
 
@@ -28,7 +28,7 @@ async fn a_slot_held_by_another_consumer_names_its_pid_and_the_fix() {
     let (tx, mut first_events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let first_shutdown = CancellationToken::new();
-    let first = tokio::spawn(weft::source::run(
+    let first = tokio::spawn(weft_source::run(
         config(&pg, "shared", "p", &["public.t"]),
         tx,
         durable_rx,
@@ -42,7 +42,7 @@ async fn a_slot_held_by_another_consumer_names_its_pid_and_the_fix() {
     let started = Instant::now();
     let e = tokio::time::timeout(
         Duration::from_secs(30),
-        weft::source::run(
+        weft_source::run(
             config(&pg, "shared", "p", &["public.t"]),
             tx,
             durable_rx,
@@ -89,7 +89,7 @@ async fn a_released_slot_is_taken_over_without_error() {
     let (tx, _events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
-    let first = tokio::spawn(weft::source::run(
+    let first = tokio::spawn(weft_source::run(
         config(&pg, "handover", "p", &["public.t"]),
         tx,
         durable_rx,
@@ -99,7 +99,7 @@ async fn a_released_slot_is_taken_over_without_error() {
     let (tx, mut events) = events::channel(64, events::MAX_BYTES);
     let (_durable2, durable_rx) = watch::channel(Lsn::ZERO);
     let second_shutdown = CancellationToken::new();
-    let second = tokio::spawn(weft::source::run(
+    let second = tokio::spawn(weft_source::run(
         config(&pg, "handover", "p", &["public.t"]),
         tx,
         durable_rx,
@@ -160,7 +160,7 @@ async fn tables_without_a_primary_key_are_streamed_with_an_empty_key_and_named()
     let (tx, mut events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
-    let handle = tokio::spawn(weft::source::run(c, tx, durable_rx, shutdown.clone()));
+    let handle = tokio::spawn(weft_source::run(c, tx, durable_rx, shutdown.clone()));
     pg.wait_for_active_slot("nopk");
     pg.psql("INSERT INTO log VALUES ('now', 'hello')");
     pg.psql("INSERT INTO audit VALUES ('now', 'a'); UPDATE audit SET msg = 'b'");

@@ -6,11 +6,11 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use weft::change::{Action, Change, SourceEvent};
-use weft::lsn::Lsn;
-use weft::source::events;
-use weft::source::{SourceConfig, SourceError};
+use weft_core::change::{Action, Change, SourceEvent};
+use weft_core::lsn::Lsn;
 use weft_postgres::{PgConnectOptions, PgError};
+use weft_source::events;
+use weft_source::{SourceConfig, SourceError};
 
 use crate::harness::postgres::{PgCluster, PgOptions};
 
@@ -56,7 +56,7 @@ impl Running {
         let (tx, events) = events::channel(capacity, events::MAX_BYTES);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
+        let handle = tokio::spawn(weft_source::run(config, tx, durable_rx, shutdown.clone()));
         Running {
             events,
             durable,
@@ -534,7 +534,7 @@ async fn run_once(config: SourceConfig) -> SourceError {
     let shutdown = CancellationToken::new();
     tokio::time::timeout(
         Duration::from_secs(30),
-        weft::source::run(config, tx, durable_rx, shutdown),
+        weft_source::run(config, tx, durable_rx, shutdown),
     )
     .await
     .expect("a setup error ends run quickly")

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use weft::change::SourceEvent;
-use weft::lsn::Lsn;
-use weft::source::SourceError;
-use weft::source::events;
+use weft_core::change::SourceEvent;
+use weft_core::lsn::Lsn;
 use weft_postgres::protocol::ReplicationConnection;
 use weft_postgres::{PgConnectOptions, PgError};
+use weft_source::SourceError;
+use weft_source::events;
 
 use crate::harness::certs::TestCa;
 use crate::harness::postgres::{PgCluster, PgOptions, ServerTls};
@@ -183,7 +183,7 @@ async fn sslmode_verifies_the_server_certificate() {
     let (tx, mut events) = events::channel(64, events::MAX_BYTES);
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let shutdown = CancellationToken::new();
-    let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
+    let handle = tokio::spawn(weft_source::run(config, tx, durable_rx, shutdown.clone()));
     pg.wait_for_active_slot("tls_slot");
     pg.psql("INSERT INTO t VALUES (1, 'over tls')");
     let change = loop {
@@ -242,7 +242,7 @@ async fn plain_connections_to_a_tls_only_server_fail_clearly() {
     let (_durable, durable_rx) = watch::channel(Lsn::ZERO);
     let e = tokio::time::timeout(
         Duration::from_secs(30),
-        weft::source::run(config, tx, durable_rx, CancellationToken::new()),
+        weft_source::run(config, tx, durable_rx, CancellationToken::new()),
     )
     .await
     .expect("run gives up at once")

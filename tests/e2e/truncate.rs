@@ -117,7 +117,7 @@ fn truncate_is_delivered_in_commit_order_or_skipped_by_default() {
     );
     assert_eq!(
         metadata["idempotency_key"],
-        weft::message::idempotency_key(weft::lsn::Lsn(lsn), insert_idx as u32 + 1)
+        weft_core::message::idempotency_key(weft_core::lsn::Lsn(lsn), insert_idx as u32 + 1)
     );
     assert_eq!(
         delivered[6]["metadata"]["truncate"],

@@ -1,4 +1,4 @@
-//! Every column type, streamed through `weft::source::run`, renders exactly
+//! Every column type, streamed through `weft_source::run`, renders exactly
 //! as Postgres's `to_jsonb()` renders the same row with `TimeZone = 'UTC'`
 //! and `DateStyle = ISO` — on a server whose own settings are
 //! `America/New_York` and `SQL, DMY`.
@@ -13,10 +13,10 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use weft::change::{Action, Change, SourceEvent};
-use weft::lsn::Lsn;
-use weft::source::events;
-use weft::source::{SourceConfig, SourceError};
+use weft_core::change::{Action, Change, SourceEvent};
+use weft_core::lsn::Lsn;
+use weft_source::events;
+use weft_source::{SourceConfig, SourceError};
 
 use crate::harness::column_types::{CASES, SCHEMA, reference_client, snapshot};
 use crate::harness::postgres::PgCluster;
@@ -42,7 +42,7 @@ impl Running {
         let (tx, events) = events::channel(4096, events::MAX_BYTES);
         let (durable, durable_rx) = watch::channel(Lsn::ZERO);
         let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(weft::source::run(config, tx, durable_rx, shutdown.clone()));
+        let handle = tokio::spawn(weft_source::run(config, tx, durable_rx, shutdown.clone()));
         Running {
             events,
             _durable: durable,
@@ -80,7 +80,7 @@ impl Running {
     }
 }
 
-fn row_value(row: Option<&weft::change::Row>) -> Value {
+fn row_value(row: Option<&weft_core::change::Row>) -> Value {
     Value::Object(row.cloned().expect("the change carries this row"))
 }
 

@@ -1,7 +1,7 @@
-//! A [`SourceConfig`] for tests that drive `weft::source::run` directly.
+//! A [`SourceConfig`] for tests that drive `weft_source::run` directly.
 
-use weft::source::SourceConfig;
 use weft_postgres::PgConnectOptions;
+use weft_source::SourceConfig;
 
 /// Streams `tables` (all tables when empty) from the database at `url`
 /// through `slot` and `publication`, creating both. Heartbeats are off so

@@ -18,4 +18,4 @@ pub mod toolchain;
 pub use build::build;
 pub use error::ProjectError;
 pub use marker::{Kind, Lang, MARKER_FILE, Marker};
-pub use scaffold::{NewProject, SdkSource, scaffold};
+pub use scaffold::{NewProject, scaffold};

@@ -1,4 +1,4 @@
-//! The running weft as the API sees it ([`crate::api::Controller`]): the
+//! The running weft as the API sees it ([`weft_api::Controller`]): the
 //! config file and the tokens it runs with, and plans and applies of a new
 //! config.
 //!
@@ -11,7 +11,7 @@
 //! or updated sinks and the databases that start are loaded and checked
 //! first (any failure refuses the apply, nothing changed); then the
 //! functions are swapped in, each sink between two of its chain runs (see
-//! [`crate::hot_swap`]), the API takes the new token set, sinks join, are
+//! [`weft_pipeline::hot_swap`]), the API takes the new token set, sinks join, are
 //! replaced in or leave their pipelines between two transactions, and a
 //! changed database's feed alone restarts (see [`super::live_sinks`]).
 //! Anything else restarts weft's pipelines in-process with the new file:
@@ -26,15 +26,15 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::live_sinks::{LivePlan, LiveSinks};
-use crate::api::auth::ApiTokens;
-use crate::api::{
+use weft_api::auth::ApiTokens;
+use weft_api::{
     Applied, ApplyError, ConfigEdit, Controller, DatabasesChanged, HotSwapped, SinksChanged,
 };
-use crate::config::Config;
-use crate::config::export::REDACTED;
-use crate::config::plan::{PlannedChange, plan};
-use crate::hot_swap::FunctionRuntime;
-use crate::pipeline::{SinkHandles, restore_cpu_shares};
+use weft_pipeline::hot_swap::FunctionRuntime;
+use weft_pipeline::{SinkHandles, restore_cpu_shares};
+use weft_sinks::config::Config;
+use weft_sinks::config::export::REDACTED;
+use weft_sinks::config::plan::{PlannedChange, plan};
 
 /// The running weft's config and how a new one is applied. Cheap to
 /// clone; clones share it.

@@ -5,11 +5,11 @@
 
 use std::path::Path;
 
-use crate::backfill::BackfillTarget;
-use crate::config::{Config, DatabaseConfig, SinkConfig};
-use crate::pipeline::FunctionChain;
-use crate::plugins::PluginEngine;
-use crate::source::SourceConfig;
+use weft_pipeline::FunctionChain;
+use weft_pipeline::backfill::BackfillTarget;
+use weft_sinks::config::{Config, DatabaseConfig, SinkConfig};
+use weft_source::SourceConfig;
+use weft_wasm::PluginEngine;
 
 use super::{ServerError, source_config};
 
@@ -45,7 +45,7 @@ impl BuiltFeed {
         let sinks = sinks
             .into_iter()
             .map(|sink| {
-                crate::pipeline::load_chain(config, engine, sink, |_| true)
+                weft_pipeline::load_chain(config, engine, sink, |_| true)
                     .map(|chain| (sink.clone(), chain))
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -16,9 +16,9 @@ use super::ServerError;
 use super::database_feed::BuiltFeed;
 use super::live_sinks::{Feed, FeedUnit, LiveSinks, NEXT_RUN, lock};
 use super::supervision::{self, Restarts, Supervised};
-use crate::config::DatabaseConfig;
-use crate::pipeline::{SinkPipeline, SinkSetHandle};
-use crate::webhook_source::WebhookFeed;
+use weft_pipeline::webhook_source::WebhookFeed;
+use weft_pipeline::{SinkPipeline, SinkSetHandle};
+use weft_sinks::config::DatabaseConfig;
 
 /// What a feed restarts from.
 #[derive(Clone)]
@@ -48,11 +48,11 @@ impl Origin {
     fn count_restart(&self) {
         match self {
             Origin::Database(database) => {
-                metrics::counter!(crate::metrics::FEED_RESTARTS, "database" => database.name.clone())
+                metrics::counter!(weft_core::metrics::FEED_RESTARTS, "database" => database.name.clone())
                     .increment(1)
             }
             Origin::Webhook(feed) => metrics::counter!(
-                crate::metrics::WEBHOOK_FEED_RESTARTS, "source" => feed.source().to_string()
+                weft_core::metrics::WEBHOOK_FEED_RESTARTS, "source" => feed.source().to_string()
             )
             .increment(1),
         }
@@ -78,7 +78,7 @@ impl LiveSinks {
 
     /// Runs a webhook source's `feed` and the pipeline of its sinks
     /// (`pipelines`) until shutdown; when either fails, they alone restart
-    /// after a backoff. See [`crate::webhook_source`].
+    /// after a backoff. See [`weft_pipeline::webhook_source`].
     pub fn spawn_webhook_source(&self, feed: WebhookFeed, pipelines: Vec<SinkPipeline>) {
         self.run_webhook_source(feed, pipelines, Restarts::default());
     }
@@ -109,7 +109,7 @@ impl LiveSinks {
         let (name, until) = (database.name.clone(), halt.clone());
         let source_task = tokio::spawn(
             async move {
-                crate::source::run(source, events_tx, durable_rx, until)
+                weft_source::run(source, events_tx, durable_rx, until)
                     .await
                     .map_err(|source| ServerError::Source {
                         database: name,

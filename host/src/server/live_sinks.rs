@@ -39,19 +39,19 @@ use tracing::{Instrument, info, info_span};
 use super::database_feed::{BuiltFeed, check_reachable};
 use super::supervision::{Restarts, Supervised};
 use super::{ServerError, source_config};
-use crate::backfill::{BackfillLauncher, BackfillTarget, Backfills};
-use crate::config::destination::Reference;
-use crate::config::{Config, Destination as _, HttpEndpointConfig, SinkConfig};
-use crate::health::EntityKind;
-use crate::hot_swap::FunctionRuntime;
-use crate::http_egress::HttpEgress;
-use crate::lsn::Lsn;
-use crate::pipeline::{FunctionChain, SinkHandles, SinkPipeline, SinkSetChange, SinkSetHandle};
-use crate::sinks::delivery::{DeliveryWaker, DeliveryWorker};
-use crate::sinks::pause::PauseSwitch;
-use crate::sinks::sequin_stream::{SequinStream, SequinStreamSettings};
-use crate::sinks::sink::Built;
-use crate::store::Store;
+use weft_core::health::EntityKind;
+use weft_core::lsn::Lsn;
+use weft_pipeline::backfill::{BackfillLauncher, BackfillTarget, Backfills};
+use weft_pipeline::hot_swap::FunctionRuntime;
+use weft_pipeline::{FunctionChain, SinkHandles, SinkPipeline, SinkSetChange, SinkSetHandle};
+use weft_sinks::config::destination::Reference;
+use weft_sinks::config::{Config, Destination as _, HttpEndpointConfig, SinkConfig};
+use weft_sinks::delivery::{DeliveryWaker, DeliveryWorker};
+use weft_sinks::pause::PauseSwitch;
+use weft_sinks::sequin_stream::{SequinStream, SequinStreamSettings};
+use weft_sinks::sink::Built;
+use weft_store::Store;
+use weft_wasm::http_egress::HttpEgress;
 
 /// What feeds a sink: a database's pipeline or a webhook source's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -266,7 +266,7 @@ impl LiveSinks {
             unit.stop.cancel();
             let _ = unit.supervisor.await;
             if deleted {
-                let health = crate::health::global();
+                let health = weft_core::health::global();
                 health.forget(EntityKind::Database, database);
                 if let Some(slot) = &unit.slot {
                     health.forget(EntityKind::Slot, slot);
@@ -446,17 +446,17 @@ impl LiveSinks {
         config: &Config,
         sink: &SinkConfig,
     ) -> Result<SinkPipeline, ServerError> {
-        let chain = crate::pipeline::load_chain(config, self.functions.engine(), sink, |_| true)?;
+        let chain = weft_pipeline::load_chain(config, self.functions.engine(), sink, |_| true)?;
         self.register_chain(sink, &chain);
         Ok(SinkPipeline::new(sink.clone(), chain))
     }
 
     pub(super) fn register_chain(&self, sink: &SinkConfig, chain: &FunctionChain) {
-        let kinds: Vec<(&str, &'static str)> = crate::config::FunctionKind::ALL
+        let kinds: Vec<(&str, &'static str)> = weft_sinks::config::FunctionKind::ALL
             .iter()
             .filter_map(|kind| sink.function(*kind).map(|name| (name, kind.as_str())))
             .collect();
-        crate::metrics::register_sink(&sink.name, &kinds);
+        weft_core::metrics::register_sink(&sink.name, &kinds);
         self.functions.add_chain(sink, chain.clone());
     }
 
@@ -564,7 +564,7 @@ impl LiveSinks {
         );
         let name = sink.name.clone();
         let chain = tokio::task::spawn_blocking(move || {
-            crate::pipeline::load_chain(&proposed, &engine, &config, |_| true)
+            weft_pipeline::load_chain(&proposed, &engine, &config, |_| true)
         })
         .await
         .map_err(|error| format!("the function loading task failed: {error}"))?
@@ -590,7 +590,7 @@ impl LiveSinks {
             source.connection.connect_query().await.map_err(|error| {
                 format!("sink {}: database {}: {error}", sink.name, database.name)
             })?;
-        crate::source::slot::ensure_publication(&client, &source)
+        weft_source::slot::ensure_publication(&client, &source)
             .await
             .map_err(|error| format!("sink {}: {error}", sink.name))?;
         Ok(BackfillTarget {
@@ -633,7 +633,7 @@ impl LiveSinks {
                 self.change_feed(old, SinkSetChange::Remove(name.clone()))
                     .await?;
             }
-            crate::health::global().forget_sink(&name, true);
+            weft_core::health::global().forget_sink(&name, true);
             // A new sink delivers before its first messages are stored; an
             // updated one switches delivery after its new version stores.
             let mut delivery = Some(ready.delivery);
@@ -698,8 +698,8 @@ impl LiveSinks {
         self.stop_worker(name).await;
         self.handles.forget(name);
         self.functions.remove_chain(name);
-        crate::health::global().forget_sink(name, false);
-        crate::metrics::forget_sink(name);
+        weft_core::health::global().forget_sink(name, false);
+        weft_core::metrics::forget_sink(name);
         self.launcher.forget_sink(name).map_err(|e| e.to_string())?;
         let (store, sink) = (self.store.clone(), name.to_string());
         let deleted = tokio::task::spawn_blocking(move || store.remove_sink(&sink))
@@ -950,13 +950,15 @@ mod tests {
         let sinks = [hook_sink, sink("s", "a", "t")].concat();
         let running = config(&sinks, &endpoint);
         let mut denied = running.clone();
-        denied.accounts.push(crate::config::account::AccountConfig {
-            name: "acme".into(),
-            limits: Default::default(),
-            allow_capabilities: Vec::new(),
-            allow_hosts: None,
-            deny_internal_http: true,
-        });
+        denied
+            .accounts
+            .push(weft_sinks::config::account::AccountConfig {
+                name: "acme".into(),
+                limits: Default::default(),
+                allow_capabilities: Vec::new(),
+                allow_hosts: None,
+                deny_internal_http: true,
+            });
         // The account owns nothing yet: nothing running changes.
         assert_eq!(
             live_plan(&running, &denied, |_| true),

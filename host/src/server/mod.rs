@@ -18,19 +18,19 @@ pub mod live_sinks;
 mod pipeline_threads;
 mod supervision;
 
-use crate::api::{ApiState, Running};
-use crate::backfill::{BackfillLauncher, Backfills};
-use crate::config::{Config, DatabaseConfig, SinkConfig};
-use crate::hot_swap::FunctionRuntime;
-use crate::lsn::Lsn;
-use crate::pipeline::{BatchLimits, Pipeline, SinkHandles, SinkPipeline};
-use crate::plugins::{EngineSettings, PluginEngine};
-use crate::registry::PluginRegistry;
-use crate::source::events::{self, EventReceiver, EventSender};
-use crate::store::Store;
 use controller::LiveController;
 use database_feed::BuiltFeed;
 use live_sinks::LiveSinks;
+use weft_api::{ApiState, Running};
+use weft_core::lsn::Lsn;
+use weft_pipeline::backfill::{BackfillLauncher, Backfills};
+use weft_pipeline::hot_swap::FunctionRuntime;
+use weft_pipeline::{BatchLimits, Pipeline, SinkHandles, SinkPipeline};
+use weft_sinks::config::{Config, DatabaseConfig, SinkConfig};
+use weft_source::events::{self, EventReceiver, EventSender};
+use weft_store::Store;
+use weft_wasm::registry::PluginRegistry;
+use weft_wasm::{EngineSettings, PluginEngine};
 
 /// What `weft run` needs.
 pub struct RunOptions {
@@ -46,7 +46,7 @@ pub struct RunOptions {
     /// Address of the Prometheus metrics listener; `None`: none.
     pub metrics_listen: Option<SocketAddr>,
     /// Credentials the metrics listener asks for; `None`: open.
-    pub metrics_auth: Option<crate::api::metrics_listener::BasicAuth>,
+    pub metrics_auth: Option<weft_api::metrics_listener::BasicAuth>,
     /// The config file, which `POST /api/config/apply` rewrites.
     pub config_path: Option<PathBuf>,
 }
@@ -73,17 +73,17 @@ pub enum ServerError {
     },
     /// The store could not be opened.
     #[error("store: {0}")]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] weft_store::StoreError),
     /// A sink's functions could not be loaded.
     #[error(transparent)]
-    Load(#[from] crate::pipeline::LoadError),
+    Load(#[from] weft_pipeline::LoadError),
     /// A plugin could not be loaded.
     #[error("function {function}: {source}")]
     Plugin {
         /// The function's name in the config.
         function: String,
         /// What went wrong.
-        source: crate::plugins::PluginError,
+        source: weft_wasm::PluginError,
     },
     /// The metrics address could not be bound.
     #[error(
@@ -109,7 +109,7 @@ pub enum ServerError {
         /// The database's name in the config.
         database: String,
         /// What went wrong.
-        source: crate::source::SourceError,
+        source: weft_source::SourceError,
     },
     /// A push sink could not be set up or its delivery worker failed.
     #[error("sink {sink}: {detail}")]
@@ -137,7 +137,7 @@ pub enum ServerError {
         /// The database's name in the config.
         database: String,
         /// What went wrong.
-        source: crate::pipeline::PipelineError,
+        source: weft_pipeline::PipelineError,
     },
 }
 
@@ -153,9 +153,9 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         metrics_auth,
         config_path,
     } = options;
-    crate::metrics::install();
-    crate::metrics::keep_only_sinks(config.sinks.iter().map(|sink| sink.name.as_str()));
-    crate::health::global().reset();
+    weft_core::metrics::install();
+    weft_core::metrics::keep_only_sinks(config.sinks.iter().map(|sink| sink.name.as_str()));
+    weft_core::health::global().reset();
     std::fs::create_dir_all(&data_dir).map_err(|source| ServerError::DataDir {
         path: data_dir.clone(),
         source,
@@ -188,7 +188,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let tokens = crate::api::auth::ApiTokens::new(config.api_tokens.clone());
+    let tokens = weft_api::auth::ApiTokens::new(config.api_tokens.clone());
     if !tokens.enabled() {
         tracing::warn!(
             "no api_tokens configured: the HTTP API (pull, dead letters, backfills, config export) answers anyone who can reach {listen}; add api_tokens to require `Authorization: Bearer <token>`"
@@ -239,7 +239,8 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         .webhook_sources
         .iter()
         .map(|source| {
-            let (ingress, feed) = crate::webhook_source::WebhookIngress::new(source, store.clone());
+            let (ingress, feed) =
+                weft_pipeline::webhook_source::WebhookIngress::new(source, store.clone());
             webhook_sources.insert(source.name.clone(), ingress);
             (source, feed)
         })
@@ -264,10 +265,10 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     info!(address = %listener.local_addr().unwrap_or(listen), "HTTP API listening");
     {
         let shutdown = shutdown.clone();
-        let router = crate::api::router(api);
+        let router = weft_api::router(api);
         tasks.spawn(
             async move {
-                crate::api::serve(listener, router, shutdown)
+                weft_api::serve(listener, router, shutdown)
                     .await
                     .map_err(|source| ServerError::Listen {
                         address: listen,
@@ -284,10 +285,10 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
             .map_err(|source| ServerError::MetricsListen { address, source })?;
         info!(address = %listener.local_addr().unwrap_or(address), auth = metrics_auth.is_some(), "metrics listening");
         let shutdown = shutdown.clone();
-        let router = crate::api::metrics_listener::router(metrics_auth);
+        let router = weft_api::metrics_listener::router(metrics_auth);
         tasks.spawn(
             async move {
-                crate::api::serve(listener, router, shutdown)
+                weft_api::serve(listener, router, shutdown)
                     .await
                     .map_err(|source| ServerError::MetricsListen { address, source })
             }
@@ -375,8 +376,8 @@ fn connect_options(
 /// The task deleting `retention`'s old event rows, when it has `retain_for`.
 fn retention_job(
     config: &Config,
-    retention: &crate::config::change_retention::ChangeRetentionConfig,
-) -> Result<Option<crate::sinks::postgres::retention::RetentionJob>, ServerError> {
+    retention: &weft_sinks::config::change_retention::ChangeRetentionConfig,
+) -> Result<Option<weft_sinks::postgres::retention::RetentionJob>, ServerError> {
     let Some(retain_for) = retention.retain_for else {
         return Ok(None);
     };
@@ -385,7 +386,7 @@ fn retention_job(
         .expect("config validation guarantees the database exists");
     let target = connect_options(database)?;
     let table = retention.destination_table();
-    Ok(Some(crate::sinks::postgres::retention::RetentionJob {
+    Ok(Some(weft_sinks::postgres::retention::RetentionJob {
         name: retention.name.clone(),
         target,
         table: weft_postgres::TableName {
@@ -429,7 +430,7 @@ fn record_inventory(
         // A file that cannot be read fails the load right after, with the
         // plugin error that names it.
         if let Ok(bytes) = std::fs::read(&function.file) {
-            store.record_plugin(&crate::store::PluginRecord::of(
+            store.record_plugin(&weft_store::PluginRecord::of(
                 &function.name,
                 function.kind.as_str(),
                 &function.file.display().to_string(),
@@ -443,10 +444,10 @@ fn record_inventory(
 /// Reads each running sink's queue depths from the store into the queue
 /// gauges before every scrape of `/metrics`.
 fn collect_queue_depths(store: Store, functions: FunctionRuntime) {
-    crate::metrics::on_render(move || {
+    weft_core::metrics::on_render(move || {
         for sink in functions.running().sinks.iter().map(|s| &s.name) {
             match store.queue_depths(sink) {
-                Ok(depths) => crate::metrics::set_queue_depths(
+                Ok(depths) => weft_core::metrics::set_queue_depths(
                     sink,
                     depths.buffered,
                     depths.in_delivery,
@@ -463,7 +464,7 @@ fn source_config(
     database: &DatabaseConfig,
     sinks: &[&SinkConfig],
     data_dir: &std::path::Path,
-) -> Result<crate::source::SourceConfig, ServerError> {
+) -> Result<weft_source::SourceConfig, ServerError> {
     // The publication lists the sinks' tables, unless a sink selects whole
     // schemas: then it covers all tables and the sinks pick theirs.
     let mut tables: Vec<String> = Vec::new();
@@ -479,7 +480,7 @@ fn source_config(
     tables.sort();
     tables.dedup();
     let connection = connect_options(database)?;
-    Ok(crate::source::SourceConfig {
+    Ok(weft_source::SourceConfig {
         name: database.name.clone(),
         connection,
         slot_name: database.slot.name.clone(),

@@ -25,7 +25,7 @@ fn runtimes() -> &'static [Runtime] {
     RUNTIMES.get_or_init(|| {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         (0..threads)
-            .map(|i| crate::own_thread::runtime(format!("weft-pipeline-{i}")))
+            .map(|i| weft_core::own_thread::runtime(format!("weft-pipeline-{i}")))
             .collect()
     })
 }

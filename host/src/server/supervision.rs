@@ -7,11 +7,11 @@
 //! dropped, `wal_level` lowered) or a pipeline's store failure used to
 //! end the whole process. Now the feed's `feed` health check (on its
 //! database) says what failed and when it restarts, the
-//! [`crate::metrics::FEED_RESTARTS`] counter counts the restarts, and the
+//! [`weft_core::metrics::FEED_RESTARTS`] counter counts the restarts, and the
 //! restarted feed resumes from its sinks' cursors and the slot, as after a
 //! process restart, so nothing is lost. A webhook source's feed reports in
 //! the source's `feed` check (and
-//! [`crate::metrics::WEBHOOK_FEED_RESTARTS`]) and resumes from its log; a
+//! [`weft_core::metrics::WEBHOOK_FEED_RESTARTS`]) and resumes from its log; a
 //! delivery worker reports the same way in its sink's `worker` check.
 
 use std::time::Duration;
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use super::ServerError;
-use crate::health::{EntityKind, Status};
+use weft_core::health::{EntityKind, Status};
 
 /// The health check, on the feed's database or webhook source, that
 /// reports its failures.
@@ -119,7 +119,7 @@ impl Supervised {
     pub fn failed(&self, failure: &str, restarts: Restarts) {
         error!(kind = ?self.kind, name = %self.name, %failure, restart_in = ?restarts.backoff,
             "{} failed; it restarts alone, everything else keeps running", self.what);
-        crate::health::global().fail(
+        weft_core::health::global().fail(
             self.kind,
             &self.name,
             self.check,
@@ -136,7 +136,7 @@ impl Supervised {
     /// Reports that it restarted after `failure`: a warning until it has
     /// run [`HEALTHY_AFTER`].
     pub fn restarted(&self, failure: &str, restarts: Restarts) {
-        crate::health::global().fail(
+        weft_core::health::global().fail(
             self.kind,
             &self.name,
             self.check,
@@ -160,7 +160,7 @@ impl Supervised {
             tokio::select! {
                 ended = &mut run => return (ended, restarts),
                 _ = tokio::time::sleep(HEALTHY_AFTER) => {
-                    crate::health::global().clear(self.kind, &self.name, self.check);
+                    weft_core::health::global().clear(self.kind, &self.name, self.check);
                 }
             }
         }

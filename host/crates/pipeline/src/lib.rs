@@ -1,0 +1,997 @@
+//! Runs each sink's function chain over the change stream and stores the
+//! resulting messages durably, then tells the source how far it may confirm.
+//!
+//! The loop takes committed transactions from the source, groups as many as
+//! are ready into one batch, runs every matching sink's functions on the
+//! batch, and writes all sinks' messages in one store transaction together
+//! with each sink's cursor. Only then is the batch's last commit reported as
+//! durable, so a crash at any point replays from the slot and the cursors
+//! drop what was already stored. The store transaction of a batch runs
+//! while the next batch goes through the functions (two cores at work
+//! instead of one); the next transaction starts only when it is done, and
+//! a batch that held a change is stored before the next one is looked at.
+//!
+//! A transaction bigger than the batch limits is stored in chunks as it
+//! arrives (the source only sends committed transactions), so its size does
+//! not cost memory here. The cursors and the slot move only at its Commit: a
+//! crash in the middle replays the whole transaction, and the store ignores
+//! the chunks it already holds (`UNIQUE (sink, commit_lsn, commit_idx)`).
+//! A message of the stored part that a consumer acked before the replay
+//! got past it is stored and delivered again, with the same idempotency key.
+//!
+//! A sink with `max_backlog_messages` applies its `load_shedding_policy`
+//! before its messages are stored (see [`backlog`]).
+//!
+//! A change a sink's function fails on never stops the stream: it is held
+//! in the store for a retry or dead-lettered (see [`sink`]), and the loop
+//! releases due held changes after each batch and once a second.
+//!
+//! TRUNCATE is skipped or delivered as a message per table, by each sink's
+//! `truncate` option (see [`truncate`]); skips are counted in
+//! [`Pipeline::truncates_skipped`].
+//!
+//! Beside the pipeline loop, this layer owns what feeds it or changes it
+//! while it runs: [`backfill`] (existing rows replayed between live
+//! changes), [`webhook_source`] (messages POSTed to weft), [`hot_swap`]
+//! (functions replaced in place) and loading a sink's function chain
+//! ([`load_chain`]). It sits on every layer below (core, config, store,
+//! postgres, wasm, source, sinks) and may not import the API or the
+//! server, which drive it.
+
+mod append;
+pub mod backfill;
+mod backlog;
+mod batch;
+pub mod breaker;
+pub mod chain;
+mod handles;
+mod handout;
+pub mod hot_swap;
+mod load;
+pub mod shadow;
+mod sink;
+pub mod sink_set;
+pub mod swap;
+mod truncate;
+pub mod webhook_source;
+
+pub use backlog::{Admitted, BacklogGuard};
+pub use batch::{Batch, BatchLimits, CommitPoint, Taken};
+pub use breaker::{Breaker, Quarantine};
+pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
+pub use handles::SinkHandles;
+pub use load::{LoadError, load_chain, restore_cpu_shares};
+pub use sink::{Prepared, SinkPipeline, SinkPipelineError, group_id};
+pub use sink_set::{SinkSetChange, SinkSetHandle};
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::backfill::{Backfills, ChunkStored, Watermarks};
+use append::{Appended, InFlightAppend};
+use handout::Handout;
+use weft_core::change::SourceEvent;
+use weft_core::lsn::Lsn;
+use weft_source::events::EventReceiver;
+use weft_store::{Store, StoredUpTo};
+
+/// How often the loop looks for held changes that are due again.
+const HELD_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
+/// Most held changes run through a sink's functions in one round.
+const HELD_RELEASE_BATCH: u32 = 1000;
+/// Most rounds per sink each time the loop releases held changes, so that
+/// a long hold (a lifted quarantine) drains without starving the stream.
+const HELD_ROUNDS: usize = 10;
+
+/// Why the pipeline stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The store could not be read or written.
+    #[error("store: {0}")]
+    Store(#[from] weft_store::StoreError),
+    /// A blocking task panicked or was cancelled.
+    #[error("pipeline task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// The next change to the set of sinks; never, without a channel or once
+/// every handle is gone.
+async fn next_sink_change(
+    changes: &mut Option<sink_set::SinkSetReceiver>,
+) -> Option<sink_set::SinkSetRequest> {
+    match changes {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The pipeline of one source (one replication slot) and its sinks.
+pub struct Pipeline {
+    sinks: Vec<SinkPipeline>,
+    store: Store,
+    durable: watch::Sender<Lsn>,
+    handles: SinkHandles,
+    limits: BatchLimits,
+    truncates_skipped: u64,
+    watermarks: Watermarks,
+    /// Backfill chunks whose rows are in the batch being gathered.
+    chunks: Vec<ChunkStored>,
+    /// Changes to the set of sinks, from the API.
+    sink_changes: Option<sink_set::SinkSetReceiver>,
+    /// Changes received, applied at the next transaction boundary.
+    pending_sink_changes: Vec<sink_set::SinkSetRequest>,
+    /// The commit LSN of the last transaction stored: where a sink that
+    /// joins starts.
+    last_commit: Lsn,
+    /// The last batch's store transaction, if it is still running.
+    in_flight: Option<InFlightAppend>,
+}
+
+impl Pipeline {
+    /// A pipeline for `sinks`, storing into `store`, reporting durable
+    /// positions through `durable` and waking sinks through `handles`.
+    pub fn new(
+        sinks: Vec<SinkPipeline>,
+        store: Store,
+        durable: watch::Sender<Lsn>,
+        handles: SinkHandles,
+        limits: BatchLimits,
+    ) -> Self {
+        for sink in &sinks {
+            handles.put_breaker(sink.name(), sink.breaker().clone());
+        }
+        Pipeline {
+            sinks,
+            store,
+            durable,
+            handles,
+            limits,
+            truncates_skipped: 0,
+            watermarks: Watermarks::new(Backfills::new()),
+            chunks: Vec::new(),
+            sink_changes: None,
+            pending_sink_changes: Vec::new(),
+            last_commit: Lsn::ZERO,
+            in_flight: None,
+        }
+    }
+
+    /// Takes changes to its set of sinks from `changes` (see [`sink_set`]).
+    pub fn with_sink_changes(mut self, changes: sink_set::SinkSetReceiver) -> Self {
+        self.sink_changes = Some(changes);
+        self
+    }
+
+    /// Emits the chunks of backfills registered in `backfills` at their
+    /// watermarks (see [`crate::backfill`]).
+    pub fn with_backfills(mut self, backfills: Backfills) -> Self {
+        self.watermarks = Watermarks::new(backfills);
+        self
+    }
+
+    /// Adds `event` to `batch`; a backfill watermark adds its chunk's rows.
+    fn push(&mut self, batch: &mut Batch, event: SourceEvent) {
+        match event {
+            SourceEvent::Watermark(watermark) => {
+                let (reads, chunk) = self.watermarks.on_watermark(&watermark);
+                batch.push_changes(reads);
+                self.chunks.extend(chunk);
+            }
+            event => {
+                if let SourceEvent::Change(change) = &event {
+                    self.watermarks.observe(change);
+                }
+                batch.push(event);
+            }
+        }
+    }
+
+    /// How many TRUNCATEs some sink skipped since the pipeline started.
+    pub fn truncates_skipped(&self) -> u64 {
+        self.truncates_skipped
+    }
+
+    /// Consumes `events` until the channel closes or `shutdown` fires.
+    pub async fn run(
+        mut self,
+        mut events: EventReceiver,
+        shutdown: CancellationToken,
+    ) -> Result<(), PipelineError> {
+        let mut cursors = HashMap::new();
+        for sink in &self.sinks {
+            let store = self.store.clone();
+            let name = sink.name().to_string();
+            // Also the stored part of a transaction whose Commit the sink
+            // had not stored when weft stopped: Postgres sends it again.
+            let stored = tokio::task::spawn_blocking(move || store.sink_stored_up_to(&name))
+                .await??
+                .unwrap_or_default();
+            let open = stored.open.map_or("none".to_string(), |(lsn, idx)| {
+                format!("{lsn} through idx {idx}")
+            });
+            info!(sink = sink.name(), cursor = %stored.cursor, %open, "sink resumes after what it stored");
+            cursors.insert(sink.name().to_string(), stored);
+        }
+        self.last_commit = cursors
+            .values()
+            .map(|stored| stored.cursor)
+            .max()
+            .unwrap_or(Lsn::ZERO);
+        let mut sink_changes = self.sink_changes.take();
+        info!(sinks = self.sinks.len(), "pipeline started");
+        let mut batch = Batch::default();
+        let mut held_tick = tokio::time::interval(HELD_RELEASE_INTERVAL);
+        held_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let event = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = events.recv() => event,
+                stored = append::finished(&mut self.in_flight) => {
+                    self.after_append(stored, &shutdown).await?;
+                    continue;
+                }
+                _ = held_tick.tick() => {
+                    self.finish_append(&shutdown).await?;
+                    self.release_held(&shutdown).await;
+                    self.cool_down(&shutdown).await;
+                    continue;
+                }
+                Some(request) = next_sink_change(&mut sink_changes) => {
+                    self.pending_sink_changes.push(request);
+                    if batch.at_transaction_boundary() {
+                        self.apply_sink_changes(&mut cursors, &shutdown).await?;
+                    }
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
+            self.push(&mut batch, event);
+            // Take whatever else is already waiting, up to the batch limits.
+            while !batch.is_full(&self.limits) {
+                match events.try_recv() {
+                    Some(event) => self.push(&mut batch, event),
+                    None => break,
+                }
+            }
+            if batch.has_work(&self.limits) {
+                let taken = batch.take();
+                if !self.flush(taken, &mut cursors, &shutdown).await? {
+                    break;
+                }
+            }
+            if let Some(wal_end) = batch.take_idle_position() {
+                // Past an idle position lies nothing to store, but the last
+                // batch must be durable before anything after it is confirmed.
+                self.finish_append(&shutdown).await?;
+                self.confirm(wal_end);
+            }
+            if !self.pending_sink_changes.is_empty() && batch.at_transaction_boundary() {
+                self.apply_sink_changes(&mut cursors, &shutdown).await?;
+            }
+        }
+        self.finish_append(&shutdown).await?;
+        info!("pipeline stopped");
+        Ok(())
+    }
+
+    /// Stores one batch for every sink and, once it is stored, confirms it
+    /// (a clean batch stores while the next one is processed: see
+    /// [`append`]); `false` when shutdown came while a full backlog paused
+    /// it (nothing stored). Runs
+    /// in a `batch` span with the batch's LSN range, inside the pipeline's
+    /// span (database, slot); each sink's functions run in a `sink` span.
+    async fn flush(
+        &mut self,
+        taken: Taken,
+        cursors: &mut HashMap<String, StoredUpTo>,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, PipelineError> {
+        let span = info_span!(
+            "batch",
+            first_lsn = %taken.changes.first().map_or(Lsn::ZERO, |c| c.commit_lsn),
+            last_lsn = %taken.changes.last().map_or(Lsn::ZERO, |c| c.commit_lsn),
+            changes = taken.changes.len(),
+        );
+        self.flush_batch(taken, cursors, shutdown)
+            .instrument(span)
+            .await
+    }
+
+    async fn flush_batch(
+        &mut self,
+        taken: Taken,
+        cursors: &mut HashMap<String, StoredUpTo>,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, PipelineError> {
+        truncate::warn_skipped(
+            self.sinks.iter().map(SinkPipeline::config),
+            &taken.truncates,
+            &mut self.truncates_skipped,
+        );
+        let mut sink_batches = Vec::with_capacity(self.sinks.len());
+        let mut any_message = false;
+        let mut any_held = false;
+        let ingested_at = append::commit_times_of(&taken.changes);
+        let stored: Vec<StoredUpTo> = self
+            .sinks
+            .iter()
+            .map(|sink| cursors.get(sink.name()).copied().unwrap_or_default())
+            .collect();
+        // A sink takes the changes it accepts that it has not stored yet
+        // (it stored older ones before a restart).
+        let mut handout = Handout::new(taken.changes, self.sinks.len(), |index, change| {
+            !stored[index].holds(change.commit_lsn, change.commit_idx)
+                && self.sinks[index].accepts(change)
+        });
+        for (index, stored) in stored.iter().copied().enumerate() {
+            let mut prepared = self.sinks[index].prepare(handout.serve(index));
+            let sink_span = {
+                let sink = &self.sinks[index];
+                info_span!("sink", sink = sink.name(), plugins = %sink.plugins())
+            };
+            let mut sink_batch = loop {
+                match self.sinks[index]
+                    .process(&mut prepared, &self.store)
+                    .instrument(sink_span.clone())
+                    .await
+                {
+                    Ok(sink_batch) => break sink_batch,
+                    Err(error) => {
+                        // Nothing is lost: the batch is not stored and the
+                        // slot is not confirmed until the sink can take it.
+                        // What is stored already is confirmed meanwhile.
+                        warn!(sink = self.sinks[index].name(), %error, "cannot run the sink's functions; retrying in 1s");
+                        self.finish_append(shutdown).await?;
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return Ok(false),
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
+                }
+            };
+            let sink = &mut self.sinks[index];
+            truncate::add_messages(
+                &mut sink_batch.messages,
+                sink.config(),
+                &taken.truncates,
+                stored,
+            );
+            if sink.backlog_mut().is_some() {
+                // Admission may wait for consumers for as long as they take:
+                // the batch before must be stored and its backfill chunks
+                // recorded first, or a backfill would wait on itself.
+                self.finish_append(shutdown).await?;
+                let sink = &mut self.sinks[index];
+                let backlog = sink.backlog_mut().expect("checked above");
+                let messages = std::mem::take(&mut sink_batch.messages);
+                sink_batch.messages = match backlog.admit(&self.store, messages, shutdown).await? {
+                    Admitted::Store(messages) => messages,
+                    Admitted::ShuttingDown => return Ok(false),
+                };
+            }
+            any_message |= !sink_batch.messages.is_empty();
+            any_held |= !sink_batch.holds.is_empty();
+            sink_batches.push(sink_batch);
+        }
+        // Without a Commit (a chunk of a big transaction) the cursors stay
+        // where they are: the lowest cursor moves none of them.
+        let cursor = match taken.commit {
+            Some(commit) => commit.commit_lsn,
+            None => cursors
+                .values()
+                .map(|stored| stored.cursor)
+                .min()
+                .unwrap_or(Lsn::ZERO),
+        };
+        let after = Appended {
+            ingested: append::commit_times(&ingested_at, &sink_batches),
+            commit: taken.commit,
+            any_message,
+            chunks: std::mem::take(&mut self.chunks),
+        };
+        // Appends go one at a time, in order.
+        self.finish_append(shutdown).await?;
+        if taken.commit.is_some() {
+            for sink in &self.sinks {
+                let stored = cursors.entry(sink.name().to_string()).or_default();
+                *stored = stored.after_commit(cursor);
+            }
+        }
+        if !(any_message || any_held || taken.commit.is_some() || !after.chunks.is_empty()) {
+            self.after_stored(after, shutdown).await?;
+            return Ok(true);
+        }
+        // A clean batch stores while the next one is processed. One that
+        // held a change, dead-lettered one or owes a pause is finished at
+        // once, as the next batch must see its holds and wait out its pause.
+        let clean = !any_held
+            && sink_batches.iter().all(|b| b.dead_letters.is_empty())
+            && !self.sinks.iter().any(SinkPipeline::owes_cooldown);
+        self.in_flight = Some(InFlightAppend::start(
+            &self.store,
+            sink_batches,
+            (cursor, taken.open_through),
+            after,
+        ));
+        if !clean {
+            self.finish_append(shutdown).await?;
+        }
+        Ok(true)
+    }
+
+    /// Waits for the last batch's store transaction, if one is running, and
+    /// does what had to wait for it.
+    async fn finish_append(&mut self, shutdown: &CancellationToken) -> Result<(), PipelineError> {
+        if self.in_flight.is_none() {
+            return Ok(());
+        }
+        let stored = append::finished(&mut self.in_flight).await;
+        self.after_append(stored, shutdown).await
+    }
+
+    /// Once the running store transaction is `stored`: fails the pipeline
+    /// if it failed, else does what waited for it.
+    async fn after_append(
+        &mut self,
+        stored: Result<Result<(), weft_store::StoreError>, tokio::task::JoinError>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        let Some(append) = self.in_flight.take() else {
+            return Ok(());
+        };
+        stored??;
+        self.after_stored(append.after, shutdown).await
+    }
+
+    /// What waits until a batch is durable: latency metrics, waking pull
+    /// consumers, recording backfill chunks, confirming the batch's commit
+    /// to Postgres; then releasing due held changes and any pause owed.
+    async fn after_stored(
+        &mut self,
+        after: Appended,
+        shutdown: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        for (sink, committed) in after.ingested {
+            weft_core::metrics::record_ingestion_latency(&sink, committed);
+        }
+        if after.any_message {
+            for sink in &self.sinks {
+                self.handles.wake(sink.name());
+            }
+        }
+        self.record_stored_chunks(after.chunks).await?;
+        if let Some(commit) = after.commit {
+            self.last_commit = self.last_commit.max(commit.commit_lsn);
+            self.confirm(commit.end_lsn);
+        }
+        self.release_held(shutdown).await;
+        self.cool_down(shutdown).await;
+        Ok(())
+    }
+
+    /// Pauses for what the sinks owe for trapping function calls (see
+    /// [`sink::TRAP_COOLDOWN_FACTOR`]), after everything is stored.
+    async fn cool_down(&mut self, shutdown: &CancellationToken) {
+        let owed = self
+            .sinks
+            .iter_mut()
+            .map(SinkPipeline::take_cooldown)
+            .max()
+            .unwrap_or_default();
+        if owed.is_zero() {
+            return;
+        }
+        debug!(
+            pause_ms = owed.as_millis() as u64,
+            "pausing after trapping function calls"
+        );
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(owed) => {}
+        }
+    }
+
+    /// Records the progress of backfill chunks whose rows are stored.
+    async fn record_stored_chunks(&self, chunks: Vec<ChunkStored>) -> Result<(), PipelineError> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            chunks
+                .into_iter()
+                .try_for_each(|chunk| chunk.record(&store))
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// Runs each sink's due held changes through its functions again,
+    /// a bounded round per sink. A failure is logged and left for the next
+    /// round: held changes stay held.
+    async fn release_held(&mut self, shutdown: &CancellationToken) {
+        for sink in &mut self.sinks {
+            for _ in 0..HELD_ROUNDS {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                match sink.release_held(&self.store, HELD_RELEASE_BATCH).await {
+                    Ok(0) => break,
+                    Ok(_) => self.handles.wake(sink.name()),
+                    Err(error) => {
+                        warn!(sink = sink.name(), %error, "cannot release held changes; trying again later");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies the changes to the set of sinks received so far; the
+    /// pipeline is between two transactions.
+    async fn apply_sink_changes(
+        &mut self,
+        cursors: &mut HashMap<String, StoredUpTo>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        // A joining sink starts after the last stored transaction.
+        self.finish_append(shutdown).await?;
+        for request in std::mem::take(&mut self.pending_sink_changes) {
+            match request.change {
+                SinkSetChange::Put { sink, starts_here } => {
+                    let name = sink.name().to_string();
+                    self.handles.put_breaker(&name, sink.breaker().clone());
+                    if starts_here {
+                        let (store, at) = (self.store.clone(), self.last_commit);
+                        let sink_name = name.clone();
+                        tokio::task::spawn_blocking(move || store.start_sink_at(&sink_name, at))
+                            .await??;
+                        cursors.insert(name.clone(), StoredUpTo::through(at));
+                    } else if !cursors.contains_key(&name) {
+                        // Read as at start: a sink joining while Postgres
+                        // resends the transactions before one it had stored
+                        // part of must not store that part twice.
+                        let (store, sink_name) = (self.store.clone(), name.clone());
+                        let stored = tokio::task::spawn_blocking(move || {
+                            store.sink_stored_up_to(&sink_name)
+                        })
+                        .await??;
+                        cursors.insert(
+                            name.clone(),
+                            stored.unwrap_or(StoredUpTo::through(self.last_commit)),
+                        );
+                    }
+                    match self.sinks.iter_mut().find(|s| s.name() == name) {
+                        Some(running) => *running = *sink,
+                        None => self.sinks.push(*sink),
+                    }
+                    info!(sink = %name, starts_here, at = %cursors[&name].cursor, "sink joined the pipeline");
+                }
+                SinkSetChange::Remove(name) => {
+                    self.sinks.retain(|sink| sink.name() != name);
+                    cursors.remove(&name);
+                    info!(sink = %name, "sink left the pipeline");
+                }
+            }
+            // The requester may have given up waiting; the change stands.
+            let _ = request.applied.send(());
+        }
+        Ok(())
+    }
+
+    fn confirm(&self, lsn: Lsn) {
+        self.durable.send_if_modified(|current| {
+            if lsn > *current {
+                *current = lsn;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use weft_core::change::{Action, Change, Column, Relation};
+    use weft_sinks::config::Config;
+
+    fn change(commit_lsn: u64, commit_idx: u32) -> SourceEvent {
+        let relation = Arc::new(Relation {
+            oid: 1,
+            schema: "public".into(),
+            name: "orders".into(),
+            columns: vec![Column {
+                name: "id".into(),
+                type_oid: 23,
+                type_modifier: -1,
+                is_identity_key: true,
+            }],
+            primary_key: vec!["id".into()],
+        });
+        let mut new = weft_core::change::Row::new();
+        new.insert("id".into(), serde_json::json!(commit_idx));
+        SourceEvent::Change(Change {
+            relation,
+            action: Action::Insert,
+            commit_lsn: Lsn(commit_lsn),
+            commit_idx,
+            xid: 7,
+            commit_timestamp: chrono::Utc::now(),
+            new: Some(new),
+            old: None,
+            backfill: None,
+            webhook: None,
+        })
+    }
+
+    /// One database and the pull sink `orders`, with `settings` (YAML
+    /// flow-map entries, each ending in a comma) on the sink.
+    fn orders_config(dir: &std::path::Path, settings: &str) -> Config {
+        Config::from_yaml(
+            &format!(
+                "databases:
+  - {{name: db, hostname: h, database: d, slot: {{name: s}}, publication: {{name: p}}}}
+sinks:
+  - {{name: orders, database: db, {settings} destination: {{type: sequin_stream}}}}
+"
+            ),
+            dir,
+            &|_| None,
+        )
+        .unwrap()
+    }
+
+    /// A pipeline of the one sink of `config`, in batches of 10 changes.
+    fn orders_pipeline(config: &Config, store: &Store, durable: watch::Sender<Lsn>) -> Pipeline {
+        Pipeline::new(
+            vec![SinkPipeline::new(
+                config.sinks[0].clone(),
+                FunctionChain::default(),
+            )],
+            store.clone(),
+            durable,
+            SinkHandles::new(),
+            BatchLimits {
+                max_changes: 10,
+                max_bytes: usize::MAX,
+            },
+        )
+    }
+
+    /// The Commit of the transaction at `lsn`.
+    fn commit(lsn: u64) -> SourceEvent {
+        SourceEvent::Commit {
+            commit_lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 1),
+        }
+    }
+
+    fn watermark(token: &str, mark: &str, lsn: u64) -> SourceEvent {
+        SourceEvent::Watermark(weft_core::change::Watermark {
+            content: serde_json::json!({"token": token, "mark": mark}).to_string(),
+            commit_lsn: Lsn(lsn),
+            commit_idx: 0,
+            xid: 9,
+            commit_timestamp: chrono::Utc::now(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_backfill_chunk_counts_as_stored_with_its_rows_before_its_watermark_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path(), "max_backlog_messages: 5,");
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        store
+            .create_backfill(
+                "b",
+                "orders",
+                ("public", "orders"),
+                &Default::default(),
+                None,
+            )
+            .unwrap();
+        let backfills = Backfills::new();
+        let relation = match change(0, 0) {
+            SourceEvent::Change(change) => change.relation,
+            _ => unreachable!(),
+        };
+        let tag = Arc::new(weft_core::change::BackfillTag {
+            id: "b".into(),
+            sink: "orders".into(),
+        });
+        let generation = backfills.restart("b");
+        let stored = backfills.expect("t1", tag, generation, relation);
+        let shutdown = CancellationToken::new();
+        let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
+        let pipeline =
+            orders_pipeline(&config, &store, durable_tx).with_backfills(backfills.clone());
+        let (events, rx) = weft_source::events::channel(64, weft_source::events::MAX_BYTES);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        let rows = (1..=12)
+            .map(|id| {
+                let row = serde_json::json!({ "id": id }).to_string();
+                (vec![id.to_string()], row.into())
+            })
+            .collect();
+        backfills.fill(
+            "t1",
+            (rows, Vec::new()),
+            (None, Some(vec!["12".into()])),
+            false,
+        );
+        events.send(watermark("t1", "low", 50)).await.unwrap();
+        events.send(watermark("t1", "high", 100)).await.unwrap();
+        // The next batch (the watermark's Commit and a later transaction)
+        // meets a full backlog and waits for consumers, which never come:
+        // the chunk must count as stored all the same.
+        events.send(commit(100)).await.unwrap();
+        for idx in 0..10 {
+            events.send(change(200, idx)).await.unwrap();
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(10), stored)
+            .await
+            .expect("the chunk counts as stored once its 12 rows are")
+            .unwrap();
+        let progress = store.backfill("b").unwrap().unwrap();
+        assert_eq!(progress.cursor, Some(vec!["12".to_string()]));
+        assert_eq!(store.message_counts("orders").unwrap().stored, 12);
+        assert_eq!(
+            store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
+            Lsn::ZERO,
+            "the cursor waits for the commit"
+        );
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    /// When the sink `orders` joins the pipeline of [`run_until`].
+    #[derive(Clone, Copy)]
+    enum OrdersJoins {
+        /// It is in the pipeline when it starts.
+        AtStart,
+        /// The pipeline starts with no sink; `orders` joins through a
+        /// sink-set change that carries on from what it stored, before the
+        /// events.
+        Later,
+    }
+
+    /// Sends `events` to a pipeline over `store` until `done` holds for
+    /// the store, then stops it.
+    async fn run_until(
+        config: &Config,
+        store: &Store,
+        joins: OrdersJoins,
+        events: Vec<SourceEvent>,
+        done: impl Fn(&Store) -> bool,
+    ) {
+        let shutdown = CancellationToken::new();
+        let (durable_tx, _durable) = watch::channel(Lsn::ZERO);
+        let mut pipeline = orders_pipeline(config, store, durable_tx);
+        let joining = match joins {
+            OrdersJoins::AtStart => None,
+            OrdersJoins::Later => {
+                let (sink_set, sink_changes) = sink_set::SinkSetHandle::channel();
+                pipeline.sinks.clear();
+                pipeline = pipeline.with_sink_changes(sink_changes);
+                Some(sink_set)
+            }
+        };
+        let (sender, rx) = weft_source::events::channel(4, weft_source::events::MAX_BYTES);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        if let Some(sink_set) = joining {
+            let sink = SinkPipeline::new(config.sinks[0].clone(), FunctionChain::default());
+            sink_set
+                .apply(SinkSetChange::Put {
+                    sink: Box::new(sink),
+                    starts_here: false,
+                })
+                .await
+                .unwrap();
+        }
+        for event in events {
+            sender.send(event).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done(store) {
+            assert!(std::time::Instant::now() < deadline, "not done in 10 s");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    /// Two small transactions, at 50 and 60. (`change` writes row id =
+    /// commit_idx: distinct rows, so all of them go out at once.)
+    fn small_transactions() -> Vec<SourceEvent> {
+        vec![change(50, 100), commit(50), change(60, 101), commit(60)]
+    }
+
+    /// The small transactions, then the first chunks of a big one (at
+    /// 300), as weft stored them before a crash.
+    fn before_the_crash() -> Vec<SourceEvent> {
+        let mut events = small_transactions();
+        events.extend((0..35).map(|idx| change(300, idx)));
+        events
+    }
+
+    /// What Postgres sends after the crash, from the slot's confirmed
+    /// position, which trails the store: the small transactions again,
+    /// then the big one whole (40 changes) with its Commit.
+    fn after_the_crash() -> Vec<SourceEvent> {
+        let mut events = small_transactions();
+        events.extend((0..40).map(|idx| change(300, idx)));
+        events.push(commit(300));
+        events
+    }
+
+    /// Runs [`before_the_crash`] into `store` and acks everything stored
+    /// (so that storing any of it again would show); returns how many
+    /// changes of the big transaction were stored.
+    async fn store_and_ack_before_the_crash(config: &Config, store: &Store) -> usize {
+        let stored = |store: &Store| store.message_counts("orders").unwrap().stored;
+        run_until(
+            config,
+            store,
+            OrdersJoins::AtStart,
+            before_the_crash(),
+            |store| stored(store) >= 32,
+        )
+        .await;
+        let limits = weft_store::ReceiveLimits {
+            ack_wait: std::time::Duration::from_secs(60),
+            max_ack_pending: u32::MAX,
+            max_deliver: None,
+        };
+        let acked: Vec<_> = store
+            .receive("orders", 1000, limits)
+            .unwrap()
+            .into_iter()
+            .map(|delivered| delivered.ack_id)
+            .collect();
+        let big_part = acked.len() - 2;
+        store.ack("orders", &acked).unwrap();
+        assert_eq!(
+            store.sink_stored_up_to("orders").unwrap(),
+            Some(StoredUpTo {
+                cursor: Lsn(60),
+                open: Some((Lsn(300), big_part as u32 - 1))
+            })
+        );
+        big_part
+    }
+
+    #[tokio::test]
+    async fn after_a_restart_replayed_transactions_store_nothing_twice() {
+        for joins in [OrdersJoins::AtStart, OrdersJoins::Later] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = orders_config(dir.path(), "");
+            let store = Store::open(&dir.path().join("weft.db")).unwrap();
+            let big_part = store_and_ack_before_the_crash(&config, &store).await;
+            run_until(&config, &store, joins, after_the_crash(), |store| {
+                store.sink_cursor("orders").unwrap() == Some(Lsn(300))
+            })
+            .await;
+            assert_eq!(
+                store.message_counts("orders").unwrap().stored,
+                40 - big_part as u64,
+                "only the part of the big transaction not stored before ({})",
+                match joins {
+                    OrdersJoins::AtStart => "the sink in the pipeline from its start",
+                    OrdersJoins::Later => "the sink joining the running pipeline",
+                }
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_crash_while_the_stored_part_is_replayed_stores_nothing_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path(), "");
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let big_part = store_and_ack_before_the_crash(&config, &store).await;
+        // After the first crash weft gets as far as one batch: the small
+        // transactions again and the first changes of the big one, all
+        // stored before. Queued before the pipeline starts, they make one
+        // batch, which commits 60 and ends inside the stored part.
+        let mut replayed = small_transactions();
+        replayed.extend((0..5).map(|idx| change(300, idx)));
+        let shutdown = CancellationToken::new();
+        let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
+        let pipeline = orders_pipeline(&config, &store, durable_tx);
+        let (sender, rx) =
+            weft_source::events::channel(replayed.len(), weft_source::events::MAX_BYTES);
+        for event in replayed {
+            sender.send(event).await.unwrap();
+        }
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            durable.wait_for(|confirmed| *confirmed == Lsn(61)),
+        )
+        .await
+        .expect("the batch with the replayed Commit is stored")
+        .unwrap();
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+        assert_eq!(
+            store.sink_stored_up_to("orders").unwrap().unwrap().open,
+            Some((Lsn(300), big_part as u32 - 1)),
+            "the stored part is remembered whole"
+        );
+        // The second crash; then Postgres sends everything again.
+        run_until(
+            &config,
+            &store,
+            OrdersJoins::AtStart,
+            after_the_crash(),
+            |store| store.sink_cursor("orders").unwrap() == Some(Lsn(300)),
+        )
+        .await;
+        assert_eq!(
+            store.message_counts("orders").unwrap().stored,
+            40 - big_part as u64,
+            "only the part of the big transaction not stored before"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_big_transaction_is_stored_in_chunks_and_confirmed_only_at_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path(), "");
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let shutdown = CancellationToken::new();
+        let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
+        let pipeline = orders_pipeline(&config, &store, durable_tx);
+        let (events, rx) = weft_source::events::channel(4, weft_source::events::MAX_BYTES);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        // 35 changes of one transaction pass through a 4-slot channel and
+        // 10-change batches: they are stored before the commit arrives.
+        for idx in 0..35 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.message_counts("orders").unwrap().stored < 30 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chunks were not stored"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
+            Lsn::ZERO
+        );
+        assert_eq!(
+            *durable.borrow(),
+            Lsn::ZERO,
+            "nothing confirmed before the commit"
+        );
+        // An Idle in the middle of the transaction confirms nothing either.
+        events
+            .send(SourceEvent::Idle { wal_end: Lsn(500) })
+            .await
+            .unwrap();
+        // A reconnect re-sends the transaction from its start.
+        for idx in 0..40 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        events.send(commit(100)).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), durable.changed())
+            .await
+            .expect("confirmed after the commit")
+            .unwrap();
+        assert_eq!(*durable.borrow(), Lsn(101));
+        assert_eq!(store.sink_cursor("orders").unwrap(), Some(Lsn(100)));
+        assert_eq!(store.message_counts("orders").unwrap().stored, 40);
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+}
