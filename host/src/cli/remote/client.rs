@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::context::Contexts;
+use super::contexts::Contexts;
 
 /// The default API address (`weft run`'s `--listen`).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7376";
