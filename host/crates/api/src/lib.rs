@@ -382,7 +382,7 @@ pub async fn serve(
         .await
 }
 
-#[utoipa::path(get, path = "/health", tag = "probes", summary = "Liveness", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::error::ApiErrorBody)))]
+#[utoipa::path(get, path = "/health", tag = "probes", summary = "Liveness", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = error::ApiErrorBody)))]
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": "ok"}))
 }
@@ -416,7 +416,7 @@ async fn readiness() -> axum::response::Response {
 }
 
 /// Every entity's health; the overall status is the worst of them.
-#[utoipa::path(get, path = "/api/health", tag = "health", summary = "Health checks of every entity", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::error::ApiErrorBody)))]
+#[utoipa::path(get, path = "/api/health", tag = "health", summary = "Health checks of every entity", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = error::ApiErrorBody)))]
 async fn entity_health() -> axum::Json<serde_json::Value> {
     let entities = weft_core::health::global().snapshot();
     let status = entities
@@ -430,7 +430,7 @@ async fn entity_health() -> axum::Json<serde_json::Value> {
 /// `{"yaml": ...}`: the running config with every secret redacted. The API
 /// never shows secrets (use `weft config export --show-secrets` on the
 /// host instead).
-#[utoipa::path(get, path = "/api/config/export", tag = "config", summary = "The running config, secrets redacted", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = crate::error::ApiErrorBody)))]
+#[utoipa::path(get, path = "/api/config/export", tag = "config", summary = "The running config, secrets redacted", responses((status = 200, description = "The answer", body = Object), (status = "4XX", description = "What was wrong, as {\"summary\", \"validation_errors\"}", body = error::ApiErrorBody)))]
 async fn export_config(
     axum::extract::State(state): axum::extract::State<ApiState>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {

@@ -32,7 +32,7 @@ fn unreachable_source_query(runtime: &tokio::runtime::Runtime) -> SourceQuery {
     )
 }
 
-fn routing(keys: &str) -> Named<weft_wasm::RoutingFunction> {
+fn routing(keys: &str) -> Named<RoutingFunction> {
     let loaded = engine()
         .load_routing(
             "route",
@@ -242,7 +242,7 @@ fn an_enrichment_importing_an_ungranted_capability_is_refused_at_load() {
     );
 }
 
-fn probe(limits: &Limits) -> weft_wasm::TransformFunction {
+fn probe(limits: &Limits) -> TransformFunction {
     engine()
         .load_transform(
             "probe",
@@ -253,7 +253,7 @@ fn probe(limits: &Limits) -> weft_wasm::TransformFunction {
         .expect("load probe guest")
 }
 
-fn probe_output(function: &mut weft_wasm::TransformFunction, batch: &[Message]) -> Vec<Value> {
+fn probe_output(function: &mut TransformFunction, batch: &[Message]) -> Vec<Value> {
     function
         .transform(batch)
         .unwrap()
@@ -419,7 +419,7 @@ fn only_failures_a_change_can_cause_are_bisected() {
     assert_eq!(timeout.reason_label(), "timeout");
 }
 
-fn tagger(tag: &str) -> Named<weft_wasm::TransformFunction> {
+fn tagger(tag: &str) -> Named<TransformFunction> {
     let loaded = engine()
         .load_transform(
             "tag",

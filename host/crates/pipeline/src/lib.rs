@@ -736,7 +736,7 @@ sinks:
         for idx in 0..10 {
             events.send(change(200, idx)).await.unwrap();
         }
-        tokio::time::timeout(std::time::Duration::from_secs(10), stored)
+        tokio::time::timeout(Duration::from_secs(10), stored)
             .await
             .expect("the chunk counts as stored once its 12 rows are")
             .unwrap();
@@ -778,7 +778,7 @@ sinks:
         let joining = match joins {
             OrdersJoins::AtStart => None,
             OrdersJoins::Later => {
-                let (sink_set, sink_changes) = sink_set::SinkSetHandle::channel();
+                let (sink_set, sink_changes) = SinkSetHandle::channel();
                 pipeline.sinks.clear();
                 pipeline = pipeline.with_sink_changes(sink_changes);
                 Some(sink_set)
@@ -799,10 +799,10 @@ sinks:
         for event in events {
             sender.send(event).await.unwrap();
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !done(store) {
             assert!(std::time::Instant::now() < deadline, "not done in 10 s");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         shutdown.cancel();
         running.await.unwrap().unwrap();
@@ -846,7 +846,7 @@ sinks:
         )
         .await;
         let limits = weft_store::ReceiveLimits {
-            ack_wait: std::time::Duration::from_secs(60),
+            ack_wait: Duration::from_secs(60),
             max_ack_pending: u32::MAX,
             max_deliver: None,
         };
@@ -913,7 +913,7 @@ sinks:
         }
         let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
         tokio::time::timeout(
-            std::time::Duration::from_secs(10),
+            Duration::from_secs(10),
             durable.wait_for(|confirmed| *confirmed == Lsn(61)),
         )
         .await
@@ -957,13 +957,13 @@ sinks:
         for idx in 0..35 {
             events.send(change(100, idx)).await.unwrap();
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while store.message_counts("orders").unwrap().stored < 30 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "chunks were not stored"
             );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(
             store.sink_cursor("orders").unwrap().unwrap_or(Lsn::ZERO),
@@ -984,7 +984,7 @@ sinks:
             events.send(change(100, idx)).await.unwrap();
         }
         events.send(commit(100)).await.unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(10), durable.changed())
+        tokio::time::timeout(Duration::from_secs(10), durable.changed())
             .await
             .expect("confirmed after the commit")
             .unwrap();

@@ -314,7 +314,7 @@ fn a_read_becomes_a_message_with_its_written_record_and_its_backfill_key() {
     );
     assert_eq!(pending[0].group_id, "public.items:7");
     let mut out = String::new();
-    weft_core::message::json::write_message(&mut out, message, &mut Default::default());
+    json::write_message(&mut out, message, &mut Default::default());
     let written: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(written["record"], json!({"id": 7, "do": "x"}));
     assert_eq!(written, serde_json::to_value(message).unwrap());

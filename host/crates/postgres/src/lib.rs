@@ -119,9 +119,7 @@ impl PgConnectOptions {
 
     /// Opens an ordinary (query) connection with the configured TLS and
     /// drives it on a spawned task, which ends when the client is dropped.
-    pub async fn connect_query(
-        &self,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), PgError> {
+    pub async fn connect_query(&self) -> Result<(Client, tokio::task::JoinHandle<()>), PgError> {
         use tokio_postgres::config::SslMode as Mode;
         let first = match self.tls.mode {
             tls::SslMode::Disable | tls::SslMode::Allow => Mode::Disable,
@@ -139,7 +137,7 @@ impl PgConnectOptions {
     async fn connect_query_with(
         &self,
         mode: tokio_postgres::config::SslMode,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), PgError> {
+    ) -> Result<(Client, tokio::task::JoinHandle<()>), PgError> {
         let mut config = self.query_config();
         config.ssl_mode(mode);
         config.channel_binding(match self.tls.channel_binding {

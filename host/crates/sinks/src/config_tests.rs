@@ -1700,7 +1700,7 @@ fn api_tokens_are_named_and_long_enough() {
 fn an_api_token_may_be_kept_as_its_sha256_only() {
     // printf %s 0123456789abcdef0123 | sha256sum
     let hash = "1bd8fd47297046f993e608e398d5905b00a33e163c6b1172dd38887fed05ed6a";
-    let stored = crate::config::api_token::ApiTokenConfig::sha256_hex("0123456789abcdef0123");
+    let stored = api_token::ApiTokenConfig::sha256_hex("0123456789abcdef0123");
     assert_eq!(stored, hash);
     let upper = hash.to_ascii_uppercase();
     let config = load(&format!(

@@ -42,7 +42,7 @@ impl StoredPayload {
     /// `value` rendered as JSON text by serde, without a
     /// `serde_json::Value` in between, in a buffer trimmed as
     /// [`StoredPayload::written`] trims it (a TRUNCATE's message).
-    pub fn json_of(value: &impl serde::Serialize) -> StoredPayload {
+    pub fn json_of(value: &impl Serialize) -> StoredPayload {
         let json = serde_json::to_string(value).expect("a payload always serialises");
         StoredPayload::written(|text| text.push_str(&json))
     }

@@ -483,7 +483,7 @@ mod tests {
                 commit_idx: 0,
                 group_id: group.to_string(),
                 idempotency_key: weft_core::message::idempotency_key(Lsn(lsn), 0),
-                payload: weft_core::payload::Payload::Json(json!({"lsn": lsn})).into(),
+                payload: Payload::Json(json!({"lsn": lsn})).into(),
                 route: None,
             })
             .collect();
@@ -573,10 +573,7 @@ mod tests {
         assert_eq!(letter.group_id, "a");
         assert_eq!(letter.attempts, 2);
         assert_eq!(letter.last_error, "HTTP 503");
-        assert_eq!(
-            letter.payload,
-            weft_core::payload::Payload::Json(json!({"lsn": 10}))
-        );
+        assert_eq!(letter.payload, Payload::Json(json!({"lsn": 10})));
         assert!(letter.first_attempt_at.unwrap() <= letter.last_attempt_at.unwrap());
         assert_eq!(
             store.dead_letter_by_id("s", letter.id).unwrap().as_ref(),

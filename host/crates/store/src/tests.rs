@@ -514,7 +514,7 @@ fn a_store_from_a_newer_weft_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("weft.db");
     drop(Store::open(&path).unwrap());
-    let conn = rusqlite::Connection::open(&path).unwrap();
+    let conn = Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = Store::open(&path).unwrap_err();
@@ -559,7 +559,7 @@ fn concurrent_receivers_get_disjoint_messages() {
 }
 
 /// SQLite's plan for `query`, one step per line.
-fn query_plan(conn: &rusqlite::Connection, query: &str) -> String {
+fn query_plan(conn: &Connection, query: &str) -> String {
     let plan: Vec<String> = conn
         .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
         .unwrap()

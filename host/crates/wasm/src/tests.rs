@@ -121,7 +121,7 @@ fn changes_of_several_tables_in_one_batch_keep_their_own_table_and_database() {
 fn a_component_built_against_another_wit_version_is_refused_with_both_versions() {
     // The same component, its `weft:plugin/types` import renamed to 0.1.0
     // (same length, so the binary stays valid).
-    let current = format!("weft:plugin/types@{}", super::engine::WIT_VERSION);
+    let current = format!("weft:plugin/types@{}", engine::WIT_VERSION);
     let mut bytes = std::fs::read(guest("weft-even-id-filter")).unwrap();
     let mut replaced = 0;
     for at in 0..bytes.len().saturating_sub(current.len()) {
@@ -146,7 +146,7 @@ fn a_component_built_against_another_wit_version_is_refused_with_both_versions()
     assert!(
         text.contains("old.wasm")
             && text.contains("weft:plugin@0.1.0")
-            && text.contains(&format!("weft:plugin@{}", super::engine::WIT_VERSION))
+            && text.contains(&format!("weft:plugin@{}", engine::WIT_VERSION))
             && text.contains("rebuild"),
         "{text}"
     );
@@ -419,7 +419,7 @@ fn an_output_over_the_cap_fails_only_that_change() {
     // Building 16 MiB takes a while on a loaded machine; this test is about
     // the output cap, not the CPU deadline.
     let mut function = hostile(&Limits {
-        call_timeout: std::time::Duration::from_secs(10),
+        call_timeout: Duration::from_secs(10),
         ..Limits::default()
     });
     let outcomes = function

@@ -47,7 +47,7 @@ impl RemoteArgs {
     pub fn run<F, Fut>(&self, command: F) -> ExitCode
     where
         F: FnOnce(Remote, Output) -> Fut,
-        Fut: std::future::Future<Output = Result<String, String>>,
+        Fut: Future<Output = Result<String, String>>,
     {
         let remote = match Remote::resolve(
             self.url.clone(),
