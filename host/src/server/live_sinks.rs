@@ -282,9 +282,9 @@ impl LiveSinks {
         let built = sink
             .destination
             .build(sink, config)
-            .map_err(|error| ServerError::Sink {
+            .map_err(|source| ServerError::Sink {
                 sink: sink.name.clone(),
-                detail: error.to_string(),
+                source,
             })?;
         match built {
             Built::Pull(settings) => Ok(Delivery::Pull { settings, paused }),

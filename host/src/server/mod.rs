@@ -111,13 +111,13 @@ pub enum ServerError {
         /// What went wrong.
         source: weft_source::SourceError,
     },
-    /// A push sink could not be set up or its delivery worker failed.
-    #[error("sink {sink}: {detail}")]
+    /// A sink's delivery could not be built.
+    #[error("sink {sink}: {source}")]
     Sink {
         /// The sink's name.
         sink: String,
         /// What went wrong.
-        detail: String,
+        source: weft_sinks::sink::BuildError,
     },
     /// A webhook source's feed or pipeline stopped with an error.
     #[error("webhook source {source_name}: {detail}")]

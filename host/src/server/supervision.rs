@@ -212,7 +212,7 @@ mod tests {
     fn failed(detail: &str) -> Result<(), ServerError> {
         Err(ServerError::Sink {
             sink: "s".into(),
-            detail: detail.into(),
+            source: weft_sinks::sink::BuildError::new(detail),
         })
     }
 

@@ -26,7 +26,7 @@ use serde_yaml_ng::Value as Yaml;
 
 use super::config_edit::edit_entry;
 use super::{ApiError, ApiState};
-use weft_pipeline::hot_swap::{Candidate, FunctionRuntime};
+use weft_pipeline::hot_swap::{Candidate, FunctionRuntime, SwapError};
 use weft_sinks::config::plugin_registry::PluginRef;
 
 /// The body of `POST …/shadow`.
@@ -67,10 +67,9 @@ pub(super) async fn start(
             )
         })?
         .map_err(|problem| {
-            let status = if problem.starts_with("no function named") {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::UNPROCESSABLE_ENTITY
+            let status = match problem {
+                SwapError::NoSuchFunction(_) => StatusCode::NOT_FOUND,
+                _ => StatusCode::UNPROCESSABLE_ENTITY,
             };
             ApiError::new(status, format!("cannot run {plugin} in shadow: {problem}"))
         })?;

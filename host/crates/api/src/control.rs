@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::ApiError;
 use super::auth::ApiTokens;
 use weft_sinks::config::ConfigError;
-use weft_sinks::config::plan::PlannedChange;
+use weft_sinks::config::plan::{PlanError, PlannedChange};
 
 /// An edit of the running config's text (as written): the text of the
 /// config to apply, or why the edit cannot be made.
@@ -139,7 +139,7 @@ pub enum ApplyError {
     UnresolvedPlugins(Vec<(usize, String)>),
     /// The running and proposed configs could not be compared: 400.
     #[error("{0}")]
-    Unplannable(String),
+    Unplannable(#[source] PlanError),
     /// Something the config asks for cannot be loaded or built: 400.
     #[error("{0}; nothing was applied")]
     Refused(String),

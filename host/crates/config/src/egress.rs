@@ -15,7 +15,7 @@
 use super::Config;
 use super::account::AccountConfig;
 use super::destination::Destination;
-use super::hosts::{AllowedHost, internal_ip};
+use super::hosts::{AllowedHost, HostError, internal_ip};
 use super::path::DocPath;
 
 /// Each connection of `account`'s resources in `config` that its
@@ -37,7 +37,7 @@ pub(crate) fn refused_connections<D: Destination>(
         .collect();
     let owned = |owner: &Option<String>| owner.as_deref() == Some(account.name.as_str());
     let mut refused = Vec::new();
-    let mut check = |at: DocPath, target: Result<AllowedHost, String>| {
+    let mut check = |at: DocPath, target: Result<AllowedHost, HostError>| {
         match target {
         Ok(target) if allowed.iter().any(|entry| entry.covers(&target)) => {}
         Ok(target) => refused.push((
@@ -63,10 +63,10 @@ pub(crate) fn refused_connections<D: Destination>(
         }
         let connection = database.connection();
         let target = if connection.host.starts_with('/') {
-            Err(format!(
+            Err(HostError(format!(
                 "it connects through the Unix socket in {}, which reaches this machine's own server; connect over TCP to a listed host",
                 connection.host
-            ))
+            )))
         } else {
             AllowedHost::address(&connection.host, connection.port)
         };
@@ -77,12 +77,14 @@ pub(crate) fn refused_connections<D: Destination>(
             continue;
         }
         let target = url::Url::parse(&endpoint.url)
-            .map_err(|error| format!("the url does not parse: {error}"))
+            .map_err(|error| HostError(format!("the url does not parse: {error}")))
             .and_then(|url| {
-                let host = url.host_str().ok_or("the url has no host")?;
-                let port = url
-                    .port_or_known_default()
-                    .ok_or("the url names no port and its scheme has no default")?;
+                let host = url
+                    .host_str()
+                    .ok_or_else(|| HostError("the url has no host".into()))?;
+                let port = url.port_or_known_default().ok_or_else(|| {
+                    HostError("the url names no port and its scheme has no default".into())
+                })?;
                 AllowedHost::address(host, port)
             });
         check(root.key("http_endpoints").index(i).key("url"), target);

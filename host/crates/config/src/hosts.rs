@@ -19,10 +19,19 @@ pub struct AllowedHost {
     port: Option<u16>,
 }
 
+/// An entry that names no host (or no valid port); it says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HostError(pub String);
+
 impl AllowedHost {
     /// Parses `host` or `host:port` (IPv6 addresses in brackets:
     /// `[::1]:8080`). The error says what is wrong with the entry.
-    pub fn parse(entry: &str) -> Result<Self, String> {
+    pub fn parse(entry: &str) -> Result<Self, HostError> {
+        Self::parse_text(entry).map_err(HostError)
+    }
+
+    fn parse_text(entry: &str) -> Result<Self, String> {
         let entry = entry.trim();
         if entry.is_empty() {
             return Err("is empty; write a host name or address, e.g. `api.example.com`".into());
@@ -88,7 +97,7 @@ impl AllowedHost {
     }
 
     /// `host` and `port` as an allow-list entry would name them.
-    pub fn address(host: &str, port: u16) -> Result<AllowedHost, String> {
+    pub fn address(host: &str, port: u16) -> Result<AllowedHost, HostError> {
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
@@ -197,7 +206,7 @@ mod tests {
             ("bad host", "not a valid host"),
         ] {
             let error = AllowedHost::parse(bad).unwrap_err();
-            assert!(error.contains(says), "{bad:?}: {error}");
+            assert!(error.to_string().contains(says), "{bad:?}: {error}");
         }
     }
 

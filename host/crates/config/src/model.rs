@@ -66,11 +66,17 @@ pub struct PgConnection {
     pub params: Vec<(String, String)>,
 }
 
+/// A database URL that does not parse; it says what is wrong, and never
+/// repeats the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UrlError(pub String);
+
 impl PgConnection {
     /// Parses a `postgres://` or `postgresql://` URL as libpq reads it.
     /// The error never repeats the URL, which may hold a password.
-    pub fn from_url(url: &str) -> Result<PgConnection, String> {
-        super::pg_url::parse(url)
+    pub fn from_url(url: &str) -> Result<PgConnection, UrlError> {
+        super::pg_url::parse(url).map_err(UrlError)
     }
 
     /// The value of a URL query parameter such as `sslmode`.
@@ -638,9 +644,18 @@ pub struct TableRef {
     pub table: String,
 }
 
+/// A table name that is not `schema.table`; it explains the expected form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TableRefError(pub String);
+
 impl TableRef {
     /// Parses `schema.table`; the error explains the expected form.
-    pub fn parse(text: &str) -> Result<TableRef, String> {
+    pub fn parse(text: &str) -> Result<TableRef, TableRefError> {
+        Self::parse_text(text).map_err(TableRefError)
+    }
+
+    fn parse_text(text: &str) -> Result<TableRef, String> {
         let bad = || {
             format!(
                 "{text:?} is not a schema-qualified table name; write it as \"schema.table\", \

@@ -42,10 +42,20 @@ pub struct PlannedChange {
     pub action: PlanAction,
 }
 
+/// Why two configs could not be compared: one of them does not read as a
+/// YAML document; it says which and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub String);
+
 /// The changes from config text `current` to `proposed` (both as written):
 /// per section, deletions in the current order, then creations and updates
 /// in the proposed order.
-pub fn plan(current: &str, proposed: &str) -> Result<Vec<PlannedChange>, String> {
+pub fn plan(current: &str, proposed: &str) -> Result<Vec<PlannedChange>, PlanError> {
+    changes(current, proposed).map_err(PlanError)
+}
+
+fn changes(current: &str, proposed: &str) -> Result<Vec<PlannedChange>, String> {
     let current = document(current).map_err(|e| format!("the running config: {e}"))?;
     let proposed = document(proposed)?;
     let mut changes = Vec::new();

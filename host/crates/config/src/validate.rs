@@ -325,7 +325,7 @@ fn check_host_list(hosts: &[String], path: &DocPath, if_empty: &str, problems: &
     }
     for (j, entry) in hosts.iter().enumerate() {
         if let Err(reason) = crate::hosts::AllowedHost::parse(entry) {
-            problems.add(path.index(j), reason);
+            problems.add(path.index(j), reason.to_string());
         }
     }
 }

@@ -13,13 +13,42 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::FunctionChain;
 use crate::shadow::{Shadow, ShadowReport};
 use crate::swap::SwitchPoint;
+use crate::{FunctionChain, LoadError};
 use weft_sinks::config::plugin_registry::PluginRef;
 use weft_sinks::config::{Config, FunctionConfig};
 use weft_wasm::PluginEngine;
 use weft_wasm::registry::PluginRegistry;
+
+/// Why a candidate could not run in shadow.
+#[derive(Debug, thiserror::Error)]
+pub enum SwapError {
+    /// No function of that name runs.
+    #[error("no function named {0:?} runs")]
+    NoSuchFunction(String),
+    /// Only a transform can run in shadow.
+    #[error("{name} is a {kind} function; only transforms can run in shadow")]
+    NotATransform {
+        /// The function.
+        name: String,
+        /// Its kind.
+        kind: &'static str,
+    },
+    /// The candidate's plugin reference does not resolve: each problem
+    /// with the index of the function it is about.
+    #[error("{}", .0.iter().map(|(_, problem)| problem.as_str()).collect::<Vec<_>>().join("; "))]
+    Unresolved(Vec<(usize, String)>),
+    /// A sink that runs the function is not in the running config.
+    #[error("sink {0} is not in the running config")]
+    SinkNotRunning(String),
+    /// A sink that runs the function has no transform.
+    #[error("sink {0} has no transform")]
+    NoTransform(String),
+    /// The candidate does not load.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
 
 /// The running functions. Cheap to clone; clones share the state.
 #[derive(Clone)]
@@ -161,7 +190,7 @@ impl FunctionRuntime {
     /// entry, those functions from `config` (whose plugin references are
     /// resolved). Blocks while components compile. Fails, with nothing
     /// changed, on the first function that does not load.
-    pub fn prepare(&self, config: Config) -> Result<PreparedSwap, String> {
+    pub fn prepare(&self, config: Config) -> Result<PreparedSwap, LoadError> {
         let running = self.running();
         // A function with an HTTP grant also loads anew when its account's
         // deny_internal_http changes: its HTTP client holds the setting.
@@ -209,8 +238,7 @@ impl FunctionRuntime {
             }
             let chain = crate::load_chain(&config, &self.engine, sink, |name| {
                 changed.iter().any(|c| c == name)
-            })
-            .map_err(|error| error.to_string())?;
+            })?;
             fresh.push((sink.name.clone(), chain));
         }
         Ok(PreparedSwap {
@@ -285,7 +313,7 @@ impl FunctionRuntime {
         &self,
         function: &str,
         requested: Candidate,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, SwapError> {
         let (config, label) = self.with_candidate(function, &requested)?;
         let mut loaded = Vec::new();
         for (sink, chain) in self.chains_transforming_with(function) {
@@ -293,7 +321,7 @@ impl FunctionRuntime {
                 .sinks
                 .iter()
                 .find(|s| s.name == sink)
-                .ok_or_else(|| format!("sink {sink} is not in the running config"))?;
+                .ok_or_else(|| SwapError::SinkNotRunning(sink.clone()))?;
             let shadow = self.load_shadow(&config, function, &label, sink_config)?;
             loaded.push((sink, chain, shadow));
         }
@@ -312,17 +340,16 @@ impl FunctionRuntime {
         &self,
         function: &str,
         requested: &Candidate,
-    ) -> Result<(Config, String), String> {
+    ) -> Result<(Config, String), SwapError> {
         let running = self.running();
         let live = running
             .function(function)
-            .ok_or_else(|| format!("no function named {function:?} runs"))?;
+            .ok_or_else(|| SwapError::NoSuchFunction(function.to_string()))?;
         if live.kind != weft_sinks::config::FunctionKind::Transform {
-            return Err(format!(
-                "{} is a {} function; only transforms can run in shadow",
-                live.name,
-                live.kind.as_str()
-            ));
+            return Err(SwapError::NotATransform {
+                name: live.name.clone(),
+                kind: live.kind.as_str(),
+            });
         }
         let mut candidate = live.clone();
         candidate.plugin = Some(requested.plugin.clone());
@@ -335,13 +362,9 @@ impl FunctionRuntime {
         if let Some(slot) = config.functions.iter_mut().find(|f| f.name == function) {
             *slot = candidate;
         }
-        self.registry.resolve(&mut config).map_err(|problems| {
-            problems
-                .into_iter()
-                .map(|(_, problem)| problem)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })?;
+        self.registry
+            .resolve(&mut config)
+            .map_err(SwapError::Unresolved)?;
         Ok((config, label))
     }
 
@@ -353,13 +376,12 @@ impl FunctionRuntime {
         function: &str,
         label: &str,
         sink: &weft_sinks::config::SinkConfig,
-    ) -> Result<Shadow, String> {
-        let fresh = crate::load_chain(config, &self.engine, sink, |name| name == function)
-            .map_err(|error| error.to_string())?;
+    ) -> Result<Shadow, SwapError> {
+        let fresh = crate::load_chain(config, &self.engine, sink, |name| name == function)?;
         let transform = fresh
             .transform
             .and_then(|t| t.into_inner())
-            .ok_or_else(|| format!("sink {} has no transform", sink.name))?;
+            .ok_or_else(|| SwapError::NoTransform(sink.name.clone()))?;
         Ok(Shadow::new(label, transform))
     }
 

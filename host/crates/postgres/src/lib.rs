@@ -86,7 +86,7 @@ impl PgConnectOptions {
     /// and `sslkey` work as in libpq (see [`tls`]).
     pub fn from_url(url: &str) -> Result<Self, PgError> {
         let connection =
-            PgConnection::from_url(url).map_err(|reason| PgError::InvalidUrl { reason })?;
+            PgConnection::from_url(url).map_err(|error| PgError::InvalidUrl { reason: error.0 })?;
         PgConnectOptions::try_from(&connection)
     }
 

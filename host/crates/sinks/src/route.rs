@@ -149,7 +149,7 @@ pub fn validate(route: &Route, sink_type: &str) -> Result<(), RouteError> {
     if let Some(table) = &route.table
         && let Err(reason) = weft_config::model::TableRef::parse(table)
     {
-        return invalid("table", reason);
+        return invalid("table", reason.to_string());
     }
     if let Some(headers) = &route.headers {
         for (name, value) in headers {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_yaml_ng::Value;
 use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, Reference};
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 use weft_config::path::DocPath;
 use weft_core::message::Metadata;
 use weft_core::route::Route;
@@ -52,7 +52,9 @@ pub trait Sink: 'static {
 
     /// Where it connects, by the field that names it, for the account's
     /// `allow_hosts` check.
-    fn egress_targets(_config: &Self::Config) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    fn egress_targets(
+        _config: &Self::Config,
+    ) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         Vec::new()
     }
 
@@ -94,11 +96,14 @@ pub enum Built {
     },
 }
 
-/// Why a sink's delivery could not be built.
+/// Why a sink's delivery could not be built: what to fix, and the error
+/// underneath when there is one.
 #[derive(Debug, thiserror::Error)]
 #[error("{reason}")]
 pub struct BuildError {
     reason: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl BuildError {
@@ -106,6 +111,18 @@ impl BuildError {
     pub fn new(reason: impl fmt::Display) -> BuildError {
         BuildError {
             reason: reason.to_string(),
+            source: None,
+        }
+    }
+
+    /// A build that failed on `source`, described as `reason`.
+    pub fn caused_by(
+        reason: impl fmt::Display,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> BuildError {
+        BuildError {
+            reason: reason.to_string(),
+            source: Some(Box::new(source)),
         }
     }
 }
@@ -241,7 +258,7 @@ macro_rules! sink_types {
 
             fn egress_targets(
                 &self,
-            ) -> Vec<(&'static str, Result<weft_config::hosts::AllowedHost, String>)> {
+            ) -> Vec<(&'static str, Result<weft_config::hosts::AllowedHost, weft_config::hosts::HostError>)> {
                 match self {
                     $($(#[$meta])* DestinationConfig::$variant(config) => <$module::$sink as $crate::sink::Sink>::egress_targets(config),)+
                 }

@@ -58,16 +58,22 @@ impl HttpEgress {
 
     /// Refuses `url` if its host is an internal IP address written out
     /// (the resolver never sees those); the error says why.
-    pub fn check_url(&self, url: &Url) -> Result<(), String> {
+    pub fn check_url(&self, url: &Url) -> Result<(), EgressRefused> {
         let HttpEgress::PublicOnly { account } = self else {
             return Ok(());
         };
         match internal_ip(url.host_str().unwrap_or_default()) {
-            Some(ip) => Err(internal_address(&format!("`{ip}`"), account)),
+            Some(ip) => Err(EgressRefused(internal_address(&format!("`{ip}`"), account))),
             None => Ok(()),
         }
     }
 }
+
+/// A request refused before it was made, because its URL names an
+/// internal address and the account denies internal HTTP; it says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EgressRefused(pub String);
 
 /// The error for a host that is, or resolves only to, internal addresses.
 pub fn internal_address(what: &str, account: &str) -> String {
@@ -128,7 +134,10 @@ mod tests {
             "http://169.254.169.254/latest/meta-data/",
             "http://[::ffff:10.0.0.1]/",
         ] {
-            let refused = denied.check_url(&Url::parse(url).unwrap()).unwrap_err();
+            let refused = denied
+                .check_url(&Url::parse(url).unwrap())
+                .unwrap_err()
+                .to_string();
             assert!(
                 refused.contains("is an internal address")
                     && refused.contains("account \"acme\" sets `deny_internal_http: true`"),

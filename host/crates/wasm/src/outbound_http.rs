@@ -114,7 +114,10 @@ impl OutboundHttp {
             .iter()
             .any(|entry| entry.allows(host, port))
         {
-            self.inner.egress.check_url(&parsed)?;
+            self.inner
+                .egress
+                .check_url(&parsed)
+                .map_err(|refused| refused.0)?;
             return Ok(parsed);
         }
         let listed: Vec<String> = self.inner.allow.iter().map(|e| e.to_string()).collect();

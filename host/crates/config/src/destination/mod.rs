@@ -21,7 +21,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
-use crate::hosts::AllowedHost;
+use crate::hosts::{AllowedHost, HostError};
 use crate::model::{SinkConfig, TableRef};
 use crate::path::DocPath;
 
@@ -65,7 +65,7 @@ pub trait Destination: Sized + Clone + fmt::Debug + PartialEq {
     /// the account's `allow_hosts` check. An HTTP endpoint or a database
     /// it names is a resource checked on its own (see
     /// [`Destination::references`]).
-    fn egress_targets(&self) -> Vec<(&'static str, Result<AllowedHost, String>)>;
+    fn egress_targets(&self) -> Vec<(&'static str, Result<AllowedHost, HostError>)>;
 
     /// The other config entries this destination uses, so that the
     /// account check sees them.

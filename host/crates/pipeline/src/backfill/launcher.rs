@@ -13,6 +13,7 @@ use super::scope::{ChunkQuery, ScopeRules};
 use super::{BackfillScope, Backfills};
 use weft_core::change::Action;
 use weft_postgres::PgConnectOptions;
+use weft_sinks::config::model::TableRefError;
 use weft_sinks::config::{InitialBackfill, SinkConfig, TableRef};
 use weft_store::{Backfill, BackfillState, Store, StoreError};
 
@@ -37,7 +38,7 @@ pub enum LaunchError {
     UnknownSink(String),
     /// The table is not `schema.table` (the reason, naming it).
     #[error("table {0}")]
-    BadTable(String),
+    BadTable(#[source] TableRefError),
     /// The sink does not take this table's `read` changes.
     #[error(
         "sink {sink} does not receive `read` changes of {table}; add the table to its `source` and `read` to its `actions`"

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use serde_yaml_ng::Value;
 use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, push_settings_of};
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 use weft_config::path::DocPath;
 use weft_core::message::Metadata;
 use weft_core::route::Route;
@@ -58,7 +58,7 @@ impl Sink for KafkaSink {
         Some(&config.delivery)
     }
 
-    fn egress_targets(config: &KafkaConfig) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    fn egress_targets(config: &KafkaConfig) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         config
             .host_list()
             .into_iter()

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use serde_yaml_ng::Value;
 use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, push_settings_of};
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 use weft_config::path::DocPath;
 use weft_core::message::Metadata;
 use weft_core::route::Route;
@@ -53,7 +53,7 @@ impl Sink for NatsSink {
         Some(&config.delivery)
     }
 
-    fn egress_targets(config: &NatsConfig) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    fn egress_targets(config: &NatsConfig) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         vec![("host", AllowedHost::address(&config.host, config.port()))]
     }
 

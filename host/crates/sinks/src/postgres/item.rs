@@ -86,7 +86,7 @@ impl Item {
             _ => Map::new(),
         };
         let table = match &message.route.table {
-            Some(routed) => TableRef::parse(routed)?,
+            Some(routed) => TableRef::parse(routed).map_err(|error| error.0)?,
             None => match configured.or(fallback) {
                 Some(table) => table.clone(),
                 None => source_table(&metadata)?,

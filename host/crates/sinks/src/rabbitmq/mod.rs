@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use serde_yaml_ng::Value;
 use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries, push_settings_of};
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 use weft_config::path::DocPath;
 use weft_core::message::Metadata;
 use weft_core::route::Route;
@@ -57,7 +57,9 @@ impl Sink for RabbitMqSink {
         Some(&config.delivery)
     }
 
-    fn egress_targets(config: &RabbitMqConfig) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    fn egress_targets(
+        config: &RabbitMqConfig,
+    ) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         vec![("host", AllowedHost::address(&config.host, config.port()))]
     }
 

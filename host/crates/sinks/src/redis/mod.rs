@@ -18,11 +18,11 @@ pub use config::RedisConnectionConfig;
 pub(crate) use config::non_empty;
 pub use connection::{RedisConnection, RedisSettings};
 
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 
 impl RedisConnectionConfig {
     /// Where it connects, for the account's `allow_hosts` check.
-    pub fn egress_targets(&self) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    pub fn egress_targets(&self) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         vec![("host", AllowedHost::address(&self.host, self.port))]
     }
 }

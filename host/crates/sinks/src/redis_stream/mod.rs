@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde_yaml_ng::Value;
 use weft_config::destination::{DeliveryConfig, DestinationProblem};
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 
 use super::config::{Config, SinkConfig};
 use super::redis::{RedisConnection, RedisSettings};
@@ -38,7 +38,7 @@ impl Sink for RedisStreamSink {
 
     fn egress_targets(
         config: &RedisStreamConfig,
-    ) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    ) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         config.connection.egress_targets()
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_yaml_ng::Value;
 use weft_config::TruncatePolicy;
 use weft_config::destination::{DeliveryConfig, DestinationProblem, Entries};
-use weft_config::hosts::AllowedHost;
+use weft_config::hosts::{AllowedHost, HostError};
 use weft_config::path::DocPath;
 use weft_core::change::Action;
 use weft_core::message::Metadata;
@@ -43,7 +43,7 @@ impl Sink for RedisStringSink {
 
     fn egress_targets(
         config: &RedisStringConfig,
-    ) -> Vec<(&'static str, Result<AllowedHost, String>)> {
+    ) -> Vec<(&'static str, Result<AllowedHost, HostError>)> {
         config.connection.egress_targets()
     }
 

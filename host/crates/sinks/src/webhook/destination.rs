@@ -84,7 +84,7 @@ impl WebhookDestination {
         // already; this keeps the sink from ever sending to one.
         self.egress
             .check_url(&url)
-            .map_err(DeliveryOutcome::permanent)?;
+            .map_err(errors::refused_egress)?;
         let method = match &route.method {
             None => Method::POST,
             Some(method) => Method::from_bytes(method.to_ascii_uppercase().as_bytes())

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use reqwest::Url;
+use weft_wasm::http_egress::EgressRefused;
 
 use crate::delivery::DeliveryOutcome;
 
@@ -56,6 +57,12 @@ pub(super) fn bad_method(method: &str) -> DeliveryOutcome {
     DeliveryOutcome::permanent(format!(
         "invalid HTTP method {method:?} from the routing function"
     ))
+}
+
+/// A URL at an internal address on a sink whose account denies internal
+/// HTTP: no retry makes it public.
+pub(super) fn refused_egress(refused: EgressRefused) -> DeliveryOutcome {
+    DeliveryOutcome::permanent(refused.to_string())
 }
 
 /// A transform's bytes payload on a sink that sends JSON batches.

@@ -78,11 +78,12 @@ impl Sink for WebhookSink {
         let endpoint = whole
             .http_endpoint(&config.http_endpoint)
             .expect("config validation guarantees the endpoint exists");
-        let settings = WebhookSettings::resolve(sink, config, endpoint).map_err(BuildError::new)?;
+        let settings = WebhookSettings::resolve(sink, config, endpoint)
+            .map_err(|error| BuildError::caused_by(&error, error.clone()))?;
         let retry = settings.limits.retry;
         let egress = HttpEgress::of_account(whole, sink.account.as_deref());
         let destination = WebhookDestination::new(&sink.name, settings, egress)
-            .map_err(|e| BuildError::new(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| BuildError::caused_by(format!("cannot build the HTTP client: {e}"), e))?;
         Ok(Built::Push {
             destination: Arc::new(destination),
             retry,
