@@ -25,7 +25,8 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::live_sinks::{LivePlan, LiveSinks};
+use super::live_plan::LivePlan;
+use super::live_sinks::LiveSinks;
 use weft_api::auth::ApiTokens;
 use weft_api::{
     Applied, ApplyError, ConfigEdit, Controller, DatabasesChanged, HotSwapped, SinksChanged,

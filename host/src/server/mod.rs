@@ -14,9 +14,12 @@ use tracing::{Instrument, error, info, info_span};
 mod controller;
 mod database_feed;
 mod feed_runs;
+mod live_plan;
 pub mod live_sinks;
 mod pipeline_threads;
+mod sink_changes;
 mod supervision;
+mod workers;
 
 use controller::LiveController;
 use database_feed::BuiltFeed;
