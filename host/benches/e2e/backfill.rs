@@ -11,8 +11,8 @@ use serde_json::json;
 
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::http;
-use crate::targets::{PullTarget, Target};
-use crate::weft_run::{Run, cpu_seconds, peak_rss_mib};
+use crate::targets::PullTarget;
+use crate::weft_run::{Run, Target, cpu_seconds, peak_rss_mib};
 use crate::workload::TABLE;
 use crate::{Settings, report, workload};
 

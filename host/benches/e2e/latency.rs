@@ -9,8 +9,8 @@ use chrono::DateTime;
 use serde_json::Value;
 
 use crate::report::{self, Stats};
-use crate::targets::{Arrival, LiveTarget, check_transformed};
-use crate::weft_run::{Run, peak_rss_mib};
+use crate::targets::check_transformed;
+use crate::weft_run::{Arrival, LiveTarget, Run, peak_rss_mib};
 use crate::{Settings, workload};
 
 /// Rows written (and awaited) before measuring, so that weft is caught up

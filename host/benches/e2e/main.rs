@@ -25,7 +25,7 @@
 //! * `pgsink`: N existing rows backfilled into the postgres sink (mirror
 //!   and append modes), next to `COPY … FROM` into the same table.
 //!
-//! A new sink is one more [`targets::Target`] (and [`targets::LiveTarget`]
+//! A new sink is one more [`weft_run::Target`] (and [`weft_run::LiveTarget`]
 //! for latency) in `targets.rs`, listed in [`throughput_targets`] and
 //! [`latency_targets`].
 //!
@@ -48,7 +48,8 @@ mod workload;
 
 use std::time::Duration;
 
-use targets::{KafkaTarget, LiveTarget, NatsTarget, PullTarget, Target, WebhookTarget};
+use targets::{KafkaTarget, NatsTarget, PullTarget, WebhookTarget};
+use weft_run::{LiveTarget, Target};
 
 /// Command-line settings; every one has a default.
 #[derive(Debug, Clone)]

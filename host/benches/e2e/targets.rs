@@ -1,6 +1,7 @@
 //! The sinks a benchmark drives, each with the consumer that counts what
-//! arrived: one [`Target`] per destination type, and [`LiveTarget`] for
-//! the ones the latency scenario measures.
+//! arrived: one [`Target`] per destination type, and a [`LiveTarget`] for
+//! the ones the latency scenario measures (both traits are in
+//! [`crate::weft_run`], beside the run that drives them).
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -9,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures::StreamExt;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -20,37 +21,7 @@ use crate::harness::kafka::TansuBroker;
 use crate::harness::nats::NatsServer;
 use crate::harness::webhook_receiver::{Mode, Receiver, SECRET, TOKEN};
 use crate::harness::weft::WeftProcess;
-use crate::weft_run::Run;
-
-/// A destination weft delivers to, and how the benchmark consumes it.
-pub trait Target {
-    /// How the table names it, e.g. `NATS JetStream`.
-    fn label(&self) -> String;
-    /// A short lowercase name used in slot, database and sink names.
-    fn key(&self) -> &'static str;
-    /// Top-level config the destination needs (e.g. `http_endpoints`).
-    fn top_level(&self) -> String {
-        String::new()
-    }
-    /// The sink's `destination` mapping, each line indented six spaces.
-    fn destination(&self, database: &str) -> String;
-    /// Readies the broker for the messages of `database` before weft starts.
-    fn prepare(&self, _database: &str) {}
-    /// Consumes until `count` messages of `run` arrived (pull consumers also
-    /// ack them) and returns when the last one did; panics with weft's log
-    /// after [`DRAIN_TIMEOUT`].
-    fn drain(&self, run: &Run, weft: &WeftProcess, count: usize) -> Instant;
-}
-
-/// A message as the benchmark's consumer received it: when, and its body.
-pub type Arrival = (DateTime<Utc>, Vec<u8>);
-
-/// A destination with a consumer that sees each message as it arrives.
-pub trait LiveTarget: Target {
-    /// Starts receiving the messages of `database`; returns once the
-    /// subscription is in place. Each arrival is sent with its receipt time.
-    fn subscribe(&self, database: &str) -> mpsc::Receiver<Arrival>;
-}
+use crate::weft_run::{Arrival, LiveTarget, Run, Target};
 
 /// Polls `arrived` until it reaches `count` and returns when it did, or
 /// panics after [`DRAIN_TIMEOUT`] with weft's log.

@@ -5,8 +5,7 @@
 use std::time::Instant;
 
 use crate::harness::postgres::PgCluster;
-use crate::targets::Target;
-use crate::weft_run::{Run, cpu_seconds, peak_rss_mib};
+use crate::weft_run::{Run, Target, cpu_seconds, peak_rss_mib};
 use crate::{Settings, baseline, report, workload};
 
 /// The slot `pg_recvlogical` drains.

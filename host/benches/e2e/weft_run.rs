@@ -1,14 +1,47 @@
 //! One weft process per measured consumer: its config (one database entry
-//! on its own slot, one sink, optionally the upcase transform), and its peak
-//! memory.
+//! on its own slot, one sink, optionally the upcase transform), its peak
+//! memory, and what a run needs of the destination it drives ([`Target`]).
 
 use std::path::Path;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
 
 use crate::harness::guests;
 use crate::harness::postgres::PgCluster;
 use crate::harness::weft::WeftProcess;
-use crate::targets::Target;
 use crate::workload::{PUBLICATION, TABLE};
+
+/// A destination weft delivers to, and how the benchmark consumes it.
+pub trait Target {
+    /// How the table names it, e.g. `NATS JetStream`.
+    fn label(&self) -> String;
+    /// A short lowercase name used in slot, database and sink names.
+    fn key(&self) -> &'static str;
+    /// Top-level config the destination needs (e.g. `http_endpoints`).
+    fn top_level(&self) -> String {
+        String::new()
+    }
+    /// The sink's `destination` mapping, each line indented six spaces.
+    fn destination(&self, database: &str) -> String;
+    /// Readies the broker for the messages of `database` before weft starts.
+    fn prepare(&self, _database: &str) {}
+    /// Consumes until `count` messages of `run` arrived (pull consumers also
+    /// ack them) and returns when the last one did; panics with weft's log
+    /// after [`DRAIN_TIMEOUT`].
+    fn drain(&self, run: &Run, weft: &WeftProcess, count: usize) -> Instant;
+}
+
+/// A message as the benchmark's consumer received it: when, and its body.
+pub type Arrival = (DateTime<Utc>, Vec<u8>);
+
+/// A destination with a consumer that sees each message as it arrives.
+pub trait LiveTarget: Target {
+    /// Starts receiving the messages of `database`; returns once the
+    /// subscription is in place. Each arrival is sent with its receipt time.
+    fn subscribe(&self, database: &str) -> mpsc::Receiver<Arrival>;
+}
 
 /// What one weft run streams: names derived from the target and variant.
 pub struct Run {

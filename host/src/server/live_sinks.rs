@@ -42,7 +42,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::ServerError;
-use super::workers::Worker;
 use weft_core::health::EntityKind;
 use weft_pipeline::backfill::{BackfillLauncher, Backfills};
 use weft_pipeline::hot_swap::FunctionRuntime;
@@ -69,6 +68,22 @@ impl Feed {
         }
     }
 }
+/// A running push sink's delivery worker.
+pub(super) struct Worker {
+    pub(super) stop: CancellationToken,
+    pub(super) done: JoinHandle<()>,
+    /// Which run of the sink's worker this is (a failed one restarts as a new run).
+    pub(super) run: u64,
+}
+
+impl Worker {
+    /// Stops it once its deliveries in flight finish.
+    pub(super) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.done.await;
+    }
+}
+
 /// A running feed: the handle its sinks change through and what stops it.
 pub(super) struct FeedUnit {
     pub(super) sinks: SinkSetHandle,

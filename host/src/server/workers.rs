@@ -4,12 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use super::ServerError;
-use super::live_sinks::{LiveSinks, NEXT_RUN, lock};
+use super::live_sinks::{LiveSinks, NEXT_RUN, Worker, lock};
 use super::supervision::{Restarts, Supervised};
 use weft_sinks::config::{Config, SinkConfig};
 use weft_sinks::delivery::{DeliveryWaker, DeliveryWorker};
@@ -35,22 +34,6 @@ pub enum Delivery {
         /// Pauses it.
         pause: PauseSwitch,
     },
-}
-
-/// A running push sink's delivery worker.
-pub(super) struct Worker {
-    stop: CancellationToken,
-    done: JoinHandle<()>,
-    /// Which run of the sink's worker this is (a failed one restarts as a new run).
-    run: u64,
-}
-
-impl Worker {
-    /// Stops it once its deliveries in flight finish.
-    pub(super) async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.done.await;
-    }
 }
 
 impl LiveSinks {

@@ -53,6 +53,7 @@ pub use model::{
     HttpGrant, InitialBackfill, LoadSheddingPolicy, PgConnection, PublicationConfig, SinkConfig,
     SlotConfig, SourceConfig, TableRef, TruncatePolicy,
 };
+pub use pg_url::UrlError;
 pub use webhook_source::{
     DEFAULT_IDEMPOTENCY_KEY_RETENTION_MS, DEFAULT_MAX_BODY_BYTES, WebhookAuth, WebhookSourceConfig,
 };

@@ -66,19 +66,7 @@ pub struct PgConnection {
     pub params: Vec<(String, String)>,
 }
 
-/// A database URL that does not parse; it says what is wrong, and never
-/// repeats the URL.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UrlError(pub String);
-
 impl PgConnection {
-    /// Parses a `postgres://` or `postgresql://` URL as libpq reads it.
-    /// The error never repeats the URL, which may hold a password.
-    pub fn from_url(url: &str) -> Result<PgConnection, UrlError> {
-        super::pg_url::parse(url).map_err(UrlError)
-    }
-
     /// The value of a URL query parameter such as `sslmode`.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params

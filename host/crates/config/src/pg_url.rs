@@ -5,6 +5,20 @@
 
 use super::model::PgConnection;
 
+/// A database URL that does not parse; it says what is wrong, and never
+/// repeats the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UrlError(pub String);
+
+impl PgConnection {
+    /// Parses a `postgres://` or `postgresql://` URL as libpq reads it.
+    /// The error never repeats the URL, which may hold a password.
+    pub fn from_url(url: &str) -> Result<PgConnection, UrlError> {
+        parse(url).map_err(UrlError)
+    }
+}
+
 /// The default Postgres port.
 pub(crate) const DEFAULT_PORT: u16 = 5432;
 /// The role used when none is given, as in Sequin.

@@ -81,9 +81,7 @@ impl Relation {
     }
 }
 
-/// A row's values as JSON, in column order, each rendered as Postgres's
-/// `to_jsonb()` renders it with `TimeZone = 'UTC'`.
-pub type Row = serde_json::Map<String, serde_json::Value>;
+pub use crate::record::Row;
 
 /// One committed change to one row.
 #[derive(Debug, Clone)]
@@ -137,7 +135,7 @@ pub struct BackfillTag {
 /// A row a backfill read, as its runner wrote it: the record's JSON object
 /// (in column order, each value as a change renders it) and its
 /// primary-key values. Written once from Postgres's text, it is copied into
-/// the stored message as it is (see [`crate::message::Record`]).
+/// the stored message as it is (see [`crate::record::Record`]).
 #[derive(Debug, Clone)]
 pub struct BackfillRead {
     /// The backfill that read the row.
@@ -145,7 +143,7 @@ pub struct BackfillRead {
     /// The primary-key values, as strings, in key order.
     pub key: Vec<String>,
     /// The row's JSON object (weft wrote it: it is not parsed again).
-    pub record: crate::message::WrittenJson,
+    pub record: crate::record::WrittenJson,
 }
 
 /// A backfill watermark seen on the stream: a `pg_logical_emit_message`
@@ -174,7 +172,7 @@ impl Change {
     pub fn record(&self) -> Cow<'_, Row> {
         static EMPTY: std::sync::OnceLock<Row> = std::sync::OnceLock::new();
         if let Some(read) = &self.backfill {
-            return Cow::Owned(crate::message::Record::parse_written(&read.record));
+            return Cow::Owned(crate::record::Record::parse_written(&read.record));
         }
         Cow::Borrowed(
             self.new

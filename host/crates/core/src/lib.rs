@@ -28,4 +28,5 @@ pub mod message;
 pub mod metrics;
 pub mod own_thread;
 pub mod payload;
+pub mod record;
 pub mod route;

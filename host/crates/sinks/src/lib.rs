@@ -12,6 +12,7 @@
 pub mod config;
 pub mod delivery;
 pub mod pause;
+pub mod pull;
 pub mod route;
 pub mod sink;
 

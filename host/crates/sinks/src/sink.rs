@@ -18,7 +18,7 @@ use weft_core::route::Route;
 
 use super::config::{Config, SinkConfig};
 use super::delivery::{Destination, RetryPolicy};
-use super::sequin_stream::SequinStreamSettings;
+use super::pull::SequinStreamSettings;
 
 /// One sink type (`destination.type`): how its settings are read and
 /// checked, which routing keys it takes and what they default to, and how

@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{OptionalExtension, Row, params};
 
 use super::codec::{StoredPayload, payload_from_columns, route_from_column};
-use super::pull::{AckId, lease_heads, promote_next_head};
+use super::heads::{AckId, Held, lease_heads, move_to_dead_letters};
 use super::{Store, StoreError, lsn_from_sql, now_ms};
 use weft_core::lsn::Lsn;
 use weft_core::metrics;
@@ -392,72 +392,6 @@ impl DeadLetterRow {
             },
         })
     }
-}
-
-/// Which stored message [`move_to_dead_letters`] moves.
-pub(super) enum Held {
-    /// The message leased under this ack id.
-    Lease(AckId),
-    /// The message with this row id.
-    Row(i64),
-}
-
-/// Moves one message of `sink` to the dead letters with `error` and lets
-/// the next message of its group go. False when no such message is stored.
-pub(super) fn move_to_dead_letters(
-    tx: &Transaction<'_>,
-    sink: &str,
-    held: Held,
-    error: &str,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let (ack_id, row) = match held {
-        Held::Lease(ack_id) => (Some(ack_id.to_string()), None),
-        Held::Row(id) => (None, Some(id)),
-    };
-    let moved: Option<String> = tx
-        .prepare_cached(
-            "DELETE FROM pull_messages WHERE sink = ?1 AND (ack_id = ?2 OR id = ?3)
-             RETURNING group_id, commit_lsn, commit_idx, idempotency_key, payload,
-                       deliver_count, first_attempt_at, last_delivered_at,
-                       payload_bytes, content_type, route",
-        )?
-        .query_row(params![sink, ack_id, row], |row| {
-            let group_id: String = row.get(0)?;
-            tx.prepare_cached(
-                "INSERT INTO dead_letters
-                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
-                      attempts, last_error, first_attempt_at, last_attempt_at, dead_at,
-                      payload_bytes, content_type, route)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-                 ON CONFLICT (sink, commit_lsn, commit_idx) DO UPDATE
-                 SET attempts = excluded.attempts, last_error = excluded.last_error,
-                     last_attempt_at = excluded.last_attempt_at, dead_at = excluded.dead_at",
-            )?
-            .execute(params![
-                sink,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
-                group_id,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, i64>(5)?,
-                error,
-                row.get::<_, Option<i64>>(6)?,
-                row.get::<_, Option<i64>>(7)?,
-                now,
-                row.get::<_, Option<Vec<u8>>>(8)?,
-                row.get::<_, Option<String>>(9)?,
-                row.get::<_, Option<String>>(10)?,
-            ])?;
-            Ok(group_id)
-        })
-        .optional()?;
-    let Some(group_id) = moved else {
-        return Ok(false);
-    };
-    promote_next_head(tx, sink, &group_id)?;
-    Ok(true)
 }
 
 #[cfg(test)]

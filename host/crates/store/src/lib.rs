@@ -23,6 +23,7 @@
 mod backfills;
 mod codec;
 mod delivery;
+mod heads;
 mod held;
 mod inventory;
 mod pull;
@@ -46,11 +47,10 @@ use weft_core::route::Route;
 pub use backfills::{Backfill, BackfillScope, BackfillState, RowFilter};
 pub use codec::StoredPayload;
 pub use delivery::{DeadLetter, FailedStage, StoredMessage};
+pub use heads::{AckId, ParseAckIdError};
 pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
 pub use inventory::PluginRecord;
-pub use pull::{
-    AckId, AckOutcome, Delivered, MessageCounts, ParseAckIdError, QueueDepths, ReceiveLimits,
-};
+pub use pull::{AckOutcome, Delivered, MessageCounts, QueueDepths, ReceiveLimits};
 pub use registry::{RegisteredPlugin, Registration};
 pub use stored_up_to::StoredUpTo;
 pub use webhook::{Acceptance, WebhookRequest};

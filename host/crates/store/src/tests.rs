@@ -840,7 +840,7 @@ fn storing_and_acking_re_prepare_no_statement() {
         "each ack made its group's next message the head"
     );
     assert_eq!(
-        reprepares(&store, &[pull::PROMOTE_NEXT_HEAD, LAST_STORED]),
+        reprepares(&store, &[heads::PROMOTE_NEXT_HEAD, LAST_STORED]),
         vec![0, 0],
         "statements with a parameter in an equality are planned once"
     );

@@ -9,7 +9,6 @@
 //!   The thread stops by itself once the engine is dropped.
 //! * Compiled components are cached on disk (see the `cache` module).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,12 +17,9 @@ use wasmtime::component::{Component, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{ComponentCache, Origin};
-use super::enrichment::{EnrichmentFunction, Grants};
-use super::filter::FilterFunction;
-use super::instance::{GuestState, InstanceOptions};
-use super::routing::RoutingFunction;
-use super::transform::TransformFunction;
+use super::guest_state::GuestState;
 use super::{Limits, PluginError};
+use weft_config::plugin_registry::Capability;
 
 /// Engine-wide settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,77 +203,13 @@ impl PluginEngine {
         self.inner.allocation
     }
 
-    /// Loads the transform component at `wasm_path` as `name`, checks that it
-    /// implements the `transform` world, creates an instance and calls its
-    /// `init` with `config`.
-    pub fn load_transform(
-        &self,
-        name: &str,
-        wasm_path: &Path,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-    ) -> Result<TransformFunction, PluginError> {
-        let loaded = self.load_component(name, wasm_path, limits, "transform", &[])?;
-        let options = InstanceOptions::default();
-        TransformFunction::new(self.clone(), name, loaded, config, limits, options)
-    }
-
-    /// Loads the filter component at `wasm_path` as `name`; see
-    /// [`PluginEngine::load_transform`].
-    pub fn load_filter(
-        &self,
-        name: &str,
-        wasm_path: &Path,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-    ) -> Result<FilterFunction, PluginError> {
-        let loaded = self.load_component(name, wasm_path, limits, "filter", &[])?;
-        let options = InstanceOptions::default();
-        FilterFunction::new(self.clone(), name, loaded, config, limits, options)
-    }
-
-    /// Loads the routing component at `wasm_path` as `name`; see
-    /// [`PluginEngine::load_transform`].
-    pub fn load_routing(
-        &self,
-        name: &str,
-        wasm_path: &Path,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-    ) -> Result<RoutingFunction, PluginError> {
-        let loaded = self.load_component(name, wasm_path, limits, "routing", &[])?;
-        let options = InstanceOptions::default();
-        RoutingFunction::new(self.clone(), name, loaded, config, limits, options)
-    }
-
-    /// Loads the enrichment component at `wasm_path` as `name`, granting it
-    /// the capabilities in `grants`; see [`PluginEngine::load_transform`]. A
-    /// component that imports a capability it is not granted is refused with
-    /// [`PluginError::Ungranted`].
-    pub fn load_enrichment(
-        &self,
-        name: &str,
-        wasm_path: &Path,
-        config: &BTreeMap<String, String>,
-        limits: &Limits,
-        grants: Grants,
-    ) -> Result<EnrichmentFunction, PluginError> {
-        let loaded =
-            self.load_component(name, wasm_path, limits, "enrichment", &grants.imports())?;
-        let options = InstanceOptions {
-            source_query: grants.source_query,
-            outbound_http: grants.http,
-        };
-        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, options)
-    }
-
     pub(crate) fn inner(&self) -> &EngineInner {
         &self.inner
     }
 
     /// Reads, checks, compiles (or loads from cache) and checks the exports of
     /// a component.
-    fn load_component(
+    pub(crate) fn load_component(
         &self,
         plugin: &str,
         path: &Path,
@@ -451,8 +383,8 @@ fn world_of(kind: &str) -> Option<(&'static str, &'static [&'static str])> {
 /// The full import names of the host capabilities a function can be
 /// granted: `source-query` and `outbound-http`.
 pub const CAPABILITY_IMPORTS: &[&str] = &[
-    super::source_query::IMPORT_NAME,
-    super::outbound_http::IMPORT_NAME,
+    Capability::SourceQuery.import(),
+    Capability::OutboundHttp.import(),
 ];
 
 /// Checks the 8-byte preamble: `\0asm`, then version and layer. A component

@@ -3,13 +3,18 @@
 //! granted capabilities (see [`super::source_query`] and
 //! [`super::outbound_http`]).
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use super::bindings::enrichment as world;
+use super::engine::PluginEngine;
+use super::instance::InstanceOptions;
 use super::instance::guest_function;
 use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
 use super::outbound_http::{self, OutboundHttp};
 use super::source_query::{self, SourceQuery};
 use super::transform::function_error;
-use super::{FunctionError, PluginError};
+use super::{FunctionError, Limits, PluginError};
 use weft_core::message::Message;
 
 /// The host capabilities granted to one enrichment function; none by
@@ -76,5 +81,28 @@ impl EnrichmentFunction {
                 Err(error) => Ok(Err(function_error(error))),
             })
             .collect()
+    }
+}
+
+impl PluginEngine {
+    /// Loads the enrichment component at `wasm_path` as `name`, granting it
+    /// the capabilities in `grants`; see [`PluginEngine::load_transform`]. A
+    /// component that imports a capability it is not granted is refused with
+    /// [`PluginError::Ungranted`].
+    pub fn load_enrichment(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+        grants: Grants,
+    ) -> Result<EnrichmentFunction, PluginError> {
+        let loaded =
+            self.load_component(name, wasm_path, limits, "enrichment", &grants.imports())?;
+        let options = InstanceOptions {
+            source_query: grants.source_query,
+            outbound_http: grants.http,
+        };
+        EnrichmentFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 }

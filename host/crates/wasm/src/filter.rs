@@ -1,9 +1,14 @@
 //! The filter kind: keep (`true`) or drop (`false`) each change.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use super::bindings::filter as world;
+use super::engine::PluginEngine;
+use super::instance::InstanceOptions;
 use super::instance::guest_function;
 use super::transform::function_error;
-use super::{FunctionError, PluginError};
+use super::{FunctionError, Limits, PluginError};
 use weft_core::message::Message;
 
 guest_function!(
@@ -32,5 +37,21 @@ impl FilterFunction {
             .into_iter()
             .map(|outcome| outcome.map_err(function_error))
             .collect())
+    }
+}
+
+impl PluginEngine {
+    /// Loads the filter component at `wasm_path` as `name`; see
+    /// [`PluginEngine::load_transform`].
+    pub fn load_filter(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<FilterFunction, PluginError> {
+        let loaded = self.load_component(name, wasm_path, limits, "filter", &[])?;
+        let options = InstanceOptions::default();
+        FilterFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 }

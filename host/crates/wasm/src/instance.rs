@@ -11,56 +11,18 @@ use std::time::{Duration, Instant};
 
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Store, Trap};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::types;
 use super::cpu_share::thread_cpu_time;
 use super::deterministic::DeterministicInputs;
 use super::engine::{LoadedComponent, PluginEngine};
+pub(crate) use super::guest_state::{GuestState, InstanceOptions};
 use super::limits::InstanceLimiter;
 use super::message::with_wit_batch;
-use super::outbound_http::OutboundHttp;
 use super::sandbox::{self, GuestOutput, Stream};
-use super::source_query::SourceQuery;
 use super::usage::{LiveInstance, PluginUsage};
 use super::{Limits, PluginError};
 use weft_core::message::Message;
-
-/// The host state of one instance's store.
-pub(crate) struct GuestState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: InstanceLimiter,
-    stderr: GuestOutput,
-    /// The granted source-query capability, if any.
-    pub(crate) source_query: Option<SourceQuery>,
-    /// The granted outbound-http capability, if any.
-    pub(crate) outbound_http: Option<OutboundHttp>,
-    /// When the current call's time budget runs out (set with the epoch
-    /// deadline): host calls that wait, such as HTTP requests, bound
-    /// themselves by it.
-    pub(crate) call_deadline: Instant,
-    /// The function's time budget per call.
-    pub(crate) call_timeout: Duration,
-}
-
-/// What an instance gets beyond the sandbox's defaults.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct InstanceOptions {
-    /// The source-query capability, for enrichment functions granted it.
-    pub(crate) source_query: Option<SourceQuery>,
-    /// The outbound-http capability, for enrichment functions granted it.
-    pub(crate) outbound_http: Option<OutboundHttp>,
-}
-
-impl WasiView for GuestState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
 
 /// Defines `$name`, a loaded component of world `$world` (kind `$kind`,
 /// pre-instantiated as `world::$pre`, from the calling module's `world`

@@ -38,6 +38,7 @@ pub mod engine;
 pub mod enrichment;
 mod error;
 pub mod filter;
+mod guest_state;
 mod instance;
 pub mod limits;
 mod message;

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Url;
 
-use super::bindings::outbound_http::{self, Request, Response};
-use super::instance::GuestState;
+use super::bindings::outbound_http::{Request, Response};
 use crate::http_egress::HttpEgress;
 use weft_config::hosts::AllowedHost;
 use weft_config::plugin_registry::Capability;
@@ -94,7 +93,7 @@ impl OutboundHttp {
 
     /// Checks `url` against the allow-list; the error names the host and the
     /// entry that would allow it.
-    fn check(&self, url: &str) -> Result<Url, String> {
+    pub(crate) fn check(&self, url: &str) -> Result<Url, String> {
         let parsed = Url::parse(url).map_err(|e| format!("invalid URL `{url}`: {e}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(format!(
@@ -216,34 +215,12 @@ async fn send(builder: reqwest::RequestBuilder) -> Result<Response, String> {
 /// deadline, less a reserve (a tenth of the call's budget, at least
 /// [`MIN_RESERVE`]) for the guest to handle the outcome, and at most
 /// [`MAX_REQUEST_TIME`]. Zero when nothing is left.
-fn request_time(deadline: Instant, call_timeout: Duration) -> Duration {
+pub(crate) fn request_time(deadline: Instant, call_timeout: Duration) -> Duration {
     let reserve = (call_timeout / 10).max(MIN_RESERVE);
     deadline
         .saturating_duration_since(Instant::now())
         .saturating_sub(reserve)
         .min(MAX_REQUEST_TIME)
-}
-
-impl outbound_http::Host for GuestState {
-    fn fetch(&mut self, request: Request) -> Result<Response, String> {
-        let Some(capability) = &self.outbound_http else {
-            // Unreachable in practice: such a component is refused at load.
-            return Err("outbound-http is not granted to this function; set \
-                 `grants: {http: {allow_hosts: [...]}}` on it in the config"
-                .into());
-        };
-        // Check the host first: a refused host is refused whatever the time.
-        capability.check(&request.url)?;
-        let time = request_time(self.call_deadline, self.call_timeout);
-        if time.is_zero() {
-            return Err(format!(
-                "no time left for an HTTP request: the call's budget of {:?} (`timeout_ms`) \
-                 is spent; make fewer requests per batch or raise `timeout_ms`",
-                self.call_timeout
-            ));
-        }
-        capability.fetch_blocking(request, time)
-    }
 }
 
 #[cfg(test)]

@@ -4,10 +4,15 @@
 //! accepts, and the rules on their values, live in
 //! `weft_sinks::route`.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use super::bindings::routing as world;
+use super::engine::PluginEngine;
+use super::instance::InstanceOptions;
 use super::instance::guest_function;
 use super::transform::function_error;
-use super::{FunctionError, PluginError};
+use super::{FunctionError, Limits, PluginError};
 use weft_core::message::Message;
 use weft_core::route::{KeyAction, Route};
 
@@ -61,5 +66,21 @@ impl RoutingFunction {
             .into_iter()
             .map(|outcome| outcome.map(Route::from).map_err(function_error))
             .collect())
+    }
+}
+
+impl PluginEngine {
+    /// Loads the routing component at `wasm_path` as `name`; see
+    /// [`PluginEngine::load_transform`].
+    pub fn load_routing(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<RoutingFunction, PluginError> {
+        let loaded = self.load_component(name, wasm_path, limits, "routing", &[])?;
+        let options = InstanceOptions::default();
+        RoutingFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 }

@@ -15,8 +15,6 @@ use std::time::Duration;
 
 use tokio_postgres::types::{ToSql, Type};
 
-use super::bindings::source_query;
-use super::instance::GuestState;
 use weft_config::plugin_registry::Capability;
 
 /// Most rows one query may return; more is an error naming the limit.
@@ -193,18 +191,6 @@ fn pg_message(error: &tokio_postgres::Error) -> String {
             text
         }
         None => error.to_string(),
-    }
-}
-
-impl source_query::Host for GuestState {
-    fn query(&mut self, sql: String, params: Vec<Option<String>>) -> Result<String, String> {
-        match &self.source_query {
-            Some(capability) => capability.query_blocking(&sql, &params),
-            // Unreachable in practice: such a component is refused at load.
-            None => Err("source-query is not granted to this function; set \
-                 `grants: {source_query: true}` on it in the config"
-                .into()),
-        }
     }
 }
 

@@ -1,9 +1,14 @@
 //! The transform kind: one payload per change.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use super::bindings::{transform as world, types};
+use super::engine::PluginEngine;
+use super::instance::InstanceOptions;
 use super::instance::guest_function;
 use super::limits::{MAX_OUTPUT_BYTES, output_too_big};
-use super::{FunctionError, PluginError};
+use super::{FunctionError, Limits, PluginError};
 use weft_core::message::Message;
 use weft_core::payload::Payload;
 
@@ -60,5 +65,22 @@ pub(crate) fn function_error(error: types::FunctionError) -> FunctionError {
     match error {
         types::FunctionError::Permanent(reason) => FunctionError::Permanent(reason),
         types::FunctionError::Transient(reason) => FunctionError::Transient(reason),
+    }
+}
+
+impl PluginEngine {
+    /// Loads the transform component at `wasm_path` as `name`, checks that it
+    /// implements the `transform` world, creates an instance and calls its
+    /// `init` with `config`.
+    pub fn load_transform(
+        &self,
+        name: &str,
+        wasm_path: &Path,
+        config: &BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<TransformFunction, PluginError> {
+        let loaded = self.load_component(name, wasm_path, limits, "transform", &[])?;
+        let options = InstanceOptions::default();
+        TransformFunction::new(self.clone(), name, loaded, config, limits, options)
     }
 }

@@ -13,9 +13,8 @@ use crate::change::{Action, Change, Relation, Row, Truncate};
 use crate::lsn::Lsn;
 
 pub mod json;
-mod record;
 
-pub use record::{Record, WrittenJson};
+pub use crate::record::{Record, WrittenJson};
 
 /// The consumer (sink) a message is delivered to.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::runner::{self, BackfillError};
+use super::runner;
 use super::scope::{ChunkQuery, ScopeRules};
+use super::table::{self, BackfillError};
 use super::{BackfillScope, Backfills};
 use weft_core::change::Action;
 use weft_postgres::PgConnectOptions;
@@ -182,7 +183,7 @@ impl BackfillLauncher {
                 all
             }
         };
-        let client = runner::connect(&target.connection).await?;
+        let client = table::connect(&target.connection).await?;
         let mut checked = Vec::with_capacity(tables.len());
         for table in &tables {
             let parsed = TableRef::parse(table).map_err(LaunchError::BadTable)?;
@@ -199,7 +200,7 @@ impl BackfillLauncher {
                 table: table.to_string(),
                 error,
             };
-            let (described, reltuples) = runner::describe(&client, &parsed.schema, &parsed.table)
+            let (described, reltuples) = table::describe(&client, &parsed.schema, &parsed.table)
                 .await
                 .map_err(in_table)?;
             let query = ChunkQuery::build(&client, &described, &scope)
@@ -336,7 +337,7 @@ impl BackfillLauncher {
             return Ok(tables.iter().map(ToString::to_string).collect());
         }
         for _ in 0..60 {
-            let client = runner::connect(&target.connection).await?;
+            let client = table::connect(&target.connection).await?;
             let rows = client
                 .query(
                     "SELECT schemaname::text, tablename::text FROM pg_publication_tables
@@ -344,7 +345,7 @@ impl BackfillLauncher {
                     &[&target.publication],
                 )
                 .await
-                .map_err(runner::db_error)?;
+                .map_err(table::db_error)?;
             if !rows.is_empty() || !wait {
                 return Ok(rows
                     .iter()

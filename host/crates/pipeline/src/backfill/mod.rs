@@ -27,6 +27,7 @@ mod row_filter;
 mod row_json;
 pub mod runner;
 pub mod scope;
+mod table;
 mod watermarks;
 
 use std::collections::HashMap;
@@ -40,6 +41,7 @@ use weft_core::change::{BackfillTag, Relation};
 pub use launcher::{BackfillLauncher, BackfillTarget, TableSelection};
 pub use row_filter::{FilterError, RowFilter};
 pub use scope::{BackfillScope, ScopeRules};
+pub use table::BackfillError;
 pub use watermarks::{ChunkStored, Watermarks};
 
 /// Publishes `backfill`'s progress as gauges (`weft_core::metrics`), labelled

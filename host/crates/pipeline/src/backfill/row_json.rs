@@ -9,7 +9,7 @@ use std::ops::Range;
 use weft_core::message::json;
 use weft_postgres::types;
 
-use super::runner::Table;
+use super::table::Table;
 
 /// Writes the rows of one table.
 pub(crate) struct RowWriter<'a> {

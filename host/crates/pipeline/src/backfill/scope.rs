@@ -30,8 +30,9 @@ use tokio_postgres::{Client, IsolationLevel, SimpleQueryMessage, Transaction};
 use super::ReadRow;
 use super::row_filter::{self, SqlFilter};
 use super::row_json::RowWriter;
-use super::runner::{BackfillError, Table, db_error, quote_ident};
+use super::table::{BackfillError, Table, db_error};
 use weft_core::message::WrittenJson;
+use weft_postgres::protocol::quote_ident;
 pub use weft_store::{BackfillScope, RowFilter};
 
 /// The checks of a [`BackfillScope`] that need the backfill layer (its

@@ -11,7 +11,8 @@ mod config;
 mod destination;
 mod errors;
 
-pub use config::{SequinStreamConfig, SequinStreamSettings, SettingsError};
+pub use crate::pull::{SequinStreamSettings, SettingsError};
+pub use config::SequinStreamConfig;
 pub use destination::SequinStream;
 pub use errors::PullError;
 

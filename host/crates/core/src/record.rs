@@ -14,7 +14,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::change::Row;
+/// A row's values as JSON, in column order, each rendered as Postgres's
+/// `to_jsonb()` renders it with `TimeZone = 'UTC'`.
+pub type Row = serde_json::Map<String, serde_json::Value>;
 
 /// A message's `record`.
 #[derive(Debug, Clone)]
@@ -82,7 +84,7 @@ impl From<&str> for WrittenJson {
 
 impl Record {
     /// The values as a map; a written record is parsed (it is always an
-    /// object: only [`crate::backfill`] writes one).
+    /// object: only the backfill writes one).
     pub fn to_map(&self) -> Cow<'_, Row> {
         match self {
             Record::Map(row) => Cow::Borrowed(row),
