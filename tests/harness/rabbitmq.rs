@@ -299,6 +299,11 @@ impl Amqp {
 
     /// Takes every message now in `queue` (auto-acked), in queue order.
     pub fn drain(&self, queue: &str) -> Vec<Received> {
+        self.try_drain(queue).expect("read queue")
+    }
+
+    /// [`Amqp::drain`], or the error while the broker is away.
+    pub fn try_drain(&self, queue: &str) -> lapin::Result<Vec<Received>> {
         self.with(async |ch| {
             let mut all = Vec::new();
             while let Some(m) = ch
@@ -331,7 +336,6 @@ impl Amqp {
             }
             Ok(all)
         })
-        .expect("read queue")
     }
 
     /// Drains `queue` into `into` until it holds `count` messages, failing

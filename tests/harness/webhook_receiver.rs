@@ -44,6 +44,9 @@ pub struct State {
     pub accepted: Vec<(String, Value)>,
     /// Accepted requests: method, path, `X-Table` header, message count.
     pub requests: Vec<(String, String, String, usize)>,
+    /// Accepted request bodies as sent (before gzip is undone): path,
+    /// `Content-Type` header, body.
+    pub bodies: Vec<(String, String, Vec<u8>)>,
     /// Requests answered 500.
     pub failed: usize,
     /// Requests left hanging.
@@ -75,6 +78,7 @@ impl Receiver {
             poisoned: None,
             accepted: Vec::new(),
             requests: Vec::new(),
+            bodies: Vec::new(),
             failed: 0,
             hung: 0,
             started: 0,
@@ -245,6 +249,8 @@ async fn handle(
                 header("x-table"),
                 messages.len(),
             ));
+            s.bodies
+                .push((path.clone(), header("content-type"), body.to_vec()));
             s.accepted
                 .extend(messages.into_iter().map(|m| (path.clone(), m)));
             StatusCode::OK
