@@ -5,7 +5,7 @@
 //! same files in each: `mod.rs` (the implementation: routing keys, default
 //! route, checks, build), `config.rs` (its `destination:` settings, as
 //! written and resolved), `destination.rs` (its delivery) and `errors.rs`
-//! (which of its failures a retry can fix). [`sink_types!`] below is the
+//! (which of its failures a retry can fix). `sink_types!` below is the
 //! one list of them: adding a sink type is adding a folder and a line
 //! there. See `docs/architecture.md`.
 
@@ -16,23 +16,9 @@ pub mod pull;
 pub mod route;
 pub mod sink;
 
-#[cfg(feature = "kafka")]
-pub mod kafka;
-#[cfg(feature = "nats")]
-pub mod nats;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "rabbitmq")]
-pub mod rabbitmq;
+// Not a sink type: the connection the two Redis types share.
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "redis")]
-pub mod redis_stream;
-#[cfg(feature = "redis")]
-pub mod redis_string;
-pub mod sequin_stream;
-#[cfg(feature = "webhook")]
-pub mod webhook;
 
 #[cfg(all(test, feature = "all-sinks"))]
 mod config_tests;

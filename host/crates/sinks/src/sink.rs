@@ -153,11 +153,12 @@ impl SinkKind {
     }
 }
 
-/// Registers the sink types: builds [`DestinationConfig`] with a variant
-/// per type, its [`weft_config::Destination`] implementation, and the
-/// table of [`SinkKind`]s ([`sink_kinds`]), from one
-/// `Variant => folder::TypeSink` line per type, which may carry a `#[cfg]`
-/// (a sink type behind a cargo feature). Each method answers by delegating
+/// Registers the sink types: declares each type's folder as a module, and
+/// builds [`DestinationConfig`] with a variant per type, its
+/// [`weft_config::Destination`] implementation, and the table of
+/// [`SinkKind`]s ([`sink_kinds`]), from one `Variant => folder::TypeSink`
+/// line per type, which may carry a `#[cfg]` (a sink type behind a cargo
+/// feature). Each method answers by delegating
 /// to the variant's [`Sink`] implementation. Expects `event_log` and
 /// `PLANNED` in scope where it is used.
 ///
@@ -165,6 +166,13 @@ impl SinkKind {
 /// [`sink_kinds`]: crate::sink_kinds
 macro_rules! sink_types {
     ($($(#[$meta:meta])* $variant:ident => $module:ident :: $sink:ident),+ $(,)?) => {
+        // Each type's folder, declared here so that its line is all a type
+        // adds to lib.rs.
+        $(
+            $(#[$meta])*
+            pub mod $module;
+        )+
+
         /// A sink's `destination:`: one variant per sink type, holding that
         /// type's settings.
         #[derive(Debug, Clone, PartialEq)]

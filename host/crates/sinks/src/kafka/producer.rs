@@ -124,7 +124,7 @@ impl KafkaProducer {
     }
 
     /// Records how a delivery on `used` went: whether any message was
-    /// `delivered`, and whether `all_timed_out`. After [`WEDGED_AFTER`]
+    /// `delivered`, and whether `all_timed_out`. After `WEDGED_AFTER`
     /// deliveries in a row timed out entirely, if the brokers answer a
     /// metadata request, `used` is wedged and is replaced.
     pub async fn observe(&self, used: &Arc<SinkProducer>, delivered: bool, all_timed_out: bool) {
