@@ -39,7 +39,10 @@ cargo clippy -p weft-sdk-guest --all-features --all-targets -- -D warnings
 # which run natively: the workspace's guests are otherwise only built for
 # wasm32-wasip2.
 say "cargo test"
-{ cargo test && cargo test -p weft-sdk-guest --all-features; } 2>&1 |
+# Then the sinks crate with one sink type's feature, which proves that each
+# type can be left out of a build.
+{ cargo test && cargo test -p weft-sdk-guest --all-features &&
+    cargo test -p weft-sinks --no-default-features --features nats; } 2>&1 |
     tee "${TMPDIR:-/tmp}/weft-test.log"
 
 # One closing line for the whole run, summed over every test binary.

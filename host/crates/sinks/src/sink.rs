@@ -212,6 +212,15 @@ macro_rules! sink_types {
                 PLANNED
             }
 
+            fn left_out() -> Vec<&'static str> {
+                // A type's folder is named after it (checked below).
+                let built = Self::types();
+                [$(stringify!($module)),+]
+                    .into_iter()
+                    .filter(|name| !built.contains(name))
+                    .collect()
+            }
+
             fn read(
                 type_name: &str,
                 settings: serde_yaml_ng::Value,
@@ -287,6 +296,18 @@ macro_rules! sink_types {
                     $($(#[$meta])* DestinationConfig::$variant(config) => <$module::$sink as $crate::sink::Sink>::problems(config, sink, entries),)+
                 }
             }
+        }
+
+        #[cfg(test)]
+        #[test]
+        fn each_sink_folder_is_named_after_its_type() {
+            $(
+                $(#[$meta])*
+                assert_eq!(
+                    <$module::$sink as $crate::sink::Sink>::TYPE,
+                    stringify!($module)
+                );
+            )+
         }
 
         impl DestinationConfig {

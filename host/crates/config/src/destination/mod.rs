@@ -36,6 +36,11 @@ pub trait Destination: Sized + Clone + fmt::Debug + PartialEq {
     /// error, so that users know a type is not a typo.
     fn planned() -> &'static [&'static str];
 
+    /// The types weft has that this build was compiled without (their
+    /// cargo feature off): named in the error, so that users know to use
+    /// another build.
+    fn left_out() -> Vec<&'static str>;
+
     /// Reads a destination of `type_name` from its settings (everything but
     /// `type`); `None` when no type has that name.
     fn read(type_name: &str, settings: Value) -> Option<Result<Self, DestinationProblem>>;
@@ -134,6 +139,12 @@ pub fn read<D: Destination>(value: Value) -> Result<D, DestinationProblem> {
     };
     match D::read(&kind, Value::Mapping(fields)) {
         Some(read) => read,
+        None if D::left_out().contains(&kind.as_str()) => Err(DestinationProblem {
+            path: type_path,
+            message: format!(
+                "destination type `{kind}` is left out of this build of weft (its cargo feature is off); use a build with weft's default features, or one of: {types}"
+            ),
+        }),
         None if D::planned().contains(&kind.as_str()) => Err(DestinationProblem {
             path: type_path,
             message: format!(
