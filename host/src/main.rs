@@ -63,19 +63,14 @@ const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
 /// mimalloc's `purge_delay` (1,000 ms: freed memory goes back to the OS
 /// once it stayed unused that long) and `arena_eager_commit` (0: commit
-/// arena memory as it is used). Purging at once (0, weft's default until
-/// 2026-12-04) kept the peak RSS flattest, but a backfill then spent a
-/// third of weft's CPU faulting freed pages back in; 100 ms (until
-/// 2026-12-06) still left the kernel clearing pages at up to ~7% of
-/// weft's samples while a backfill was stored. 1,000 ms, mimalloc v3's
-/// own default, stores a backfill ~1.03x as fast with ~5% less CPU for
-/// ~15-25 MiB more peak RSS while it runs (25-45 MiB while a live stream
-/// is drained; BENCHMARKS.md, "Twenty-third round"); the memory goes back
-/// a second after a burst.
-/// Without lazy commit mimalloc kept 2.5-3x the RSS (BENCHMARKS.md). The
-/// numbers are positions in mimalloc's `mi_option_t` (the same in its v2
-/// and v3). A `MIMALLOC_*` variable in the environment is read first and
-/// still wins.
+/// arena memory as it is used). A shorter delay keeps the peak RSS lower,
+/// but a backfill then spends much of its CPU faulting freed pages back
+/// in; 1,000 ms, mimalloc v3's own default, costs ~15-45 MiB more peak RSS
+/// while a backfill or a live burst runs, and the memory goes back a second
+/// after it (the measurements: BENCHMARKS.md, "Twenty-third round").
+/// Without lazy commit mimalloc keeps 2.5-3x the RSS. The numbers are
+/// positions in mimalloc's `mi_option_t` (the same in its v2 and v3). A
+/// `MIMALLOC_*` variable in the environment is read first and still wins.
 fn tune_allocator() {
     for (option, env, value) in [
         (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 1000),
