@@ -8,6 +8,11 @@
 //! (which of its failures a retry can fix). `sink_types!` below is the
 //! one list of them: adding a sink type is adding a folder and a line
 //! there. See `docs/architecture.md`.
+//!
+//! This layer sits on `weft-core`, `weft-config`, `weft-store`,
+//! `weft-postgres` (the Postgres sink's connection) and `weft-wasm` (HTTP
+//! egress rules); it may not import the source, the pipeline, the API or
+//! the server.
 
 pub mod config;
 pub mod delivery;

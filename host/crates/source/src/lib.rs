@@ -1,5 +1,10 @@
-//! Postgres logical replication: the replication connection, pgoutput
-//! decoding, type mapping, slot and publication management.
+//! Postgres logical replication: pgoutput decoding, relations and rows,
+//! slot and publication management, reconnects and confirmation.
+//!
+//! This layer sits on `weft-core` and `weft-postgres` (the connection, its
+//! protocol and the rendering of values); it may not import the store, the
+//! function host, the sinks or anything above them: it hands changes to
+//! whoever calls [`run`].
 //!
 //! [`run`] is the entry point: it checks the server, makes sure the
 //! publication and slot exist, streams pgoutput from the slot's confirmed
