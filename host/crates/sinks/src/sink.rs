@@ -79,6 +79,16 @@ pub trait Sink: 'static {
     -> Result<Built, BuildError>;
 }
 
+/// `problems` of a type's settings, each by its key under the sink's
+/// `destination:`, as [`Sink::problems`] answers them.
+pub fn under_destination(problems: Vec<(&'static str, String)>) -> Vec<(DocPath, String)> {
+    let destination = DocPath::root().key("destination");
+    problems
+        .into_iter()
+        .map(|(key, problem)| (destination.key(key), problem))
+        .collect()
+}
+
 /// A sink type's default routing keys for a message: from the name of its
 /// action (`truncate` included), its metadata and its message group.
 pub type DefaultRoute = fn(action: &str, metadata: &Metadata, group_id: &str) -> Route;

@@ -40,7 +40,7 @@ use weft_core::message::Metadata;
 use weft_core::route::Route;
 
 use super::config::{Config, SinkConfig};
-use super::sink::{BuildError, Built, DefaultRoute, Sink};
+use super::sink::{BuildError, Built, DefaultRoute, Sink, under_destination};
 
 /// The `kafka` sink type.
 pub struct KafkaSink;
@@ -71,12 +71,7 @@ impl Sink for KafkaSink {
         sink: &SinkConfig,
         _entries: &Entries<'_>,
     ) -> Vec<(DocPath, String)> {
-        let destination = DocPath::root().key("destination");
-        config
-            .problems(sink.routing.is_some())
-            .into_iter()
-            .map(|(key, problem)| (destination.key(key), problem))
-            .collect()
+        under_destination(config.problems(sink.routing.is_some()))
     }
 
     const DEFAULT_ROUTE: Option<DefaultRoute> = Some(default_route);

@@ -38,7 +38,7 @@ use weft_core::route::Route;
 
 use super::config::{Config, SinkConfig};
 use super::route::default_subject;
-use super::sink::{BuildError, Built, DefaultRoute, Sink};
+use super::sink::{BuildError, Built, DefaultRoute, Sink, under_destination};
 
 /// The `rabbitmq` sink type.
 pub struct RabbitMqSink;
@@ -68,12 +68,7 @@ impl Sink for RabbitMqSink {
         _sink: &SinkConfig,
         _entries: &Entries<'_>,
     ) -> Vec<(DocPath, String)> {
-        let destination = DocPath::root().key("destination");
-        config
-            .problems()
-            .into_iter()
-            .map(|(key, problem)| (destination.key(key), problem))
-            .collect()
+        under_destination(config.problems())
     }
 
     const DEFAULT_ROUTE: Option<DefaultRoute> = Some(default_route);
