@@ -254,7 +254,7 @@ fn no_pipelines() -> ApiError {
 /// `GET /api/config/export` (the running config, secrets redacted),
 /// `GET /api/change_retentions[/{name}]`, the read-only management
 /// resources `GET /api/sinks`, `/api/postgres_databases` and
-/// `/api/destinations/http_endpoints` (see [`resources`]) and
+/// `/api/destinations/http_endpoints` (see `resources`) and
 /// `GET /metrics` (Prometheus text format).
 pub fn router(state: ApiState) -> Router {
     let (documented, document) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())

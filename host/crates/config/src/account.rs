@@ -29,7 +29,7 @@ pub struct AccountConfig {
     pub allow_capabilities: Vec<Capability>,
     /// The only hosts (`host` or `host:port`) its databases, HTTP
     /// endpoints, sink destinations and functions' HTTP grants may connect
-    /// to ([`super::egress`]). Unset: any host.
+    /// to (the config's `egress` checks). Unset: any host.
     #[serde(default)]
     pub allow_hosts: Option<Vec<String>>,
     /// Whether its HTTP requests (webhook sinks, functions' outbound HTTP)

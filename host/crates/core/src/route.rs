@@ -78,7 +78,7 @@ impl Route {
     }
 
     /// This route boxed, or `None` when it sets no key: what a stored
-    /// message carries (see [`crate::store::NewMessage::route`]).
+    /// message carries (see the store's `NewMessage::route`).
     pub fn boxed_unless_empty(self) -> Option<Box<Route>> {
         (!self.is_empty()).then(|| Box::new(self))
     }

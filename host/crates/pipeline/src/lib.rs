@@ -20,14 +20,14 @@
 //! got past it is stored and delivered again, with the same idempotency key.
 //!
 //! A sink with `max_backlog_messages` applies its `load_shedding_policy`
-//! before its messages are stored (see [`backlog`]).
+//! before its messages are stored (see `backlog`).
 //!
 //! A change a sink's function fails on never stops the stream: it is held
-//! in the store for a retry or dead-lettered (see [`sink`]), and the loop
+//! in the store for a retry or dead-lettered (see `sink`), and the loop
 //! releases due held changes after each batch and once a second.
 //!
 //! TRUNCATE is skipped or delivered as a message per table, by each sink's
-//! `truncate` option (see [`truncate`]); skips are counted in
+//! `truncate` option (see `truncate`); skips are counted in
 //! [`Pipeline::truncates_skipped`].
 //!
 //! Beside the pipeline loop, this layer owns what feeds it or changes it

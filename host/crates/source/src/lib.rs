@@ -190,8 +190,9 @@ pub const REPLICATION_CHECK: &str = "replication";
 ///
 /// Emits, per transaction in commit order, its changes (with `commit_lsn`,
 /// `commit_idx`, `xid`, `commit_timestamp` set) then a
-/// [`SourceEvent::Commit`]; and [`SourceEvent::Idle`] on keepalives when no
-/// transaction is open. Confirms to Postgres (standby status flush/apply
+/// [`SourceEvent::Commit`](weft_core::change::SourceEvent::Commit); and
+/// [`SourceEvent::Idle`](weft_core::change::SourceEvent::Idle) on
+/// keepalives when no transaction is open. Confirms to Postgres (standby status flush/apply
 /// LSN) exactly the latest value of `durable`. Setup problems (wal_level,
 /// privileges, slot or publication that do not fit) end it with an error;
 /// lost connections are retried with capped exponential backoff, resuming

@@ -1,6 +1,6 @@
 //! weft's durable state, in SQLite: sink cursors, every sink's undelivered
 //! messages (pulled by consumers or pushed by delivery workers; big batches
-//! first as compressed [`segments`]), dead letters, and webhook sources'
+//! first as compressed `segments`), dead letters, and webhook sources'
 //! accepted requests.
 //!
 //! Everything lives in one file that users can open with `sqlite3`. The
@@ -125,7 +125,7 @@ pub struct SinkBatch {
     pub messages: Vec<NewMessage>,
     /// Changes the sink's functions failed on for good.
     pub dead_letters: Vec<NewDeadLetter>,
-    /// Changes held for the sink's functions (see [`held`]).
+    /// Changes held for the sink's functions (see `held`).
     pub holds: Vec<Hold>,
 }
 

@@ -1,9 +1,9 @@
 //! Reads one backfill's table in keyset-paginated chunks, each between a
 //! low and a high watermark (see the module above). It never has more than
-//! [`CHUNKS_IN_FLIGHT`] chunks handed over and not yet stored: a slow sink
+//! `CHUNKS_IN_FLIGHT` chunks handed over and not yet stored: a slow sink
 //! slows the backfill instead of filling memory. When a chunk is not
 //! stored, the runner reads again from the stored cursor under a new
-//! [`Generation`], and the chunks it read ahead under the old one are
+//! `Generation`, and the chunks it read ahead under the old one are
 //! never emitted. Each chunk's progress also names the key it started
 //! after, and the store records it only if that is still the stored
 //! cursor, so a chunk read ahead of one that was not stored cannot skip

@@ -5,7 +5,7 @@
 //! from a `sort_column` value (`start_position`): it then pages in
 //! `(sort_column, primary key)` order from there, skipping rows whose sort
 //! column is NULL. It may also carry a `WHERE` filter
-//! ([`super::row_filter`]). Both combine.
+//! (`row_filter`). Both combine.
 //!
 //! Chunks are read with the simple query protocol, so that Postgres sends
 //! each value as its output function's text: what pgoutput sends for a

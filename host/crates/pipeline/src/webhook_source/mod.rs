@@ -10,7 +10,7 @@
 //!    source's log, with its `Idempotency-Key`, in one SQLite transaction
 //!    ([`weft_store::Store::accept_webhook`]); only then does it answer
 //!    2xx. A SIGKILL after that loses nothing.
-//! 2. The source's [`feed`] reads the log in acceptance order into a
+//! 2. The source's `feed` reads the log in acceptance order into a
 //!    [`crate::Pipeline`] of the sinks that take the source. That
 //!    pipeline is the one databases use: each sink's functions run there,
 //!    and a transient function failure holds the message for a retry, in
