@@ -70,4 +70,5 @@ conformance! {
     kafka => crate::fixtures::kafka::Kafka,
     rabbitmq => crate::fixtures::rabbitmq::RabbitMq,
     postgres => crate::fixtures::postgres::Postgres,
+    sqs => crate::fixtures::sqs::Sqs,
 }

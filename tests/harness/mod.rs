@@ -7,6 +7,7 @@
 //!   kill and restart (wrapped by [`nats::NatsServer`],
 //!   [`redis::RedisServer`] and [`rabbitmq::RabbitMqNode`]).
 //! * [`kafka::TansuBroker`]: a tansu (Kafka-protocol) broker per test.
+//! * [`moto::MotoServer`]: moto, the AWS emulator, per test (SQS).
 //! * [`rabbitmq::Amqp`]: an independent AMQP client to read queues back.
 //! * [`wait::until`]: polling with a deadline, for every wait.
 
@@ -15,6 +16,7 @@ pub mod certs;
 pub mod column_types;
 pub mod guests;
 pub mod kafka;
+pub mod moto;
 pub mod nats;
 pub mod oracle;
 pub mod postgres;

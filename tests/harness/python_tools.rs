@@ -1,5 +1,5 @@
-//! The Python tools the tests use (fastavro, schemathesis), installed in a
-//! venv by `scripts/ensure-python-tools.sh` once per run.
+//! The Python tools the tests use (fastavro, schemathesis, moto), installed
+//! in a venv by `scripts/ensure-python-tools.sh` once per run.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -48,12 +48,13 @@ sink_types! {
     RabbitMq => rabbitmq::RabbitMqSink,
     #[cfg(feature = "postgres")]
     Postgres => postgres::PostgresSink,
+    #[cfg(feature = "sqs")]
+    Sqs => sqs::SqsSink,
 }
 
 /// Sequin's other destination types, which weft does not have (yet); named
 /// in the error so that users know it is not a typo.
 const PLANNED: &[&str] = &[
-    "sqs",
     "sns",
     "kinesis",
     "gcp_pubsub",
