@@ -95,6 +95,21 @@ pub trait Destination: Send + Sync + 'static {
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome>;
 }
 
+/// The outcomes of `delivery` (of `messages` messages), or, when it does
+/// not finish within `bound`, a retriable failure of each with the error
+/// `late` gives (what did not answer, and what to check).
+pub async fn within(
+    bound: Duration,
+    messages: usize,
+    delivery: impl std::future::Future<Output = Vec<DeliveryOutcome>>,
+    late: impl FnOnce() -> String,
+) -> Vec<DeliveryOutcome> {
+    match tokio::time::timeout(bound, delivery).await {
+        Ok(outcomes) => outcomes,
+        Err(_) => vec![DeliveryOutcome::retry(late()); messages],
+    }
+}
+
 /// When to try a failed message again, and how often at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {

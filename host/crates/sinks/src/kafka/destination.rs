@@ -12,7 +12,7 @@ use super::KafkaSettings;
 use super::config::topic_name_problem;
 use super::errors::classify;
 use super::producer::{KafkaProducer, SinkProducer};
-use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
+use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination, within};
 use weft_store::StoredMessage;
 
 /// The header carrying the message's idempotency key, for consumers that
@@ -195,17 +195,18 @@ impl Destination for KafkaDestination {
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        let bound = self.max_delivery_time();
-        match tokio::time::timeout(bound, self.deliver_batch(batch)).await {
-            Ok(outcomes) => outcomes,
-            Err(_) => {
-                let error = format!(
+        within(
+            self.max_delivery_time(),
+            batch.len(),
+            self.deliver_batch(batch),
+            || {
+                format!(
                     "Kafka delivery reports from {} did not arrive within request_timeout_ms = {}",
                     self.settings.bootstrap_servers,
                     self.settings.limits.request_timeout.as_millis()
-                );
-                vec![DeliveryOutcome::retry(error); batch.len()]
-            }
-        }
+                )
+            },
+        )
+        .await
     }
 }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::errors;
 use super::{NatsConnection, NatsSettings};
-use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
+use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination, within};
 use weft_store::StoredMessage;
 
 /// The header carrying the idempotency key; JetStream drops a message
@@ -150,17 +150,15 @@ impl Destination for NatsDestination {
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
         let timeout = self.settings.limits.request_timeout;
-        match tokio::time::timeout(timeout, self.deliver_within_timeout(batch)).await {
-            Ok(outcomes) => outcomes,
-            Err(_) => {
-                let error = format!(
-                    "delivery to NATS at {} did not finish within request_timeout_ms = {}",
-                    self.settings.address,
-                    timeout.as_millis()
-                );
-                tracing::debug!(sink = %self.sink, %error, "NATS delivery timed out");
-                vec![DeliveryOutcome::retry(error); batch.len()]
-            }
-        }
+        within(timeout, batch.len(), self.deliver_within_timeout(batch), || {
+            let error = format!(
+                "delivery to NATS at {} did not finish within request_timeout_ms = {}",
+                self.settings.address,
+                timeout.as_millis()
+            );
+            tracing::debug!(sink = %self.sink, %error, "NATS delivery timed out");
+            error
+        })
+        .await
     }
 }

@@ -9,7 +9,7 @@ use lapin::options::BasicPublishOptions;
 use super::connection::is_not_found;
 use super::errors;
 use super::{Outgoing, RabbitMqConnection, RabbitMqSettings};
-use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
+use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination, within};
 use weft_store::StoredMessage;
 
 /// Publishes a RabbitMQ sink's messages.
@@ -141,17 +141,15 @@ impl Destination for RabbitMqDestination {
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
         let timeout = self.settings().limits.request_timeout;
-        match tokio::time::timeout(timeout, self.deliver_within_timeout(batch)).await {
-            Ok(outcomes) => outcomes,
-            Err(_) => {
-                let error = format!(
-                    "delivery to RabbitMQ at {} did not finish within request_timeout_ms = {} (no publisher confirm; is the broker blocked by a memory or disk alarm?)",
-                    self.settings().address(),
-                    timeout.as_millis()
-                );
-                tracing::debug!(sink = %self.sink, %error, "RabbitMQ delivery timed out");
-                vec![DeliveryOutcome::retry(error); batch.len()]
-            }
-        }
+        within(timeout, batch.len(), self.deliver_within_timeout(batch), || {
+            let error = format!(
+                "delivery to RabbitMQ at {} did not finish within request_timeout_ms = {} (no publisher confirm; is the broker blocked by a memory or disk alarm?)",
+                self.settings().address(),
+                timeout.as_millis()
+            );
+            tracing::debug!(sink = %self.sink, %error, "RabbitMQ delivery timed out");
+            error
+        })
+        .await
     }
 }

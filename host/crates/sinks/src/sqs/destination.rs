@@ -13,7 +13,7 @@ use futures::future::join_all;
 use super::errors::{self, MAX_MESSAGE_BYTES, RequestFailure};
 use super::message::Outgoing;
 use super::{MAX_BATCH_ENTRIES, SqsClient, SqsSettings};
-use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination};
+use crate::delivery::{DeliveryLimits, DeliveryOutcome, Destination, within};
 use weft_store::StoredMessage;
 
 /// Slack on top of the request timeout for the SDK's own timeout, whose
@@ -267,18 +267,19 @@ impl Destination for SqsDestination {
     }
 
     async fn deliver(&self, batch: &[StoredMessage]) -> Vec<DeliveryOutcome> {
-        let bound = self.max_delivery_time();
-        match tokio::time::timeout(bound, self.deliver_batch(batch)).await {
-            Ok(outcomes) => outcomes,
-            Err(_) => {
-                let error = format!(
+        within(
+            self.max_delivery_time(),
+            batch.len(),
+            self.deliver_batch(batch),
+            || {
+                format!(
                     "delivery to SQS at {} did not finish within twice request_timeout_ms = {}",
                     self.settings.endpoint,
                     self.settings.limits.request_timeout.as_millis()
-                );
-                vec![DeliveryOutcome::retry(error); batch.len()]
-            }
-        }
+                )
+            },
+        )
+        .await
     }
 }
 
