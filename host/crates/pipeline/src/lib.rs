@@ -649,6 +649,10 @@ impl Pipeline {
             };
             let messages = std::mem::take(&mut batch.messages);
             let count = messages.len();
+            // Even when the lane refuses them, the cursor stays: the lane's
+            // older messages may not be stored yet, and a cursor past them
+            // would make a restart skip them.
+            batch.leaves_cursor = true;
             match lane.send(messages, after) {
                 Ok(()) => {
                     weft_core::metrics::count(
@@ -657,7 +661,6 @@ impl Pipeline {
                         count,
                     );
                     self.lanes.insert(batch.sink.clone(), lane);
-                    batch.leaves_cursor = true;
                     !(batch.holds.is_empty() && batch.dead_letters.is_empty())
                 }
                 Err(refused) => {

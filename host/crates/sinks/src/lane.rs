@@ -488,10 +488,14 @@ impl Lane {
         self.state().in_flight > 0
     }
 
-    /// Closes the lane as its worker stops: sends are refused from now on,
-    /// and [`Lane::to_spill`] gives everything it holds.
+    /// Closes the lane as its worker stops: sends are refused from now on
+    /// (the pipeline stores them), and [`Lane::to_spill`] gives everything
+    /// it holds. Once a worker attaches again, the lane keeps spilling
+    /// until the store is drained: what was stored meanwhile goes first.
     pub fn close(&self) {
-        self.state().closed = true;
+        let mut state = self.state();
+        state.closed = true;
+        state.spilling = true;
     }
 
     /// Marks the lane lost (its worker failed with messages in memory) and
@@ -636,6 +640,12 @@ mod tests {
         lane.close();
         let refused = lane.send(vec![message(5, "a")], Lsn(4)).unwrap_err();
         assert_eq!(refused.len(), 1);
+        // Reopened, it spills until the store, which took what was
+        // refused, is drained.
+        lane.attach();
+        lane.send(vec![message(6, "a")], Lsn(5)).unwrap();
+        assert!(lane.take(5, usize::MAX).messages.is_empty());
+        assert_eq!(lane.to_spill().messages.len(), 1);
     }
 
     #[test]
