@@ -349,6 +349,9 @@ impl DeliveryWorker {
 
             let mut store_failed = false;
             if let Some(lane) = &self.lane {
+                if self.pause.is_paused() {
+                    lane.spill();
+                }
                 match self.store_from_memory(lane, lane.to_spill()).await {
                     Ok(stored) => look_in_store |= stored,
                     Err(error) => {

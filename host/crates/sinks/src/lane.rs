@@ -16,9 +16,9 @@
 //! *spills*: it is stored, and so is every later message of the lane, until
 //! the store holds nothing more of the sink. Then the lane carries messages
 //! again. Spilling also starts when the lane holds more than the sink's
-//! memory budget (`max_memory_mb`), for instance while the sink is paused or
-//! its destination is slower than the feed. So a stuck destination never
-//! holds the slot: its messages wait in the store, as before this lane.
+//! memory budget (`max_memory_mb`), as when its destination is slower than
+//! the feed, and while the sink is paused. So a stuck or paused destination
+//! never holds the slot: its messages wait in the store.
 //!
 //! A lane outlives its worker: a worker that is replaced (a config apply)
 //! or restarted (after a failure) finds the lane as it left it. A worker
@@ -470,6 +470,13 @@ impl Lane {
         if state.queued.is_empty() && state.in_flight == 0 && state.bytes <= state.budget {
             state.spilling = false;
         }
+    }
+
+    /// Spills from now on, until the store is drained (the sink is
+    /// paused: its messages wait in the store, not in memory, so that the
+    /// slot is not held back for as long as the pause lasts).
+    pub fn spill(&self) {
+        self.state().spilling = true;
     }
 
     /// Spills above `budget` payload bytes from now on (the sink's
