@@ -327,6 +327,11 @@ impl DeliveryWorker {
         // or after a retry wait: while it cannot, the worker does not ask
         // it (a lane's deliveries would otherwise cost a store read each).
         let mut look_in_store = true;
+        // The last look found nothing in the store, nothing waiting for a
+        // retry and no store delivery running: a spilling lane may resume.
+        let mut store_drained = false;
+        // The last resume found messages in the store anyway.
+        let mut resume_refused = false;
         let memory_gauge =
             metrics::gauge!(weft_core::metrics::DELIVERY_MEMORY, "sink" => self.sink.clone());
         memory_gauge.set(0.0);
@@ -351,7 +356,25 @@ impl DeliveryWorker {
             if let Some(lane) = &self.lane {
                 if self.pause.is_paused() {
                     lane.spill();
+                } else if store_drained && lane.is_spilling() {
+                    let empty = self
+                        .blocking(|store, sink| store.message_counts(sink))
+                        .await
+                        .is_ok_and(|counts| counts.stored == 0);
+                    if empty {
+                        // The store holds nothing of the sink any more:
+                        // what waits in the lane is newer than all it
+                        // held, and goes through memory again.
+                        lane.resume();
+                        debug!(sink = %self.sink, "the store is drained; messages go through memory again");
+                    } else {
+                        // Stored but not deliverable (a head in a segment
+                        // still, say): look again after the next change
+                        // to the store, not in a loop.
+                        resume_refused = true;
+                    }
                 }
+                store_drained = false;
                 match self.store_from_memory(lane, lane.to_spill()).await {
                     Ok(stored) => look_in_store |= stored,
                     Err(error) => {
@@ -451,20 +474,21 @@ impl DeliveryWorker {
                     .unwrap_or(Some(Duration::from_secs(1)));
                 if next.is_none() && store_empty && from_store == 0 {
                     look_in_store = false;
-                    if let Some(lane) = &self.lane
-                        && lane.spilled_dry()
-                        && self
-                            .blocking(|store, sink| store.message_counts(sink))
-                            .await
-                            .is_ok_and(|counts| counts.stored == 0)
-                    {
-                        // The store holds nothing of the sink any more: the
-                        // lane carries its messages again.
-                        lane.resume();
-                        debug!(sink = %self.sink, "the store is drained; messages go through memory again");
-                    }
+                    store_drained = true;
                 }
                 next
+            };
+            // A spilling lane whose store just drained resumes at the top
+            // of the loop: go round at once rather than wait for an arrival.
+            let resumes = store_drained
+                && !resume_refused
+                && !stopping
+                && !self.pause.is_paused()
+                && self.lane.as_ref().is_some_and(Lane::is_spilling);
+            let next_retry = if resumes {
+                Some(Duration::ZERO)
+            } else {
+                next_retry
             };
             let retry_at = next_retry.map(|after| after + Duration::from_millis(1));
             tokio::select! {
@@ -473,6 +497,7 @@ impl DeliveryWorker {
                         Some(Ok(Finished::Stored(batch, outcomes))) => {
                             from_store -= 1;
                             look_in_store = true;
+                            resume_refused = false;
                             in_flight_bytes = in_flight_bytes.saturating_sub(batch_bytes(&batch));
                             memory_gauge.set(in_flight_bytes as f64);
                             if let Err(error) = self.settle(batch, outcomes).await {
@@ -499,7 +524,10 @@ impl DeliveryWorker {
                         None => {}
                     }
                 }
-                _ = &mut woken, if !stopping => { look_in_store = true; }
+                _ = &mut woken, if !stopping => {
+                    look_in_store = true;
+                    resume_refused = false;
+                }
                 _ = &mut arrived, if !stopping => {}
                 _ = sleep_opt(retry_at), if retry_at.is_some() && !stopping => {}
                 _ = shutdown.cancelled(), if !stopping => {

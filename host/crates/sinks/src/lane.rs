@@ -455,19 +455,13 @@ impl Lane {
         self.settle_marks(&mut state, &to_store.marks);
     }
 
-    /// Whether the lane spills, holds nothing, and has nothing in flight:
-    /// once the store holds nothing of the sink either, it may carry
-    /// messages again ([`Lane::resume`]).
-    pub fn spilled_dry(&self) -> bool {
-        let state = self.state();
-        state.spilling && state.queued.is_empty() && state.in_flight == 0
-    }
-
-    /// Carries messages in memory again, unless more arrived since
-    /// [`Lane::spilled_dry`] (they are spilled first).
+    /// Carries messages in memory again, unless it is over its budget or
+    /// closed. Call it only when the store holds nothing of the sink and
+    /// no delivery from the store runs: then every message the lane holds
+    /// is newer than all the store held, and none of a group waits there.
     pub fn resume(&self) {
         let mut state = self.state();
-        if state.queued.is_empty() && state.in_flight == 0 && state.bytes <= state.budget {
+        if state.bytes <= state.budget && !state.closed {
             state.spilling = false;
         }
     }
@@ -617,7 +611,6 @@ mod tests {
         assert_eq!(lane.holds_back(), Some(Lsn(0)));
         lane.stored(&rest);
         assert_eq!(lane.holds_back(), None, "stored counts as settled");
-        assert!(lane.spilled_dry());
         lane.resume();
         assert!(!lane.is_spilling());
     }
