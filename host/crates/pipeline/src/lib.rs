@@ -88,6 +88,8 @@ use weft_sinks::lane::Lane;
 use weft_source::events::EventReceiver;
 use weft_store::{Store, StoredUpTo};
 
+/// How long a batch waits for a full memory lane before that lane spills.
+const LANE_PATIENCE: Duration = Duration::from_secs(2);
 /// How often the loop looks for held changes that are due again.
 const HELD_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
 /// Most held changes run through a sink's functions in one round.
@@ -426,6 +428,7 @@ impl Pipeline {
                 .unwrap_or(Lsn::ZERO),
         };
         let ingested = append::commit_times(&ingested_at, &sink_batches);
+        self.room_in_lanes(&sink_batches, shutdown).await;
         self.hand_to_lanes(&mut sink_batches);
         if let Some(commit) = taken.commit {
             self.handed_through = self.handed_through.max(commit.end_lsn);
@@ -639,12 +642,7 @@ impl Pipeline {
     fn hand_to_lanes(&mut self, sink_batches: &mut Vec<weft_store::SinkBatch>) {
         let after = self.handed_through;
         sink_batches.retain_mut(|batch| {
-            let takes_lane = self
-                .sinks
-                .iter()
-                .find(|sink| sink.name() == batch.sink)
-                .is_some_and(|sink| sink.config().max_backlog_messages.is_none());
-            let Some(lane) = takes_lane.then(|| self.handles.lane(&batch.sink)).flatten() else {
+            let Some(lane) = self.lane_of(&batch.sink) else {
                 return true;
             };
             let messages = std::mem::take(&mut batch.messages);
@@ -669,6 +667,41 @@ impl Pipeline {
                 }
             }
         });
+    }
+
+    /// The memory lane the messages of `sink` go to, if any: a push sink's,
+    /// unless its backlog is counted in the store (`max_backlog_messages`).
+    fn lane_of(&self, sink: &str) -> Option<Lane> {
+        self.sinks
+            .iter()
+            .find(|running| running.name() == sink)
+            .is_some_and(|running| running.config().max_backlog_messages.is_none())
+            .then(|| self.handles.lane(sink))
+            .flatten()
+    }
+
+    /// Waits until each lane that `sink_batches` sends messages to has
+    /// room (see [`Lane::room`]): a destination slower than the feed slows
+    /// the feed rather than filling memory, for up to [`LANE_PATIENCE`]
+    /// per batch; a lane that stays full that long spills to the store.
+    async fn room_in_lanes(
+        &self,
+        sink_batches: &[weft_store::SinkBatch],
+        shutdown: &CancellationToken,
+    ) {
+        for batch in sink_batches
+            .iter()
+            .filter(|batch| !batch.messages.is_empty())
+        {
+            if let Some(lane) = self.lane_of(&batch.sink) {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    made = lane.room(LANE_PATIENCE) => if !made {
+                        warn!(sink = %batch.sink, "the sink's memory lane stayed full for {LANE_PATIENCE:?} (its destination is slower than the feed); its messages wait in the store until it catches up");
+                    },
+                }
+            }
+        }
     }
 
     /// Confirms what every store transaction and every lane allow: up to
