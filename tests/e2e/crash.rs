@@ -1,9 +1,9 @@
 //! The crash test: a mixed workload on several tables runs while weft is
 //! SIGKILLed at 20 random moments and restarted each time. After a final
-//! drain, for every sink (a pull sink and a webhook sink): no committed
-//! change is missing, per-row order holds, and every duplicate carries the
-//! same idempotency key and content as its original (see
-//! [`crate::harness::oracle`]). The pull sink has no duplicate at all: its
+//! drain, for every sink (a pull sink, and two push sinks that deliver from
+//! memory: a webhook and NATS JetStream): no committed change is missing,
+//! per-row order holds, and every duplicate carries the same idempotency
+//! key and content as its original (see [`crate::harness::oracle`]). The pull sink has no duplicate at all: its
 //! consumer acks each batch before the next kill, and a restart stores
 //! nothing it held or handed out before.
 
@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
+use crate::harness::nats::NatsServer;
 use crate::harness::oracle::{
     ALL_SINK_YAML, Drained, SCHEMA, assert_matches_oracle, audit_count, concurrent_workload,
     load_database_yaml, oracle, tail,
@@ -26,7 +27,7 @@ use crate::harness::weft::WeftProcess;
 
 const KILLS: usize = 20;
 
-fn config(pg: &PgCluster, receiver: &Receiver) -> String {
+fn config(pg: &PgCluster, receiver: &Receiver, nats: &NatsServer) -> String {
     format!(
         r#"
 {databases}http_endpoints:
@@ -48,9 +49,22 @@ sinks:
       request_timeout_ms: 2000
       retry_backoff_base_ms: 20
       retry_backoff_max_ms: 500
+  - name: jet
+    database: load
+    source: {{ include_tables: [public.accounts, public.events, public.lines, public.bulk] }}
+    destination:
+      type: nats
+      host: 127.0.0.1
+      port: {nats_port}
+      batch_size: 100
+      max_in_flight: 4
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 20
+      retry_backoff_max_ms: 500
 "#,
         databases = load_database_yaml(pg, "weft_crash"),
         addr = receiver.addr,
+        nats_port = nats.port(),
     )
 }
 
@@ -184,8 +198,10 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     });
     pg.psql(SCHEMA);
     let receiver = Receiver::start(Mode::Accept);
+    let nats = NatsServer::start();
+    crate::nats::create_stream(&nats, &["sequin.>"]);
     let (dir, mut weft) =
-        WeftProcess::start_replicating(&pg, "weft_crash", &config(&pg, &receiver));
+        WeftProcess::start_replicating(&pg, "weft_crash", &config(&pg, &receiver, &nats));
     let _kept = KeptOnFailure(Some(dir));
     let mut runs = Runs::default();
 
@@ -282,6 +298,32 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     );
     let hooked = webhook_drained(&receiver);
     assert_matches_oracle(&hooked, &expected, "webhook sink");
+
+    // JetStream drops a repeated Nats-Msg-Id (the idempotency key) within
+    // its duplicate window, so the stream holds each change once.
+    let jet = weft.wait_until(
+        "every change in the JetStream stream",
+        Duration::from_secs(300),
+        || {
+            let stored = crate::nats::read_stream(&nats);
+            if stored.len() >= total {
+                Ok(stored)
+            } else {
+                Err(stored.len())
+            }
+        },
+    );
+    let mut streamed = Drained::default();
+    for message in &jet {
+        let data: Value = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(
+            data["metadata"]["idempotency_key"].as_str(),
+            Some(message.msg_id.as_str()),
+            "a message's Nats-Msg-Id is its idempotency key"
+        );
+        streamed.take(&data);
+    }
+    assert_matches_oracle(&streamed, &expected, "NATS sink");
     assert_eq!(
         receiver.with(|s| s.bad_requests.clone()),
         Vec::<String>::new()
@@ -301,10 +343,11 @@ fn twenty_sigkills_mid_stream_lose_and_reorder_nothing_on_any_sink() {
     );
 
     eprintln!(
-        "crash test checked: {total} changes on {} rows; redeliveries with the same key: {} pull, {} webhook; {:?}",
+        "crash test checked: {total} changes on {} rows; redeliveries with the same key: {} pull, {} webhook, {} NATS; {:?}",
         expected.len(),
         pulled.duplicates,
         hooked.duplicates,
+        streamed.duplicates,
         started.elapsed()
     );
 }

@@ -437,7 +437,16 @@ fn kafka_scram_credentials_are_presented_and_a_refusal_is_explained() {
         !log.contains("secret-pass-77"),
         "the password reached the log"
     );
-    assert_eq!(weft.stored_keys("items").len(), 3, "nothing was delivered");
+    // Nothing was delivered: after its second attempt each message waits
+    // in the store.
+    weft.wait_until(
+        "the three messages stored",
+        Duration::from_secs(30),
+        || match weft.stored_keys("items").len() {
+            3 => Ok(()),
+            stored => Err(stored),
+        },
+    );
 }
 
 #[test]

@@ -249,6 +249,15 @@ fn rabbitmq_missing_exchange_and_unroutable_messages_are_retried_not_lost() {
     weft.wait_for_log("no queue is bound", Duration::from_secs(30));
     let log = weft.log_text();
     assert!(log.contains("bind a queue"), "the error says what to do");
+    // Returned messages are stored after their second attempt, and stay.
+    weft.wait_until(
+        "the returned messages stored",
+        Duration::from_secs(30),
+        || match weft.stored_keys("items").len() {
+            stored if stored == ROWS as usize => Ok(()),
+            stored => Err(stored),
+        },
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         weft.stored_keys("items").len(),
@@ -516,9 +525,13 @@ fn rabbitmq_blocked_broker_times_out_and_delivers_after_the_alarm_clears() {
         Duration::from_secs(30),
     );
     weft.wait_for_log("blocked publishing", Duration::from_secs(30));
-    assert!(
-        !weft.stored_keys("items").is_empty(),
-        "unconfirmed messages stay in the store"
+    weft.wait_until(
+        "unconfirmed messages stored",
+        Duration::from_secs(30),
+        || match weft.stored_keys("items").len() {
+            0 => Err(0),
+            stored => Ok(stored),
+        },
     );
     node.rabbitmqctl(&["set_vm_memory_high_watermark", "0.4"]);
     drain_distinct(

@@ -133,16 +133,26 @@ impl WeftProcess {
             .collect()
     }
 
-    /// Waits until `sink` holds no undelivered message in weft's store.
+    /// Waits until `sink` holds no undelivered message: none in weft's
+    /// store, and none waiting or in flight in a push sink's memory lane
+    /// (the queue gauges of `/metrics`).
     pub fn wait_until_delivered(&self, sink: &str, timeout: Duration) {
-        self.wait_until(
-            &format!("{sink}'s messages delivered"),
-            timeout,
-            || match self.stored_keys(sink).len() {
-                0 => Ok(()),
-                left => Err(format!("{left} still stored")),
-            },
-        )
+        self.wait_until(&format!("{sink}'s messages delivered"), timeout, || {
+            let stored = self.stored_keys(sink).len();
+            let waiting = self
+                .metric("sequin_messages_buffered", &[("sink", sink)])
+                .unwrap_or(0.0)
+                + self
+                    .metric("sequin_messages_in_delivery", &[("sink", sink)])
+                    .unwrap_or(0.0);
+            if stored == 0 && waiting == 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{stored} still stored, {waiting} waiting or in flight"
+                ))
+            }
+        })
     }
 
     /// Waits until `sink` has at least `count` dead letters, and returns

@@ -187,7 +187,6 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
     })?;
     record_inventory(&store, &config, config_text.as_deref())?;
     let functions = FunctionRuntime::new(registry, engine, config.clone());
-    collect_queue_depths(store.clone(), functions.clone());
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
@@ -198,6 +197,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome, ServerError> {
         );
     }
     let handles = SinkHandles::new();
+    collect_queue_depths(store.clone(), functions.clone(), handles.clone());
     let backfills = Backfills::new();
     // Targets are set as each feed is built, below and whenever one starts.
     let launcher = BackfillLauncher::new(
@@ -444,16 +444,21 @@ fn record_inventory(
     Ok(())
 }
 
-/// Reads each running sink's queue depths from the store into the queue
-/// gauges before every scrape of `/metrics`.
-fn collect_queue_depths(store: Store, functions: FunctionRuntime) {
+/// Reads each running sink's queue depths from the store, and from its
+/// memory lane if it has one, into the queue gauges before every scrape of
+/// `/metrics`.
+fn collect_queue_depths(store: Store, functions: FunctionRuntime, handles: SinkHandles) {
     weft_core::metrics::on_render(move || {
         for sink in functions.running().sinks.iter().map(|s| &s.name) {
+            let (queued, in_flight) = handles.lane(sink).map_or((0, 0), |lane| {
+                let depth = lane.depth();
+                (depth.queued as u64, depth.in_flight as u64)
+            });
             match store.queue_depths(sink) {
                 Ok(depths) => weft_core::metrics::set_queue_depths(
                     sink,
-                    depths.buffered,
-                    depths.in_delivery,
+                    depths.buffered + queued,
+                    depths.in_delivery + in_flight,
                     depths.held,
                 ),
                 Err(error) => tracing::debug!(%sink, %error, "cannot read the queue depths"),

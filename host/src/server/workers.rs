@@ -1,6 +1,8 @@
-//! How each running sink's messages leave the store: a pull stream that
-//! consumers receive from, or a push delivery worker, which restarts alone
-//! after a backoff when it fails while every other sink keeps delivering.
+//! How each running sink's messages leave weft: a pull stream that
+//! consumers receive from the store, or a push delivery worker, which
+//! delivers from the sink's memory lane and from the store, and restarts
+//! alone after a backoff when it fails while every other sink keeps
+//! delivering.
 
 use std::sync::atomic::Ordering;
 
@@ -52,6 +54,7 @@ impl LiveSinks {
             Built::Push { destination, retry } => {
                 let waker = DeliveryWaker::new();
                 let pause = PauseSwitch::new(paused);
+                let budget = sink.max_memory_mb as usize * 1024 * 1024;
                 let worker = DeliveryWorker::new(
                     &sink.name,
                     self.store.clone(),
@@ -59,8 +62,9 @@ impl LiveSinks {
                     retry,
                     waker.clone(),
                 )
-                .with_memory_budget(sink.max_memory_mb as usize * 1024 * 1024)
-                .with_pause(pause.clone());
+                .with_memory_budget(budget)
+                .with_pause(pause.clone())
+                .with_lane(self.handles.lane_for(&sink.name, budget));
                 Ok(Delivery::Push {
                     worker,
                     waker,

@@ -44,6 +44,10 @@ pub const DELIVER_ATTEMPTS: &str = "sequin_message_deliver_attempt_count";
 /// Messages delivered: acknowledged by the destination or acked by a pull
 /// consumer (Sequin's name). Label: `sink`.
 pub const DELIVER_SUCCESSES: &str = "sequin_message_deliver_success_count";
+/// Messages of a push sink that left memory for the store: their delivery
+/// kept failing, the sink's memory budget was full, or its worker stopped
+/// (weft's own; see docs/delivery.md). Label: `sink`.
+pub const MESSAGES_SPILLED: &str = "weft_messages_spilled_total";
 /// Delivery attempts that failed: a push delivery to retry or dead-letter,
 /// or a pull consumer's nack (Sequin's name). Label: `sink`.
 pub const DELIVER_FAILURES: &str = "sequin_message_deliver_failure_count";
@@ -231,6 +235,7 @@ pub fn register_sink(sink: &str, functions: &[(&str, &'static str)]) {
         DELIVER_ATTEMPTS,
         DELIVER_SUCCESSES,
         DELIVER_FAILURES,
+        MESSAGES_SPILLED,
     ] {
         metrics::counter!(name, "sink" => sink.to_string()).increment(0);
     }

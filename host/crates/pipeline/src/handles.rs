@@ -1,6 +1,7 @@
 //! The handles of the running sinks, by name: how a sink's consumers learn
 //! of new messages (a pull sink's long-polling receivers, or a push sink's
-//! delivery worker), its pause switch and its quarantine breaker.
+//! delivery worker), a push sink's memory lane, its pause switch and its
+//! quarantine breaker.
 //!
 //! The server puts a sink's handles here as it starts the sink and takes
 //! them out as it stops it; the pipeline wakes sinks and registers their
@@ -10,23 +11,38 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use tokio::sync::watch;
+
 use weft_core::message::ConsumerRef;
 use weft_sinks::delivery::DeliveryWaker;
+use weft_sinks::lane::Lane;
 use weft_sinks::pause::PauseSwitch;
 use weft_sinks::sequin_stream::SequinStream;
 
 use super::Breaker;
 
 /// The running sinks' handles. Cheap to clone; clones share them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SinkHandles {
     inner: Arc<RwLock<Handles>>,
+    /// Bumped by every lane when what it holds back moves.
+    lanes_moved: Arc<watch::Sender<u64>>,
+}
+
+impl Default for SinkHandles {
+    fn default() -> Self {
+        SinkHandles {
+            inner: Arc::default(),
+            lanes_moved: Arc::new(watch::channel(0).0),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Handles {
     pull: HashMap<String, SequinStream>,
     push: HashMap<String, DeliveryWaker>,
+    lanes: HashMap<String, Lane>,
     pauses: HashMap<String, PauseSwitch>,
     breakers: HashMap<String, Breaker>,
 }
@@ -54,6 +70,7 @@ impl SinkHandles {
     pub fn put_pull(&self, name: &str, stream: SequinStream) {
         let mut handles = self.write();
         handles.push.remove(name);
+        handles.lanes.remove(name);
         handles
             .pauses
             .insert(name.to_string(), stream.pause_switch());
@@ -69,6 +86,30 @@ impl SinkHandles {
         handles.push.insert(name.to_string(), waker);
     }
 
+    /// The memory lane of the push sink `name`, spilling above
+    /// `budget` payload bytes (made if it has none): a lane outlives the workers
+    /// that deliver from it (see [`weft_sinks::lane`]).
+    pub fn lane_for(&self, name: &str, budget: usize) -> Lane {
+        let lane = self
+            .write()
+            .lanes
+            .entry(name.to_string())
+            .or_insert_with(|| Lane::new(budget, Arc::clone(&self.lanes_moved)))
+            .clone();
+        lane.set_budget(budget);
+        lane
+    }
+
+    /// The memory lane of the push sink `name`, if it delivers from one.
+    pub fn lane(&self, name: &str) -> Option<Lane> {
+        self.read().lanes.get(name).cloned()
+    }
+
+    /// Changes whenever a lane's hold on its feed moves or a lane is lost.
+    pub fn lanes_moved(&self) -> watch::Receiver<u64> {
+        self.lanes_moved.subscribe()
+    }
+
     /// Knows the quarantine breaker of the sink `name`.
     pub fn put_breaker(&self, name: &str, breaker: Breaker) {
         self.write().breakers.insert(name.to_string(), breaker);
@@ -80,6 +121,7 @@ impl SinkHandles {
         let mut handles = self.write();
         handles.pull.remove(name);
         handles.push.remove(name);
+        handles.lanes.remove(name);
         handles.pauses.remove(name);
         handles.breakers.remove(name);
     }

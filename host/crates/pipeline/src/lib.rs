@@ -19,8 +19,16 @@
 //! A message of the stored part that a consumer acked before the replay
 //! got past it is stored and delivered again, with the same idempotency key.
 //!
+//! A push sink with a memory lane gets its messages in memory instead (see
+//! [`weft_sinks::lane`]): they are not stored, the sink's cursor stays, and
+//! the slot is confirmed no further than the oldest batch that some lane
+//! has not settled yet. A lane that lost messages (its worker failed with
+//! deliveries in flight) stops the pipeline, and its feed starts again
+//! from the confirmed LSN, which sends them again.
+//!
 //! A sink with `max_backlog_messages` applies its `load_shedding_policy`
-//! before its messages are stored (see `backlog`).
+//! before its messages are stored (see `backlog`); such a sink's messages
+//! always go through the store, where its backlog is counted.
 //!
 //! A change a sink's function fails on never stops the stream: it is held
 //! in the store for a retry or dead-lettered (see `sink`), and the loop
@@ -76,9 +84,12 @@ use append::{Appended, InFlightAppend};
 use handout::Handout;
 use weft_core::change::SourceEvent;
 use weft_core::lsn::Lsn;
+use weft_sinks::lane::Lane;
 use weft_source::events::EventReceiver;
 use weft_store::{Store, StoredUpTo};
 
+/// How long a batch waits for a full memory lane before that lane spills.
+const LANE_PATIENCE: Duration = Duration::from_secs(2);
 /// How often the loop looks for held changes that are due again.
 const HELD_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
 /// Most held changes run through a sink's functions in one round.
@@ -96,6 +107,12 @@ pub enum PipelineError {
     /// A blocking task panicked or was cancelled.
     #[error("pipeline task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A push sink's memory lane lost messages: the feed must start again
+    /// from the confirmed LSN, which Postgres sends again from.
+    #[error(
+        "sink {0}: its delivery worker failed with messages in memory; the feed starts again from the confirmed position so that Postgres sends them again"
+    )]
+    LaneLost(String),
 }
 
 /// The next change to the set of sinks; never, without a channel or once
@@ -129,6 +146,17 @@ pub struct Pipeline {
     last_commit: Lsn,
     /// The last batch's store transaction, if it is still running.
     in_flight: Option<InFlightAppend>,
+    /// The memory lanes this pipeline sent messages to, by sink.
+    lanes: HashMap<String, Lane>,
+    /// Changes whenever a lane's hold on the feed moves.
+    lanes_moved: watch::Receiver<u64>,
+    /// Where everything the pipeline stored ends: the most it may confirm
+    /// for the store's sake.
+    stored_through: Lsn,
+    /// Where every change handed to the sinks so far ends (a commit or an
+    /// idle position): what a lane holds the feed back at while the next
+    /// batch's messages are in it.
+    handed_through: Lsn,
 }
 
 impl Pipeline {
@@ -144,6 +172,7 @@ impl Pipeline {
         for sink in &sinks {
             handles.put_breaker(sink.name(), sink.breaker().clone());
         }
+        let lanes_moved = handles.lanes_moved();
         Pipeline {
             sinks,
             store,
@@ -157,6 +186,10 @@ impl Pipeline {
             pending_sink_changes: Vec::new(),
             last_commit: Lsn::ZERO,
             in_flight: None,
+            lanes: HashMap::new(),
+            lanes_moved,
+            stored_through: Lsn::ZERO,
+            handed_through: Lsn::ZERO,
         }
     }
 
@@ -215,6 +248,10 @@ impl Pipeline {
             });
             info!(sink = sink.name(), cursor = %stored.cursor, %open, "sink resumes after what it stored");
             cursors.insert(sink.name().to_string(), stored);
+            // What a lane held is sent again from the confirmed position.
+            if let Some(lane) = self.handles.lane(sink.name()) {
+                lane.reset();
+            }
         }
         self.last_commit = cursors
             .values()
@@ -238,6 +275,10 @@ impl Pipeline {
                     self.finish_append(&shutdown).await?;
                     self.release_held(&shutdown).await;
                     self.cool_down(&shutdown).await;
+                    continue;
+                }
+                Ok(()) = self.lanes_moved.changed() => {
+                    self.confirm_held()?;
                     continue;
                 }
                 Some(request) = next_sink_change(&mut sink_changes) => {
@@ -267,7 +308,8 @@ impl Pipeline {
                 // Past an idle position lies nothing to store, but the last
                 // batch must be durable before anything after it is confirmed.
                 self.finish_append(&shutdown).await?;
-                self.confirm(wal_end);
+                self.handed_through = self.handed_through.max(wal_end);
+                self.confirm(wal_end)?;
             }
             if !self.pending_sink_changes.is_empty() && batch.at_transaction_boundary() {
                 self.apply_sink_changes(&mut cursors, &shutdown).await?;
@@ -313,7 +355,6 @@ impl Pipeline {
             &mut self.truncates_skipped,
         );
         let mut sink_batches = Vec::with_capacity(self.sinks.len());
-        let mut any_message = false;
         let mut any_held = false;
         let ingested_at = append::commit_times_of(&taken.changes);
         let stored: Vec<StoredUpTo> = self
@@ -373,7 +414,6 @@ impl Pipeline {
                     Admitted::ShuttingDown => return Ok(false),
                 };
             }
-            any_message |= !sink_batch.messages.is_empty();
             any_held |= !sink_batch.holds.is_empty();
             sink_batches.push(sink_batch);
         }
@@ -387,8 +427,16 @@ impl Pipeline {
                 .min()
                 .unwrap_or(Lsn::ZERO),
         };
+        let ingested = append::commit_times(&ingested_at, &sink_batches);
+        self.room_in_lanes(&sink_batches, shutdown).await;
+        self.hand_to_lanes(&mut sink_batches);
+        if let Some(commit) = taken.commit {
+            self.handed_through = self.handed_through.max(commit.end_lsn);
+        }
+        // What is left for the store (lanes took the rest).
+        let any_message = sink_batches.iter().any(|batch| !batch.messages.is_empty());
         let after = Appended {
-            ingested: append::commit_times(&ingested_at, &sink_batches),
+            ingested,
             commit: taken.commit,
             any_message,
             chunks: std::mem::take(&mut self.chunks),
@@ -401,7 +449,9 @@ impl Pipeline {
                 *stored = stored.after_commit(cursor);
             }
         }
-        if !(any_message || any_held || taken.commit.is_some() || !after.chunks.is_empty()) {
+        if sink_batches.is_empty() && after.chunks.is_empty()
+            || !(any_message || any_held || taken.commit.is_some() || !after.chunks.is_empty())
+        {
             self.after_stored(after, shutdown).await?;
             return Ok(true);
         }
@@ -466,7 +516,7 @@ impl Pipeline {
         self.record_stored_chunks(after.chunks).await?;
         if let Some(commit) = after.commit {
             self.last_commit = self.last_commit.max(commit.commit_lsn);
-            self.confirm(commit.end_lsn);
+            self.confirm(commit.end_lsn)?;
         }
         self.release_held(shutdown).await;
         self.cool_down(shutdown).await;
@@ -573,6 +623,7 @@ impl Pipeline {
                 }
                 SinkSetChange::Remove(name) => {
                     self.sinks.retain(|sink| sink.name() != name);
+                    self.lanes.remove(&name);
                     cursors.remove(&name);
                     info!(sink = %name, "sink left the pipeline");
                 }
@@ -583,7 +634,100 @@ impl Pipeline {
         Ok(())
     }
 
-    fn confirm(&self, lsn: Lsn) {
+    /// Moves the sinks whose messages go through memory lanes to them:
+    /// each such sink's messages leave `sink_batches` for its lane, and its
+    /// batch stays only for what must be stored anyway (held changes and
+    /// function dead letters), without moving its cursor. A lane that is
+    /// closed (its worker stopping) refuses them, and they are stored.
+    fn hand_to_lanes(&mut self, sink_batches: &mut Vec<weft_store::SinkBatch>) {
+        let after = self.handed_through;
+        sink_batches.retain_mut(|batch| {
+            let Some(lane) = self.lane_of(&batch.sink) else {
+                return true;
+            };
+            let messages = std::mem::take(&mut batch.messages);
+            let count = messages.len();
+            // Even when the lane refuses them, the cursor stays: the lane's
+            // older messages may not be stored yet, and a cursor past them
+            // would make a restart skip them.
+            batch.leaves_cursor = true;
+            match lane.send(messages, after) {
+                Ok(()) => {
+                    weft_core::metrics::count(
+                        weft_core::metrics::MESSAGES_INGESTED,
+                        &batch.sink,
+                        count,
+                    );
+                    self.lanes.insert(batch.sink.clone(), lane);
+                    !(batch.holds.is_empty() && batch.dead_letters.is_empty())
+                }
+                Err(refused) => {
+                    batch.messages = refused;
+                    true
+                }
+            }
+        });
+    }
+
+    /// The memory lane the messages of `sink` go to, if any: a push sink's,
+    /// unless its backlog is counted in the store (`max_backlog_messages`).
+    fn lane_of(&self, sink: &str) -> Option<Lane> {
+        self.sinks
+            .iter()
+            .find(|running| running.name() == sink)
+            .is_some_and(|running| running.config().max_backlog_messages.is_none())
+            .then(|| self.handles.lane(sink))
+            .flatten()
+    }
+
+    /// Waits until each lane that `sink_batches` sends messages to has
+    /// room (see [`Lane::room`]): a destination slower than the feed slows
+    /// the feed rather than filling memory, for up to [`LANE_PATIENCE`]
+    /// per batch; a lane that stays full that long spills to the store.
+    async fn room_in_lanes(
+        &self,
+        sink_batches: &[weft_store::SinkBatch],
+        shutdown: &CancellationToken,
+    ) {
+        for batch in sink_batches
+            .iter()
+            .filter(|batch| !batch.messages.is_empty())
+        {
+            if let Some(lane) = self.lane_of(&batch.sink) {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    made = lane.room(LANE_PATIENCE) => if !made {
+                        warn!(sink = %batch.sink, "the sink's memory lane stayed full for {LANE_PATIENCE:?} (its destination is slower than the feed); its messages wait in the store until it catches up");
+                    },
+                }
+            }
+        }
+    }
+
+    /// Confirms what every store transaction and every lane allow: up to
+    /// `stored`, which the store now holds everything before.
+    fn confirm(&mut self, stored: Lsn) -> Result<(), PipelineError> {
+        self.stored_through = self.stored_through.max(stored);
+        self.confirm_held()
+    }
+
+    /// Confirms up to where the store and the lanes hold the feed back;
+    /// fails when a lane lost messages.
+    fn confirm_held(&mut self) -> Result<(), PipelineError> {
+        let mut lsn = self.stored_through;
+        for (sink, lane) in &self.lanes {
+            if lane.is_lost() {
+                return Err(PipelineError::LaneLost(sink.clone()));
+            }
+            if let Some(held) = lane.holds_back() {
+                lsn = lsn.min(held);
+            }
+        }
+        self.publish(lsn);
+        Ok(())
+    }
+
+    fn publish(&self, lsn: Lsn) {
         self.durable.send_if_modified(|current| {
             if lsn > *current {
                 *current = lsn;
@@ -991,6 +1135,69 @@ sinks:
         assert_eq!(*durable.borrow(), Lsn(101));
         assert_eq!(store.sink_cursor("orders").unwrap(), Some(Lsn(100)));
         assert_eq!(store.message_counts("orders").unwrap().stored, 40);
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lane_takes_the_messages_and_holds_the_confirmation_until_they_settle() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = orders_config(dir.path(), "");
+        let store = Store::open(&dir.path().join("weft.db")).unwrap();
+        let shutdown = CancellationToken::new();
+        let (durable_tx, mut durable) = watch::channel(Lsn::ZERO);
+        let handles = SinkHandles::new();
+        let lane = handles.lane_for("orders", 1 << 20);
+        let pipeline = Pipeline::new(
+            vec![SinkPipeline::new(
+                config.sinks[0].clone(),
+                FunctionChain::default(),
+            )],
+            store.clone(),
+            durable_tx,
+            handles,
+            BatchLimits {
+                max_changes: 10,
+                max_bytes: usize::MAX,
+            },
+        );
+        let (events, rx) = weft_source::events::channel(16, weft_source::events::MAX_BYTES);
+        let running = tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        for idx in 0..3 {
+            events.send(change(100, idx)).await.unwrap();
+        }
+        events.send(commit(100)).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while lane.depth().queued < 3 {
+            assert!(std::time::Instant::now() < deadline, "the lane got nothing");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Give a wrong confirmation time to happen.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(*durable.borrow(), Lsn::ZERO, "the lane holds the slot back");
+        assert_eq!(
+            store.message_counts("orders").unwrap().stored,
+            0,
+            "nothing stored"
+        );
+        let taken = lane.take(10, usize::MAX);
+        assert_eq!(taken.messages.len(), 3);
+        lane.settle(
+            taken,
+            vec![weft_sinks::delivery::DeliveryOutcome::Delivered; 3],
+        );
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            durable.wait_for(|lsn| *lsn == Lsn(101)),
+        )
+        .await
+        .expect("confirmed once the lane settled")
+        .unwrap();
+        assert_eq!(
+            store.sink_cursor("orders").unwrap(),
+            None,
+            "the cursor stays: the lane's messages were never stored"
+        );
         shutdown.cancel();
         running.await.unwrap().unwrap();
     }

@@ -1,24 +1,32 @@
-//! The delivery worker of a push sink: drains the sink's messages from the
-//! store to its [`Destination`], with retries, backoff and dead letters.
+//! The delivery worker of a push sink: delivers the sink's messages from
+//! its memory lane and from the store to its [`Destination`], with
+//! retries, backoff and dead letters.
 //!
-//! The store is the outbox. The pipeline stores every message before the
-//! slot is confirmed, so a destination that is down costs nothing upstream:
-//! its messages wait in the store and the slot keeps advancing. The worker:
+//! Messages come first through the sink's lane ([`crate::lane`]), straight
+//! from the pipeline; the store holds those that spilled (their delivery
+//! failed twice, or the lane was over budget) and those stored for the
+//! sink otherwise (released held changes, replayed dead letters, a sink
+//! with `max_backlog_messages`). The worker:
 //!
-//! 1. leases the next deliverable messages (group heads whose next attempt
-//!    is due, in commit order: one message per group in flight), up to the
-//!    destination's batch size, and starts a delivery of them while fewer
-//!    than `max_in_flight` deliveries run;
+//! 1. stores what its lane spills, then takes deliveries from the lane
+//!    (commit order, one message per group in flight) and leases the next
+//!    deliverable stored messages (group heads whose next attempt is due),
+//!    up to the destination's batch size, while fewer than `max_in_flight`
+//!    deliveries run;
 //! 2. settles each message by its [`DeliveryOutcome`]: delivered ones are
-//!    deleted (their group's next message becomes deliverable), a retriable
-//!    failure is retried after an exponential backoff with jitter, which
-//!    holds back only its group, and a message out of attempts
-//!    (`max_retry_count`) or failed permanently becomes a dead letter;
-//! 3. sleeps until woken by the pipeline (new messages), by the API (a
-//!    replay), by a finished delivery, or until the next retry is due.
+//!    done (a stored one is deleted and its group's next message becomes
+//!    deliverable); a stored message's retriable failure is retried after
+//!    an exponential backoff with jitter, which holds back only its group,
+//!    and one out of attempts (`max_retry_count`) or failed permanently
+//!    becomes a dead letter; a message from the lane is retried once at
+//!    once, then stored (see [`crate::lane`]);
+//! 3. sleeps until messages arrive in the lane, until woken by the
+//!    pipeline or the API (stored messages, a replay), by a finished
+//!    delivery, or until the next retry is due.
 //!
 //! On shutdown it starts nothing new, lets running deliveries finish (each
-//! is bounded by the destination's timeout), settles them and returns.
+//! is bounded by the destination's timeout), settles them, stores what its
+//! lane still holds and returns.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +38,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::lane::{Lane, Taken, ToStore};
 use super::pause::PauseSwitch;
 use crate::config::{DeliveryConfig, SinkConfig};
 use weft_core::health::{self, EntityKind, Status};
@@ -232,10 +241,16 @@ pub struct DeliveryWorker {
     waker: DeliveryWaker,
     memory_budget: usize,
     pause: PauseSwitch,
+    lane: Option<Lane>,
 }
 
-/// A delivery's leased messages and their outcomes.
-type Finished = (Vec<StoredMessage>, Vec<DeliveryOutcome>);
+/// A finished delivery: its messages and their outcomes.
+enum Finished {
+    /// Messages leased from the store.
+    Stored(Vec<StoredMessage>, Vec<DeliveryOutcome>),
+    /// Messages taken from the lane.
+    Memory(Taken, Vec<DeliveryOutcome>),
+}
 
 impl DeliveryWorker {
     /// The worker delivering `sink`'s messages from `store` to `destination`.
@@ -255,6 +270,7 @@ impl DeliveryWorker {
             waker,
             memory_budget: usize::MAX,
             pause: PauseSwitch::default(),
+            lane: None,
         }
     }
 
@@ -275,8 +291,20 @@ impl DeliveryWorker {
         self
     }
 
-    /// Delivers until `shutdown` fires, then finishes running deliveries.
+    /// Takes the sink's messages from `lane` first (see [`crate::lane`]),
+    /// and from the store only what the lane spilled or what was stored
+    /// for it otherwise (released held changes, replayed dead letters).
+    pub fn with_lane(mut self, lane: Lane) -> DeliveryWorker {
+        self.lane = Some(lane);
+        self
+    }
+
+    /// Delivers until `shutdown` fires, then finishes running deliveries
+    /// and stores what its lane still holds.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DeliveryError> {
+        if let Some(lane) = &self.lane {
+            lane.attach();
+        }
         let released = self
             .blocking(|store, sink| store.release_leases(sink))
             .await?;
@@ -293,6 +321,17 @@ impl DeliveryWorker {
         let lease = self.destination.max_delivery_time() + Duration::from_secs(60);
         let mut running: JoinSet<Finished> = JoinSet::new();
         let mut in_flight_bytes = 0usize;
+        // Store deliveries running: the store is idle only without them.
+        let mut from_store = 0usize;
+        // Whether the store may hold deliverable messages of the sink, now
+        // or after a retry wait: while it cannot, the worker does not ask
+        // it (a lane's deliveries would otherwise cost a store read each).
+        let mut look_in_store = true;
+        // The last look found nothing in the store, nothing waiting for a
+        // retry and no store delivery running: a spilling lane may resume.
+        let mut store_drained = false;
+        // The last resume found messages in the store anyway.
+        let mut resume_refused = false;
         let memory_gauge =
             metrics::gauge!(weft_core::metrics::DELIVERY_MEMORY, "sink" => self.sink.clone());
         memory_gauge.set(0.0);
@@ -305,10 +344,70 @@ impl DeliveryWorker {
             let woken = self.waker.0.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
+            let arrived = self.lane.as_ref().map(Lane::arrivals);
+            let mut arrived = std::pin::pin!(async move {
+                match arrived {
+                    Some(arrived) => arrived.await,
+                    None => std::future::pending().await,
+                }
+            });
 
             let mut store_failed = false;
+            if let Some(lane) = &self.lane {
+                if self.pause.is_paused() {
+                    lane.spill();
+                } else if store_drained && lane.is_spilling() {
+                    let empty = self
+                        .blocking(|store, sink| store.message_counts(sink))
+                        .await
+                        .is_ok_and(|counts| counts.stored == 0);
+                    if empty {
+                        // The store holds nothing of the sink any more:
+                        // what waits in the lane is newer than all it
+                        // held, and goes through memory again.
+                        lane.resume();
+                        debug!(sink = %self.sink, "the store is drained; messages go through memory again");
+                    } else {
+                        // Stored but not deliverable (a head in a segment
+                        // still, say): look again after the next change
+                        // to the store, not in a loop.
+                        resume_refused = true;
+                    }
+                }
+                store_drained = false;
+                match self.store_from_memory(lane, lane.to_spill()).await {
+                    Ok(stored) => look_in_store |= stored,
+                    Err(error) => {
+                        warn!(sink = %self.sink, %error, "cannot store the messages the sink's memory lane spills; its feed starts again from the confirmed position");
+                        store_failed = true;
+                    }
+                }
+                while !shutdown.is_cancelled()
+                    && !self.pause.is_paused()
+                    && running.len() < max_in_flight
+                    && in_flight_bytes < self.memory_budget
+                {
+                    let taken =
+                        lane.take(batch_size as usize, self.memory_budget - in_flight_bytes);
+                    if taken.messages.is_empty() {
+                        break;
+                    }
+                    metrics::counter!(weft_core::metrics::DELIVER_ATTEMPTS, "sink" => self.sink.clone())
+                        .increment(taken.messages.len() as u64);
+                    in_flight_bytes += batch_bytes(&taken.messages);
+                    memory_gauge.set(in_flight_bytes as f64);
+                    let destination = Arc::clone(&self.destination);
+                    running.spawn(async move {
+                        let outcomes = destination.deliver(&taken.messages).await;
+                        Finished::Memory(taken, outcomes)
+                    });
+                }
+            }
             let looked_at = StoreTime::now();
-            while !shutdown.is_cancelled()
+            let mut store_empty = false;
+            while look_in_store
+                && !store_failed
+                && !shutdown.is_cancelled()
                 && !self.pause.is_paused()
                 && running.len() < max_in_flight
                 && in_flight_bytes < self.memory_budget
@@ -333,6 +432,7 @@ impl DeliveryWorker {
                     }
                 };
                 if batch.is_empty() {
+                    store_empty = true;
                     break;
                 }
                 let batch = match self.dead_letter_oversized(batch).await {
@@ -346,10 +446,11 @@ impl DeliveryWorker {
                 };
                 in_flight_bytes += batch_bytes(&batch);
                 memory_gauge.set(in_flight_bytes as f64);
+                from_store += 1;
                 let destination = Arc::clone(&self.destination);
                 running.spawn(async move {
                     let outcomes = destination.deliver(&batch).await;
-                    (batch, outcomes)
+                    Finished::Stored(batch, outcomes)
                 });
             }
             // One reading of the token for the checks below: a cancel arriving
@@ -364,16 +465,39 @@ impl DeliveryWorker {
                 None
             } else if store_failed {
                 Some(Duration::from_secs(1))
+            } else if !look_in_store {
+                None
             } else {
-                self.blocking(move |store, sink| store.next_lease_expiry(sink, looked_at))
+                let next = self
+                    .blocking(move |store, sink| store.next_lease_expiry(sink, looked_at))
                     .await
-                    .unwrap_or(Some(Duration::from_secs(1)))
+                    .unwrap_or(Some(Duration::from_secs(1)));
+                if next.is_none() && store_empty && from_store == 0 {
+                    look_in_store = false;
+                    store_drained = true;
+                }
+                next
+            };
+            // A spilling lane whose store just drained resumes at the top
+            // of the loop: go round at once rather than wait for an arrival.
+            let resumes = store_drained
+                && !resume_refused
+                && !stopping
+                && !self.pause.is_paused()
+                && self.lane.as_ref().is_some_and(Lane::is_spilling);
+            let next_retry = if resumes {
+                Some(Duration::ZERO)
+            } else {
+                next_retry
             };
             let retry_at = next_retry.map(|after| after + Duration::from_millis(1));
             tokio::select! {
                 finished = running.join_next(), if !running.is_empty() => {
                     match finished {
-                        Some(Ok((batch, outcomes))) => {
+                        Some(Ok(Finished::Stored(batch, outcomes))) => {
+                            from_store -= 1;
+                            look_in_store = true;
+                            resume_refused = false;
                             in_flight_bytes = in_flight_bytes.saturating_sub(batch_bytes(&batch));
                             memory_gauge.set(in_flight_bytes as f64);
                             if let Err(error) = self.settle(batch, outcomes).await {
@@ -382,22 +506,134 @@ impl DeliveryWorker {
                                 warn!(sink = %self.sink, %error, "cannot record delivery outcomes; the messages will be delivered again");
                             }
                         }
-                        Some(Err(e)) => return Err(DeliveryError::Task {
-                            sink: self.sink.clone(),
-                            detail: e.to_string(),
-                        }),
+                        Some(Ok(Finished::Memory(taken, outcomes))) => {
+                            in_flight_bytes = in_flight_bytes.saturating_sub(batch_bytes(&taken.messages));
+                            memory_gauge.set(in_flight_bytes as f64);
+                            // Spilled messages are the store's to deliver now.
+                            look_in_store |= self.settle_memory(taken, outcomes).await.unwrap_or(true);
+                        }
+                        Some(Err(e)) => {
+                            if let Some(lane) = &self.lane && lane.has_in_flight() {
+                                lane.lose();
+                            }
+                            return Err(DeliveryError::Task {
+                                sink: self.sink.clone(),
+                                detail: e.to_string(),
+                            });
+                        }
                         None => {}
                     }
                 }
-                _ = &mut woken, if !stopping => {}
+                _ = &mut woken, if !stopping => {
+                    look_in_store = true;
+                    resume_refused = false;
+                }
+                _ = &mut arrived, if !stopping => {}
                 _ = sleep_opt(retry_at), if retry_at.is_some() && !stopping => {}
                 _ = shutdown.cancelled(), if !stopping => {
                     info!(sink = %self.sink, in_flight = running.len(), "delivery stopping after running deliveries finish");
                 }
             }
         }
+        if let Some(lane) = &self.lane {
+            // Sends are refused from here on (the pipeline stores them), and
+            // what the lane holds is stored, so that nothing waits in a
+            // memory nobody delivers from.
+            lane.close();
+            let held = lane.to_spill();
+            let count = held.messages.len();
+            if let Err(error) = self.store_from_memory(lane, held).await {
+                warn!(sink = %self.sink, %error, "cannot store the messages the sink's memory lane held; its feed starts again from the confirmed position");
+            } else if count > 0 {
+                info!(sink = %self.sink, stored = count, "messages waiting in memory are stored until the sink delivers again");
+            }
+        }
         info!(sink = %self.sink, "delivery stopped");
         Ok(())
+    }
+
+    /// Settles a delivery from the lane: counts its outcomes, stores what
+    /// spills and dead-letters what failed for good; whether it stored
+    /// messages. An error means the lane is lost (see [`Lane::lose`]),
+    /// already logged.
+    async fn settle_memory(
+        &self,
+        taken: Taken,
+        outcomes: Vec<DeliveryOutcome>,
+    ) -> Result<bool, DeliveryError> {
+        let Some(lane) = &self.lane else {
+            return Ok(false);
+        };
+        let delivered = outcomes
+            .iter()
+            .filter(|outcome| **outcome == DeliveryOutcome::Delivered)
+            .count();
+        let last_error = outcomes.iter().rev().find_map(|outcome| match outcome {
+            DeliveryOutcome::Failed { error, .. } => Some(error.clone()),
+            DeliveryOutcome::Delivered => None,
+        });
+        weft_core::metrics::count(weft_core::metrics::DELIVER_SUCCESSES, &self.sink, delivered);
+        weft_core::metrics::count(
+            weft_core::metrics::DELIVER_FAILURES,
+            &self.sink,
+            outcomes.len() - delivered,
+        );
+        if let Some(error) = &last_error {
+            debug!(sink = %self.sink, %error, "a delivery from memory failed; retrying once in memory, then from the store");
+        }
+        let mut to_store = lane.settle(taken, outcomes);
+        weft_core::metrics::record_delivery_latency(
+            &self.sink,
+            &std::mem::take(&mut to_store.delivered_handed_at),
+        );
+        let stored = self.store_from_memory(lane, to_store).await;
+        if let Err(error) = &stored {
+            warn!(sink = %self.sink, %error, "cannot store messages whose delivery failed; the feed starts again from the confirmed position");
+        }
+        report_health(&self.sink, last_error);
+        stored
+    }
+
+    /// Stores (or dead-letters) what `lane` gave up, and tells the lane it
+    /// is durable; whether it stored messages (dead letters aside). On
+    /// failure the lane is lost.
+    async fn store_from_memory(
+        &self,
+        lane: &Lane,
+        mut to_store: ToStore,
+    ) -> Result<bool, DeliveryError> {
+        if to_store.is_empty() {
+            return Ok(false);
+        }
+        let messages = std::mem::take(&mut to_store.messages);
+        let any_message = !messages.is_empty();
+        let dead = std::mem::take(&mut to_store.dead);
+        let stored = self
+            .blocking(move |store, sink| {
+                store.spill(sink, &messages)?;
+                for (message, attempts, error) in &dead {
+                    warn!(
+                        sink,
+                        idempotency_key = %message.idempotency_key,
+                        attempts,
+                        %error,
+                        "message dead-lettered; its group proceeds"
+                    );
+                    store.dead_letter_unstored(sink, message, *attempts, error)?;
+                }
+                Ok(())
+            })
+            .await;
+        match stored {
+            Ok(()) => {
+                lane.stored(&to_store);
+                Ok(any_message)
+            }
+            Err(error) => {
+                lane.lose();
+                Err(error)
+            }
+        }
     }
 
     /// Dead-letters the messages of `batch` bigger than the whole memory
@@ -813,5 +1049,115 @@ mod tests {
             0,
             "the finished delivery was recorded before the worker returned"
         );
+    }
+
+    fn lane_messages(lsn: u64, groups: &[&str]) -> Vec<NewMessage> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(idx, group)| NewMessage {
+                commit_lsn: Lsn(lsn),
+                commit_idx: idx as u32,
+                group_id: group.to_string(),
+                idempotency_key: weft_core::message::idempotency_key(Lsn(lsn), idx as u32),
+                payload: weft_core::payload::Payload::Json(json!({})).into(),
+                route: None,
+            })
+            .collect()
+    }
+
+    fn accepted_of(recorder: &Recorder, group: &str) -> Vec<u64> {
+        recorder
+            .accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(g, _)| g == group)
+            .map(|(_, lsn)| *lsn)
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lane_delivers_from_memory_and_a_failing_group_waits_in_the_store() {
+        let (_dir, store, recorder) = setup(&["b"], Duration::ZERO);
+        let lane = Lane::new(1 << 20, Arc::new(tokio::sync::watch::channel(0).0));
+        let waker = DeliveryWaker::new();
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(None),
+            waker.clone(),
+        )
+        .with_lane(lane.clone());
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        lane.send(lane_messages(10, &["a", "b", "c"]), Lsn(5))
+            .unwrap();
+        eventually("a and c delivered from memory", || {
+            recorder.accepted.lock().unwrap().len() == 2
+        })
+        .await;
+        eventually("b spilled to the store", || {
+            store.message_counts("s").unwrap().stored == 1
+        })
+        .await;
+        assert_eq!(lane.holds_back(), None, "a stored message is settled");
+        assert!(lane.is_spilling());
+        // While b waits in the store, the lane's next messages go there too,
+        // behind it: nothing of b's group overtakes it.
+        lane.send(lane_messages(20, &["a", "b"]), Lsn(15)).unwrap();
+        eventually("the later messages stored", || {
+            store.message_counts("s").unwrap().stored == 2
+        })
+        .await;
+        assert_eq!(accepted_of(&recorder, "a"), vec![10, 20]);
+        recorder.failing.lock().unwrap().clear();
+        eventually("b delivered from the store in order", || {
+            accepted_of(&recorder, "b") == vec![10, 20]
+        })
+        .await;
+        eventually("the lane carries messages again", || !lane.is_spilling()).await;
+        lane.send(lane_messages(30, &["b"]), Lsn(25)).unwrap();
+        eventually("b's next from memory", || {
+            accepted_of(&recorder, "b") == vec![10, 20, 30]
+        })
+        .await;
+        assert_eq!(store.message_counts("s").unwrap().stored, 0);
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopping_worker_stores_what_its_lane_holds_and_closes_it() {
+        // Every message fails: the lane holds them until the worker stops.
+        let (_dir, store, recorder) = setup(&[], Duration::from_millis(200));
+        let lane = Lane::new(1 << 20, Arc::new(tokio::sync::watch::channel(0).0));
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(None),
+            DeliveryWaker::new(),
+        )
+        .with_lane(lane.clone());
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        // Group a's three messages: one in flight, two queued behind it.
+        lane.send(lane_messages(10, &["a"]), Lsn(5)).unwrap();
+        lane.send(lane_messages(20, &["a"]), Lsn(15)).unwrap();
+        lane.send(lane_messages(30, &["a"]), Lsn(25)).unwrap();
+        eventually("the first in flight", || lane.has_in_flight()).await;
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+        assert_eq!(accepted_of(&recorder, "a"), vec![10]);
+        assert_eq!(
+            store.message_counts("s").unwrap().stored,
+            2,
+            "the queued two are stored"
+        );
+        assert_eq!(lane.holds_back(), None);
+        let refused = lane.send(lane_messages(40, &["a"]), Lsn(35)).unwrap_err();
+        assert_eq!(refused.len(), 1, "a closed lane gives messages back");
     }
 }

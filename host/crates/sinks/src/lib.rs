@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod delivery;
+pub mod lane;
 pub mod pause;
 pub mod pull;
 pub mod route;

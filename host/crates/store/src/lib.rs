@@ -30,6 +30,7 @@ mod pull;
 mod registry;
 mod schema;
 mod segments;
+mod spill;
 mod stored_up_to;
 mod webhook;
 
@@ -52,6 +53,7 @@ pub use held::{HeldChange, HeldSettlement, Hold, NewDeadLetter};
 pub use inventory::PluginRecord;
 pub use pull::{AckOutcome, Delivered, MessageCounts, QueueDepths, ReceiveLimits};
 pub use registry::{RegisteredPlugin, Registration};
+pub use spill::payload_bytes;
 pub use stored_up_to::StoredUpTo;
 pub use webhook::{Acceptance, WebhookRequest};
 
@@ -127,6 +129,10 @@ pub struct SinkBatch {
     pub dead_letters: Vec<NewDeadLetter>,
     /// Changes held for the sink's functions (see `held`).
     pub holds: Vec<Hold>,
+    /// Leave the sink's cursor where it is: the sink's messages of this
+    /// batch went to its memory lane, not here, and the cursor may move
+    /// only once they are delivered (see `spill`).
+    pub leaves_cursor: bool,
 }
 
 impl SinkBatch {
@@ -334,7 +340,9 @@ impl Store {
                 }
                 held::insert_function_dead_letters(&tx, sink, &sink_batch.dead_letters, now)?;
                 held::insert_holds(&tx, sink, &sink_batch.holds, now)?;
-                advance.execute(params![sink, cursor_i, now, open_lsn, open_idx])?;
+                if !sink_batch.leaves_cursor {
+                    advance.execute(params![sink, cursor_i, now, open_lsn, open_idx])?;
+                }
                 entered.push((sink, inserted, sink_batch.dead_letters.len()));
             }
         }
