@@ -255,6 +255,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         UNIQUE (sink, commit_lsn, commit_idx)
     ) STRICT;
     "#,
+    // Segments move into `pull_messages` in the order they were stored,
+    // which is each group's order also when a push sink's lane spills
+    // messages of other groups that are older (see `store::segments`).
+    r#"
+    CREATE INDEX pull_segments_in_order ON pull_segments (sink, id);
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

@@ -13,11 +13,13 @@
 //! always come after its `pull_messages` rows, so once a sink has a
 //! segment, its later batches, however small, become segments too. When a
 //! receive or a push worker finds fewer deliverable messages than it asked
-//! for, [`materialize_next`] moves the sink's earliest segment into
+//! for, [`materialize_next`] moves the sink's segment stored first into
 //! `pull_messages` in the same transaction, through the same insert (group
-//! heads and duplicates handled alike). Per-group order holds because no
-//! message of a group can overtake one that is still in a segment: it is
-//! either in a later segment or not stored yet.
+//! heads and duplicates handled alike). Per-group order holds because each
+//! group's messages are stored in order (the pipeline stores in commit
+//! order; a push sink's lane spills a group's messages in order too), so
+//! no message of a group can overtake one that is still in a segment: it
+//! is either in a later segment or not stored yet.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -64,12 +66,34 @@ pub(super) fn takes(tx: &Transaction<'_>, sink: &str, count: usize) -> Result<bo
 }
 
 /// Writes `messages` (in commit order) for `sink` as segments stored at
-/// `now`; returns how many messages they hold. A segment already stored at
-/// the same position (a chunk replayed after a crash) is kept as it was.
+/// `now`; returns how many messages they hold. What a segment already
+/// stored at the same position holds (the same changes stored again after
+/// a crash) is not stored twice.
 pub(super) fn stage(
     tx: &Transaction<'_>,
     sink: &str,
     messages: &[MessageColumns<'_>],
+    now: i64,
+) -> Result<usize, StoreError> {
+    let mut staged = 0;
+    for members in split(messages) {
+        staged += stage_segment(tx, sink, members.to_vec(), now)?;
+    }
+    Ok(staged)
+}
+
+/// Writes `members` as one segment, keyed by the position of its first
+/// message. When a segment holds that position already, it is kept, and
+/// only the members it lacks are written, keyed by the first of them: a
+/// replayed backfill chunk lacks none, but a push sink's memory lane
+/// spills whatever it holds when it must, so the same changes sent again
+/// after a crash can be cut into other segments than the first time.
+/// Skipping the whole segment would lose the rest. Each round drops the
+/// key's own message, so this ends.
+fn stage_segment(
+    tx: &Transaction<'_>,
+    sink: &str,
+    mut members: Vec<MessageColumns<'_>>,
     now: i64,
 ) -> Result<usize, StoreError> {
     let mut insert = tx.prepare_cached(
@@ -77,22 +101,29 @@ pub(super) fn stage(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (sink, commit_lsn, commit_idx) DO NOTHING",
     )?;
-    let mut staged = 0;
-    for members in split(messages) {
-        let first = &members[0];
-        let inserted = with_body(members, |body| {
-            insert.execute(params![
-                sink,
-                first.commit_lsn,
-                first.commit_idx,
-                members.len() as i64,
-                body,
-                now
-            ])
+    let mut existing = tx.prepare_cached(
+        "SELECT id, body FROM pull_segments WHERE sink = ?1 AND commit_lsn = ?2 AND commit_idx = ?3",
+    )?;
+    while let Some(first) = members.first() {
+        let key = (first.commit_lsn, first.commit_idx);
+        let inserted = with_body(&members, |body| {
+            insert.execute(params![sink, key.0, key.1, members.len() as i64, body, now])
         })?;
-        staged += inserted * members.len();
+        if inserted == 1 {
+            return Ok(members.len());
+        }
+        let (id, body): (i64, Vec<u8>) = existing
+            .query_row(params![sink, key.0, key.1], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+        let raw = decompress(&body, id)?;
+        let held: std::collections::HashSet<(i64, u32)> = decode(&raw, id)?
+            .iter()
+            .map(|message| (message.commit_lsn, message.commit_idx))
+            .collect();
+        members.retain(|message| !held.contains(&(message.commit_lsn, message.commit_idx)));
     }
-    Ok(staged)
+    Ok(0)
 }
 
 /// `messages` cut into segments of at most [`SEGMENT_MESSAGES`] messages
@@ -115,13 +146,18 @@ fn split<'m, 'a>(messages: &'m [MessageColumns<'a>]) -> Vec<&'m [MessageColumns<
     segments
 }
 
-/// Moves the earliest segment of `sink` into `pull_messages`; false when
-/// the sink has none.
+/// Moves the segment of `sink` stored first into `pull_messages`; false
+/// when the sink has none. The order they were stored in, not their
+/// positions: a push sink's lane spills each group's messages in order,
+/// but a spill can start with a message older than one spilled before it
+/// (of a group that was in flight then), and taking that spill first
+/// would let its later message of a group overtake an earlier one still
+/// in a segment.
 pub(super) fn materialize_next(tx: &Transaction<'_>, sink: &str) -> Result<bool, StoreError> {
     let next: Option<(i64, Vec<u8>, i64)> = tx
         .prepare_cached(
             "SELECT id, body, inserted_at FROM pull_segments WHERE sink = ?1
-             ORDER BY commit_lsn, commit_idx LIMIT 1",
+             ORDER BY id LIMIT 1",
         )?
         .query_row(params![sink], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
@@ -396,6 +432,42 @@ mod tests {
         store.append(&batch("s", chunk(10, 600)), Lsn(10)).unwrap();
         assert_eq!(store.message_counts("s").unwrap().stored, 600);
         assert_eq!(drain(&store, "s", 1000).len(), 600);
+    }
+
+    #[test]
+    fn a_replay_cut_differently_stores_what_the_first_segment_lacks() {
+        // A push sink's lane spills what it holds when it must, so the
+        // same changes, sent again after a crash, can reach the store cut
+        // into other segments than the first time: a segment at the same
+        // position may hold fewer or other messages.
+        let (_dir, store) = open_temp();
+        store.spill("s", &chunk(10, 300)[..260]).unwrap();
+        let mut replay = chunk(10, 300);
+        replay.remove(5);
+        assert_eq!(store.spill("s", &replay).unwrap(), 40, "260 to 299 are new");
+        let seen = drain(&store, "s", 1000);
+        let expected: Vec<(u64, u32)> = (0..300).map(|i| (10, i)).collect();
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn a_spill_that_starts_before_an_earlier_spill_keeps_each_groups_order() {
+        // The lane spilled a's first message (in flight when its delivery
+        // failed), then what it queued: b's older message and a's next.
+        let (_dir, store) = open_temp();
+        store.spill("s", &chunk(20, 300)).unwrap();
+        store.spill("s", &[msg(30, 0, "a")]).unwrap();
+        store
+            .spill("s", &[msg(10, 0, "b"), msg(31, 0, "a")])
+            .unwrap();
+        let seen = drain(&store, "s", 1);
+        let of_a: Vec<(u64, u32)> = seen.iter().copied().filter(|p| p.0 >= 30).collect();
+        assert_eq!(
+            of_a,
+            vec![(30, 0), (31, 0)],
+            "a's messages in order: {seen:?}"
+        );
+        assert_eq!(seen.len(), 303);
     }
 
     #[test]
