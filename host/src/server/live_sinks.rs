@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::ServerError;
 use weft_core::health::EntityKind;
@@ -178,6 +178,39 @@ impl LiveSinks {
         let workers: Vec<Worker> = lock(&self.workers).drain().map(|(_, w)| w).collect();
         for worker in workers {
             worker.stop().await;
+        }
+        self.record_settled_lanes().await;
+    }
+
+    /// Moves each push sink's cursor to where its lane settled everything
+    /// the feed handed over (see [`weft_sinks::lane::Lane::settled_through`]):
+    /// with the feeds and workers stopped, nothing more can arrive, and the
+    /// slot's last confirmation may not have reached Postgres, which would
+    /// otherwise send delivered changes again at the next start.
+    async fn record_settled_lanes(&self) {
+        for (sink, lane) in self.handles.lanes() {
+            let Some(through) = lane.settled_through() else {
+                continue;
+            };
+            let store = self.store.clone();
+            let recorded = tokio::task::spawn_blocking({
+                let sink = sink.clone();
+                move || store.append(&[weft_store::SinkBatch::of(sink, Vec::new())], through)
+            })
+            .await;
+            match recorded {
+                Ok(Ok(())) => {
+                    info!(sink = %sink, %through, "delivered through the sink's memory lane")
+                }
+                // Only a redelivery after the restart: the slot sends again
+                // what was delivered since its last confirmation.
+                Ok(Err(error)) => {
+                    warn!(sink = %sink, %error, "cannot record what the sink delivered through its memory lane; a restart may deliver it again")
+                }
+                Err(error) => {
+                    warn!(sink = %sink, %error, "cannot record what the sink delivered through its memory lane; a restart may deliver it again")
+                }
+            }
         }
     }
 

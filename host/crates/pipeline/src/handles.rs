@@ -105,6 +105,15 @@ impl SinkHandles {
         self.read().lanes.get(name).cloned()
     }
 
+    /// Every push sink's memory lane, by sink.
+    pub fn lanes(&self) -> Vec<(String, Lane)> {
+        self.read()
+            .lanes
+            .iter()
+            .map(|(name, lane)| (name.clone(), lane.clone()))
+            .collect()
+    }
+
     /// Changes whenever a lane's hold on its feed moves or a lane is lost.
     pub fn lanes_moved(&self) -> watch::Receiver<u64> {
         self.lanes_moved.subscribe()

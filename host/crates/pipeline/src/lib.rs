@@ -429,7 +429,10 @@ impl Pipeline {
         };
         let ingested = append::commit_times(&ingested_at, &sink_batches);
         self.room_in_lanes(&sink_batches, shutdown).await;
-        self.hand_to_lanes(&mut sink_batches);
+        self.hand_to_lanes(
+            &mut sink_batches,
+            taken.commit.map(|commit| commit.commit_lsn),
+        );
         if let Some(commit) = taken.commit {
             self.handed_through = self.handed_through.max(commit.end_lsn);
         }
@@ -623,7 +626,11 @@ impl Pipeline {
                 }
                 SinkSetChange::Remove(name) => {
                     self.sinks.retain(|sink| sink.name() != name);
-                    self.lanes.remove(&name);
+                    // What this feed handed over says nothing of where the
+                    // sink is in the stream it reads next.
+                    if let Some(lane) = self.lanes.remove(&name) {
+                        lane.forget_through();
+                    }
                     cursors.remove(&name);
                     info!(sink = %name, "sink left the pipeline");
                 }
@@ -639,7 +646,13 @@ impl Pipeline {
     /// batch stays only for what must be stored anyway (held changes and
     /// function dead letters), without moving its cursor. A lane that is
     /// closed (its worker stopping) refuses them, and they are stored.
-    fn hand_to_lanes(&mut self, sink_batches: &mut Vec<weft_store::SinkBatch>) {
+    /// `through` is the commit LSN of the transaction the batch ends, if
+    /// it ends one.
+    fn hand_to_lanes(
+        &mut self,
+        sink_batches: &mut Vec<weft_store::SinkBatch>,
+        through: Option<Lsn>,
+    ) {
         let after = self.handed_through;
         sink_batches.retain_mut(|batch| {
             let Some(lane) = self.lane_of(&batch.sink) else {
@@ -651,7 +664,7 @@ impl Pipeline {
             // older messages may not be stored yet, and a cursor past them
             // would make a restart skip them.
             batch.leaves_cursor = true;
-            match lane.send(messages, after) {
+            match lane.send(messages, after, through) {
                 Ok(()) => {
                     weft_core::metrics::count(
                         weft_core::metrics::MESSAGES_INGESTED,

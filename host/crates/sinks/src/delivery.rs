@@ -308,6 +308,20 @@ impl DeliveryWorker {
         let released = self
             .blocking(|store, sink| store.release_leases(sink))
             .await?;
+        if let Some(lane) = &self.lane
+            && self
+                .blocking(|store, sink| store.message_counts(sink))
+                .await?
+                .stored
+                > 0
+        {
+            // What the store holds of the sink from before (spilled, or
+            // stored while no worker ran) goes first: the feed may send
+            // those changes again, and a group's later messages must not
+            // overtake its stored ones. The lane resumes once the store
+            // is drained.
+            lane.spill();
+        }
         if released > 0 {
             info!(
                 sink = %self.sink,
@@ -1092,7 +1106,7 @@ mod tests {
         .with_lane(lane.clone());
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(worker.run(shutdown.clone()));
-        lane.send(lane_messages(10, &["a", "b", "c"]), Lsn(5))
+        lane.send(lane_messages(10, &["a", "b", "c"]), Lsn(5), None)
             .unwrap();
         eventually("a and c delivered from memory", || {
             recorder.accepted.lock().unwrap().len() == 2
@@ -1106,7 +1120,8 @@ mod tests {
         assert!(lane.is_spilling());
         // While b waits in the store, the lane's next messages go there too,
         // behind it: nothing of b's group overtakes it.
-        lane.send(lane_messages(20, &["a", "b"]), Lsn(15)).unwrap();
+        lane.send(lane_messages(20, &["a", "b"]), Lsn(15), None)
+            .unwrap();
         eventually("the later messages stored", || {
             store.message_counts("s").unwrap().stored == 2
         })
@@ -1118,7 +1133,7 @@ mod tests {
         })
         .await;
         eventually("the lane carries messages again", || !lane.is_spilling()).await;
-        lane.send(lane_messages(30, &["b"]), Lsn(25)).unwrap();
+        lane.send(lane_messages(30, &["b"]), Lsn(25), None).unwrap();
         eventually("b's next from memory", || {
             accepted_of(&recorder, "b") == vec![10, 20, 30]
         })
@@ -1144,9 +1159,9 @@ mod tests {
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(worker.run(shutdown.clone()));
         // Group a's three messages: one in flight, two queued behind it.
-        lane.send(lane_messages(10, &["a"]), Lsn(5)).unwrap();
-        lane.send(lane_messages(20, &["a"]), Lsn(15)).unwrap();
-        lane.send(lane_messages(30, &["a"]), Lsn(25)).unwrap();
+        lane.send(lane_messages(10, &["a"]), Lsn(5), None).unwrap();
+        lane.send(lane_messages(20, &["a"]), Lsn(15), None).unwrap();
+        lane.send(lane_messages(30, &["a"]), Lsn(25), None).unwrap();
         eventually("the first in flight", || lane.has_in_flight()).await;
         shutdown.cancel();
         running.await.unwrap().unwrap();
@@ -1157,7 +1172,9 @@ mod tests {
             "the queued two are stored"
         );
         assert_eq!(lane.holds_back(), None);
-        let refused = lane.send(lane_messages(40, &["a"]), Lsn(35)).unwrap_err();
+        let refused = lane
+            .send(lane_messages(40, &["a"]), Lsn(35), None)
+            .unwrap_err();
         assert_eq!(refused.len(), 1, "a closed lane gives messages back");
     }
 }

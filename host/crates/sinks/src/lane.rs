@@ -138,6 +138,9 @@ struct State {
     generation: u64,
     /// The payload bytes above which the lane spills.
     budget: usize,
+    /// The commit LSN of the last transaction the pipeline handed over
+    /// whole: see [`Lane::settled_through`].
+    through: Option<Lsn>,
 }
 
 /// What a lane holds: see [`Lane::depth`].
@@ -205,12 +208,23 @@ impl Lane {
 
     /// Hands `messages` (commit order) to the lane; until they are
     /// settled, the lane holds the feed back at `after`, where every change
-    /// before them ends. Refused, with the messages given back, once the
-    /// lane is closed: the caller stores them.
-    pub fn send(&self, messages: Vec<NewMessage>, after: Lsn) -> Result<(), Vec<NewMessage>> {
+    /// before them ends. `through` is the commit LSN of the transaction
+    /// they end, if they end one. Refused, with the messages given back,
+    /// once the lane is closed: the caller stores them.
+    pub fn send(
+        &self,
+        messages: Vec<NewMessage>,
+        after: Lsn,
+        through: Option<Lsn>,
+    ) -> Result<(), Vec<NewMessage>> {
         let mut state = self.state();
         if state.closed {
             return Err(messages);
+        }
+        // The latest, not the greatest: after a reset the feed starts again
+        // from an earlier position.
+        if through.is_some() {
+            state.through = through;
         }
         if messages.is_empty() {
             return Ok(());
@@ -317,6 +331,7 @@ impl Lane {
         // store, and must be delivered before the lane carries the group's
         // next messages.
         state.lost = false;
+        state.through = None;
         state.generation += 1;
         drop(state);
         self.inner.drained.notify_waiters();
@@ -546,6 +561,24 @@ impl Lane {
         self.inner.moved.send_modify(|moves| *moves += 1);
     }
 
+    /// The commit LSN through which every change the pipeline handed over
+    /// is settled (delivered, dead-lettered or stored), when nothing is
+    /// unsettled: the sink's cursor may move there. weft records it when
+    /// it stops, once the workers have finished, so that a restart does
+    /// not deliver again what a clean stop had delivered: the slot's last
+    /// confirmation may not have reached Postgres.
+    pub fn settled_through(&self) -> Option<Lsn> {
+        let state = self.state();
+        let settled = state.sends.is_empty() && state.in_flight == 0 && state.queued.is_empty();
+        state.through.filter(|_| settled && !state.lost)
+    }
+
+    /// Forgets where the pipeline's last transaction ended: the sink left
+    /// that feed, and its cursor will be a position of another stream.
+    pub fn forget_through(&self) {
+        self.state().through = None;
+    }
+
     /// What the lane holds now.
     pub fn depth(&self) -> Depth {
         let state = self.state();
@@ -586,8 +619,8 @@ mod tests {
     fn the_lane_holds_the_feed_back_at_its_oldest_unsettled_send() {
         let (lane, _moved) = lane(1 << 20);
         assert_eq!(lane.holds_back(), None);
-        lane.send(vec![message(10, "a")], Lsn(5)).unwrap();
-        lane.send(vec![message(20, "b")], Lsn(11)).unwrap();
+        lane.send(vec![message(10, "a")], Lsn(5), None).unwrap();
+        lane.send(vec![message(20, "b")], Lsn(11), None).unwrap();
         let first = lane.take(1, usize::MAX);
         let second = lane.take(1, usize::MAX);
         assert_eq!((lsns(&first), lsns(&second)), (vec![10], vec![20]));
@@ -600,7 +633,7 @@ mod tests {
         lane.settle(first, vec![DeliveryOutcome::Delivered]);
         assert_eq!(lane.holds_back(), None);
         // A send without messages holds nothing back.
-        lane.send(vec![], Lsn(30)).unwrap();
+        lane.send(vec![], Lsn(30), None).unwrap();
         assert_eq!(lane.holds_back(), None);
     }
 
@@ -610,6 +643,7 @@ mod tests {
         lane.send(
             vec![message(1, "a"), message(2, "a"), message(3, "b")],
             Lsn(0),
+            None,
         )
         .unwrap();
         let taken = lane.take(10, usize::MAX);
@@ -632,6 +666,7 @@ mod tests {
         lane.send(
             vec![message(1, "a"), message(2, "a"), message(3, "b")],
             Lsn(0),
+            None,
         )
         .unwrap();
         let taken = lane.take(1, usize::MAX);
@@ -658,7 +693,7 @@ mod tests {
     #[test]
     fn a_permanent_failure_is_dead_lettered_without_a_retry() {
         let (lane, _moved) = lane(1 << 20);
-        lane.send(vec![message(1, "a")], Lsn(0)).unwrap();
+        lane.send(vec![message(1, "a")], Lsn(0), None).unwrap();
         let taken = lane.take(1, usize::MAX);
         let to_store = lane.settle(taken, vec![DeliveryOutcome::permanent("too big")]);
         assert_eq!(to_store.dead.len(), 1);
@@ -671,19 +706,19 @@ mod tests {
     #[test]
     fn a_lane_over_its_budget_spills_and_a_closed_lane_refuses_sends() {
         let (lane, _moved) = lane(10);
-        lane.send(vec![message(1, "a"), message(2, "b")], Lsn(0))
+        lane.send(vec![message(1, "a"), message(2, "b")], Lsn(0), None)
             .unwrap();
         assert!(lane.is_spilling());
         let to_store = lane.to_spill();
         assert_eq!(to_store.messages.len(), 2);
         lane.stored(&to_store);
         lane.close();
-        let refused = lane.send(vec![message(5, "a")], Lsn(4)).unwrap_err();
+        let refused = lane.send(vec![message(5, "a")], Lsn(4), None).unwrap_err();
         assert_eq!(refused.len(), 1);
         // Reopened, it spills until the store, which took what was
         // refused, is drained.
         lane.attach();
-        lane.send(vec![message(6, "a")], Lsn(5)).unwrap();
+        lane.send(vec![message(6, "a")], Lsn(5), None).unwrap();
         assert!(lane.take(5, usize::MAX).messages.is_empty());
         assert_eq!(lane.to_spill().messages.len(), 1);
     }
@@ -691,20 +726,48 @@ mod tests {
     #[test]
     fn a_reset_forgets_what_the_lane_held_and_ignores_old_settlements() {
         let (lane, _moved) = lane(1 << 20);
-        lane.send(vec![message(1, "a"), message(2, "b")], Lsn(0))
+        lane.send(vec![message(1, "a"), message(2, "b")], Lsn(0), None)
             .unwrap();
         let taken = lane.take(1, usize::MAX);
         lane.reset();
         lane.settle(taken, vec![DeliveryOutcome::Delivered]);
         assert_eq!((lane.depth().queued, lane.depth().bytes), (0, 0));
-        lane.send(vec![message(1, "a")], Lsn(0)).unwrap();
+        lane.send(vec![message(1, "a")], Lsn(0), None).unwrap();
         assert_eq!(lsns(&lane.take(5, usize::MAX)), vec![1]);
+    }
+
+    #[test]
+    fn the_settled_position_is_where_the_last_whole_transaction_ended() {
+        let (lane, _moved) = lane(1 << 20);
+        lane.send(vec![message(1, "a")], Lsn(0), Some(Lsn(1)))
+            .unwrap();
+        // A chunk of a transaction not committed yet moves nothing.
+        lane.send(vec![message(5, "b")], Lsn(2), None).unwrap();
+        assert_eq!(lane.settled_through(), None, "two sends unsettled");
+        let taken = lane.take(10, usize::MAX);
+        lane.settle(
+            taken,
+            vec![DeliveryOutcome::Delivered, DeliveryOutcome::Delivered],
+        );
+        assert_eq!(lane.settled_through(), Some(Lsn(1)));
+        lane.send(vec![], Lsn(6), Some(Lsn(5))).unwrap();
+        assert_eq!(lane.settled_through(), Some(Lsn(5)));
+        // Sent again from an earlier position after a reset: nothing is
+        // settled until the feed hands a transaction over again.
+        lane.reset();
+        assert_eq!(lane.settled_through(), None);
+        lane.send(vec![message(1, "a")], Lsn(0), Some(Lsn(1)))
+            .unwrap();
+        lane.forget_through();
+        let taken = lane.take(10, usize::MAX);
+        lane.settle(taken, vec![DeliveryOutcome::Delivered]);
+        assert_eq!(lane.settled_through(), None, "the sink left the feed");
     }
 
     #[test]
     fn a_worker_that_starts_while_messages_were_in_flight_loses_the_lane() {
         let (lane, mut moved) = lane(1 << 20);
-        lane.send(vec![message(1, "a")], Lsn(0)).unwrap();
+        lane.send(vec![message(1, "a")], Lsn(0), None).unwrap();
         let _taken = lane.take(1, usize::MAX);
         moved.mark_unchanged();
         lane.attach();
@@ -716,7 +779,7 @@ mod tests {
     async fn a_full_lane_makes_the_sender_wait_until_the_worker_drains_it_or_spills() {
         let (small, _moved) = lane(20);
         small
-            .send(vec![message(1, "a"), message(2, "b")], Lsn(0))
+            .send(vec![message(1, "a"), message(2, "b")], Lsn(0), None)
             .unwrap();
         // Over its budget: the send itself made it spill.
         assert!(small.room(std::time::Duration::from_millis(10)).await);
@@ -725,7 +788,7 @@ mod tests {
             payload: StoredPayload::Json("x".repeat(HIGH_WATER)),
             ..message(lsn, "a")
         };
-        lane.send(vec![big(1)], Lsn(0)).unwrap();
+        lane.send(vec![big(1)], Lsn(0), None).unwrap();
         let draining = lane.clone();
         let worker = tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -737,7 +800,7 @@ mod tests {
             "room once delivered"
         );
         worker.await.unwrap();
-        lane.send(vec![big(2)], Lsn(1)).unwrap();
+        lane.send(vec![big(2)], Lsn(1), None).unwrap();
         assert!(
             !lane.room(std::time::Duration::from_millis(50)).await,
             "nobody drains it"
