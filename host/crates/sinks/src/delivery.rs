@@ -1116,7 +1116,12 @@ mod tests {
             store.message_counts("s").unwrap().stored == 1
         })
         .await;
-        assert_eq!(lane.holds_back(), None, "a stored message is settled");
+        // The lane counts it settled once the store said it is durable,
+        // a moment after the row is visible.
+        eventually("a stored message is settled", || {
+            lane.holds_back().is_none()
+        })
+        .await;
         assert!(lane.is_spilling());
         // While b waits in the store, the lane's next messages go there too,
         // behind it: nothing of b's group overtakes it.
