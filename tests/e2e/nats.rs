@@ -128,6 +128,33 @@ fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -
     )
 }
 
+/// Every message in the stream, once it holds `count` distinct
+/// `Nats-Msg-Id`s (a redelivery JetStream did not drop counts once).
+fn wait_for_distinct(
+    nats: &NatsServer,
+    count: usize,
+    when: &str,
+    weft: &WeftProcess,
+) -> Vec<Stored> {
+    weft.wait_until(
+        &format!("{count} distinct messages {when}"),
+        Duration::from_secs(120),
+        || {
+            let all = read_stream(nats);
+            let unique = all
+                .iter()
+                .map(|m| m.msg_id.as_str())
+                .collect::<HashSet<_>>()
+                .len();
+            if unique >= count {
+                Ok(all)
+            } else {
+                Err(unique)
+            }
+        },
+    )
+}
+
 fn config(pg: &PgCluster, nats: &NatsServer, sinks: &str) -> String {
     format!(
         r#"
@@ -363,23 +390,7 @@ fn nats_sigkill_while_the_lane_spills_loses_nothing() {
         .trim()
         .parse()
         .unwrap();
-    let all = weft.wait_until(
-        &format!("{written} distinct messages after the kills"),
-        Duration::from_secs(120),
-        || {
-            let all = read_stream(&nats);
-            let unique = all
-                .iter()
-                .map(|m| m.msg_id.as_str())
-                .collect::<HashSet<_>>()
-                .len();
-            if unique >= written {
-                Ok(all)
-            } else {
-                Err(unique)
-            }
-        },
-    );
+    let all = wait_for_distinct(&nats, written, "after the kills", &weft);
     let rows = rows(&all);
     assert_eq!(rows.len(), 1001);
     let last: BTreeMap<i64, i64> = pg
@@ -449,23 +460,7 @@ fn nats_missing_stream_and_broker_outage_lose_nothing_and_keep_order() {
 
     nats.start_again();
     let total = (ROWS * (UPDATES + 1)) as usize;
-    let all = weft.wait_until(
-        &format!("{total} distinct messages after the outage"),
-        Duration::from_secs(90),
-        || {
-            let all = read_stream(&nats);
-            let unique = all
-                .iter()
-                .map(|m| m.msg_id.as_str())
-                .collect::<HashSet<_>>()
-                .len();
-            if unique >= total {
-                Ok(all)
-            } else {
-                Err(unique)
-            }
-        },
-    );
+    let all = wait_for_distinct(&nats, total, "after the outage", &weft);
 
     assert_in_order(&rows(&all), ROWS, UPDATES);
     for m in &all {

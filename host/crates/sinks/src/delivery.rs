@@ -879,7 +879,16 @@ mod tests {
 
     /// Like `append`, each payload about `pad` bytes long.
     fn append_sized(store: &Store, lsn: u64, groups: &[&str], pad: usize) {
-        let messages = groups
+        let messages = sized_messages(lsn, groups, pad);
+        store
+            .append(&[SinkBatch::of("s", messages)], Lsn(lsn))
+            .unwrap();
+    }
+
+    /// One message per group of `groups` at `lsn`, in that order, each
+    /// payload about `pad` bytes long.
+    fn sized_messages(lsn: u64, groups: &[&str], pad: usize) -> Vec<NewMessage> {
+        groups
             .iter()
             .enumerate()
             .map(|(idx, group)| NewMessage {
@@ -895,10 +904,7 @@ mod tests {
                 .into(),
                 route: None,
             })
-            .collect();
-        store
-            .append(&[SinkBatch::of("s", messages)], Lsn(lsn))
-            .unwrap();
+            .collect()
     }
 
     fn fast_retries(max_retry_count: Option<u32>) -> RetryPolicy {
@@ -1065,19 +1071,23 @@ mod tests {
         );
     }
 
+    /// A worker of sink `s` delivering to `recorder` from a lane of its
+    /// own (a 1 MiB budget), and that lane.
+    fn lane_worker(store: &Store, recorder: &Arc<Recorder>) -> (Lane, DeliveryWorker) {
+        let lane = Lane::new(1 << 20, Arc::new(tokio::sync::watch::channel(0).0));
+        let worker = DeliveryWorker::new(
+            "s",
+            store.clone(),
+            recorder.clone(),
+            fast_retries(None),
+            DeliveryWaker::new(),
+        )
+        .with_lane(lane.clone());
+        (lane, worker)
+    }
+
     fn lane_messages(lsn: u64, groups: &[&str]) -> Vec<NewMessage> {
-        groups
-            .iter()
-            .enumerate()
-            .map(|(idx, group)| NewMessage {
-                commit_lsn: Lsn(lsn),
-                commit_idx: idx as u32,
-                group_id: group.to_string(),
-                idempotency_key: weft_core::message::idempotency_key(Lsn(lsn), idx as u32),
-                payload: weft_core::payload::Payload::Json(json!({})).into(),
-                route: None,
-            })
-            .collect()
+        sized_messages(lsn, groups, 0)
     }
 
     fn accepted_of(recorder: &Recorder, group: &str) -> Vec<u64> {
@@ -1094,16 +1104,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lane_delivers_from_memory_and_a_failing_group_waits_in_the_store() {
         let (_dir, store, recorder) = setup(&["b"], Duration::ZERO);
-        let lane = Lane::new(1 << 20, Arc::new(tokio::sync::watch::channel(0).0));
-        let waker = DeliveryWaker::new();
-        let worker = DeliveryWorker::new(
-            "s",
-            store.clone(),
-            recorder.clone(),
-            fast_retries(None),
-            waker.clone(),
-        )
-        .with_lane(lane.clone());
+        let (lane, worker) = lane_worker(&store, &recorder);
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(worker.run(shutdown.clone()));
         lane.send(lane_messages(10, &["a", "b", "c"]), Lsn(5), None)
@@ -1152,15 +1153,7 @@ mod tests {
     async fn a_stopping_worker_stores_what_its_lane_holds_and_closes_it() {
         // Every message fails: the lane holds them until the worker stops.
         let (_dir, store, recorder) = setup(&[], Duration::from_millis(200));
-        let lane = Lane::new(1 << 20, Arc::new(tokio::sync::watch::channel(0).0));
-        let worker = DeliveryWorker::new(
-            "s",
-            store.clone(),
-            recorder.clone(),
-            fast_retries(None),
-            DeliveryWaker::new(),
-        )
-        .with_lane(lane.clone());
+        let (lane, worker) = lane_worker(&store, &recorder);
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(worker.run(shutdown.clone()));
         // Group a's three messages: one in flight, two queued behind it.
