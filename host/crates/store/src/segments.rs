@@ -77,7 +77,7 @@ pub(super) fn stage(
 ) -> Result<usize, StoreError> {
     let mut staged = 0;
     for members in split(messages) {
-        staged += stage_segment(tx, sink, members.to_vec(), now)?;
+        staged += stage_segment(tx, sink, members, now)?;
     }
     Ok(staged)
 }
@@ -89,13 +89,14 @@ pub(super) fn stage(
 /// spills whatever it holds when it must, so the same changes sent again
 /// after a crash can be cut into other segments than the first time.
 /// Skipping the whole segment would lose the rest. Each round drops the
-/// key's own message, so this ends.
+/// key's own message, so this ends. Only a conflict copies the members.
 fn stage_segment(
     tx: &Transaction<'_>,
     sink: &str,
-    mut members: Vec<MessageColumns<'_>>,
+    members: &[MessageColumns<'_>],
     now: i64,
 ) -> Result<usize, StoreError> {
+    let mut members = std::borrow::Cow::Borrowed(members);
     let mut insert = tx.prepare_cached(
         "INSERT INTO pull_segments (sink, commit_lsn, commit_idx, messages, body, inserted_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -121,7 +122,11 @@ fn stage_segment(
             .iter()
             .map(|message| (message.commit_lsn, message.commit_idx))
             .collect();
-        members.retain(|message| !held.contains(&(message.commit_lsn, message.commit_idx)));
+        members = members
+            .iter()
+            .filter(|message| !held.contains(&(message.commit_lsn, message.commit_idx)))
+            .cloned()
+            .collect();
     }
     Ok(0)
 }
