@@ -197,16 +197,13 @@ impl LiveSinks {
                 let sink = sink.clone();
                 move || store.append(&[weft_store::SinkBatch::of(sink, Vec::new())], through)
             })
-            .await;
+            .await
+            .map_err(|error| error.to_string())
+            .and_then(|stored| stored.map_err(|error| error.to_string()));
             match recorded {
-                Ok(Ok(())) => {
-                    info!(sink = %sink, %through, "delivered through the sink's memory lane")
-                }
+                Ok(()) => info!(sink = %sink, %through, "delivered through the sink's memory lane"),
                 // Only a redelivery after the restart: the slot sends again
                 // what was delivered since its last confirmation.
-                Ok(Err(error)) => {
-                    warn!(sink = %sink, %error, "cannot record what the sink delivered through its memory lane; a restart may deliver it again")
-                }
                 Err(error) => {
                     warn!(sink = %sink, %error, "cannot record what the sink delivered through its memory lane; a restart may deliver it again")
                 }
