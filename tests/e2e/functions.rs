@@ -203,10 +203,12 @@ fn the_source_query_is_read_only_bound_and_bounded() {
 }
 
 /// A lookup API on 127.0.0.1: `GET /lookup?ids=1,2` answers
-/// `{"1": {"name": "n1"}, ...}`; the ids it was asked for are recorded.
+/// `{"1": {"name": "n1"}, ...}`, or 503 while `failing` is set; the ids it
+/// was asked for are recorded.
 struct LookupApi {
     addr: std::net::SocketAddr,
     asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -223,19 +225,25 @@ impl LookupApi {
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let recorded = std::sync::Arc::clone(&asked);
+        let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = std::sync::Arc::clone(&failing);
         let app = axum::Router::new().route(
             "/lookup",
             axum::routing::get(
                 move |axum::extract::Query(query): axum::extract::Query<
                     std::collections::HashMap<String, String>,
                 >| async move {
+                    use axum::response::IntoResponse as _;
                     let ids = query.get("ids").cloned().unwrap_or_default();
                     recorded.lock().unwrap().push(ids.clone());
+                    if refuse.load(std::sync::atomic::Ordering::SeqCst) {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                    }
                     let found: serde_json::Map<String, Value> = ids
                         .split(',')
                         .map(|id| (id.to_string(), json!({"name": format!("n{id}")})))
                         .collect();
-                    axum::Json(Value::Object(found))
+                    axum::Json(Value::Object(found)).into_response()
                 },
             ),
         );
@@ -243,6 +251,7 @@ impl LookupApi {
         LookupApi {
             addr,
             asked,
+            failing,
             _runtime: runtime,
         }
     }
@@ -300,6 +309,76 @@ sinks:
     ids.sort();
     ids.dedup();
     assert_eq!(ids, ["1", "2", "3"], "requests: {asked:?}");
+}
+
+/// A change an enrichment failed on transiently waits in the store for its
+/// retry. Once it is released, the row's later changes, which reach a push
+/// sink through memory, must not overtake it on the way to the broker.
+#[test]
+fn a_change_held_for_a_retry_reaches_a_push_sink_before_its_rows_later_changes() {
+    use crate::harness::nats::NatsServer;
+    use crate::nats::{create_stream, rows, wait_for_distinct};
+
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let api = LookupApi::start();
+    let nats = NatsServer::start();
+    create_stream(&nats, &["sequin.>"]);
+    let config = format!(
+        r#"{databases}functions:
+  - name: lookup
+    type: enrichment
+    file: {enrichment}
+    config: {{ url: "http://{addr}/lookup" }}
+    grants: {{ http: {{ allow_hosts: ["{addr}"] }} }}
+sinks:
+  - name: items
+    database: shop
+    source: {{ include_tables: [public.items] }}
+    enrichment: lookup
+    destination:
+      type: nats
+      host: 127.0.0.1
+      port: {nats_port}
+      request_timeout_ms: 2000
+      retry_backoff_base_ms: 100
+      retry_backoff_max_ms: 200
+"#,
+        databases = pg.databases_yaml("weft_held"),
+        addr = api.addr,
+        nats_port = nats.port(),
+        enrichment = guests::wasm("weft_http_enrichment").display(),
+    );
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_held", &config);
+
+    // The row's first changes fail and are held, the later ones behind them.
+    api.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+    for v in 1..=5 {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+    }
+    weft.wait_until("six held changes", Duration::from_secs(60), || {
+        let held = weft.store_query("SELECT count(*) || '' FROM held_changes");
+        if held == ["6"] { Ok(()) } else { Err(held) }
+    });
+    // The API recovers while the row keeps changing, one transaction every
+    // 10 ms: the held changes are released among the later ones.
+    api.failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    const LAST: i64 = 300;
+    pg.psql(&format!(
+        "DO $$ BEGIN FOR i IN 6..{LAST} LOOP \
+           UPDATE items SET v = i; COMMIT; PERFORM pg_sleep(0.01); \
+         END LOOP; END $$"
+    ));
+    let stream = wait_for_distinct(&nats, LAST as usize + 1, "of row 1", &weft);
+    let rows = rows(&stream);
+    assert_eq!(
+        rows[&1],
+        (0..=LAST).collect::<Vec<_>>(),
+        "row 1's changes in stream order; log:\n{}",
+        weft.log_text()
+    );
 }
 
 #[test]

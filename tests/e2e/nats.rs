@@ -130,7 +130,7 @@ fn wait_for(nats: &NatsServer, prefix: &str, count: usize, weft: &WeftProcess) -
 
 /// Every message in the stream, once it holds `count` distinct
 /// `Nats-Msg-Id`s (a redelivery JetStream did not drop counts once).
-fn wait_for_distinct(
+pub(crate) fn wait_for_distinct(
     nats: &NatsServer,
     count: usize,
     when: &str,
@@ -191,7 +191,7 @@ sinks:
 /// Per row id, the `v` of each message after dropping repeated
 /// `Nats-Msg-Id`s, in stream order. Asserts each message's id is its
 /// idempotency key, so that a duplicate always repeats its original's id.
-fn rows(messages: &[Stored]) -> BTreeMap<i64, Vec<i64>> {
+pub(crate) fn rows(messages: &[Stored]) -> BTreeMap<i64, Vec<i64>> {
     let mut seen = HashSet::new();
     let mut rows: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
     for m in messages {

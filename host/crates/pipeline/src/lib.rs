@@ -574,7 +574,19 @@ impl Pipeline {
                 }
                 match sink.release_held(&self.store, HELD_RELEASE_BATCH).await {
                     Ok(0) => break,
-                    Ok(_) => self.handles.wake(sink.name()),
+                    Ok(_) => {
+                        // The released messages are in the store, and their
+                        // groups are held no longer: the groups' next
+                        // messages must follow them through the store, not
+                        // overtake them through memory. The lane spills
+                        // until the store is drained.
+                        if sink.config().max_backlog_messages.is_none()
+                            && let Some(lane) = self.handles.lane(sink.name())
+                        {
+                            lane.spill();
+                        }
+                        self.handles.wake(sink.name());
+                    }
                     Err(error) => {
                         warn!(sink = sink.name(), %error, "cannot release held changes; trying again later");
                         break;
