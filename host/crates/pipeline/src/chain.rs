@@ -275,10 +275,33 @@ impl FunctionChain {
             && self.routing.is_none()
     }
 
-    /// Runs the chain on `messages` from an async task, isolating the
-    /// changes a whole-call failure comes from (see [`Self::run_isolating`]).
-    /// Function calls run on the blocking pool, never on an async worker thread.
+    /// Runs the chain on `messages` from an async task, in one call per
+    /// function: a function that fails as a whole fails the run (see
+    /// [`Self::run_bisecting`] for the run that finds the changes it fails
+    /// on). Function calls run on the blocking pool, never on an async
+    /// worker thread.
     pub async fn run(&self, messages: Vec<Message>) -> Result<Vec<ChainOutcome>, ChainRunError> {
+        self.run_on_pool(messages, Self::run_blocking).await
+    }
+
+    /// Runs the chain on `messages` from an async task like [`Self::run`],
+    /// but isolates the changes a whole-call failure comes from (see
+    /// [`Self::run_isolating`]).
+    pub async fn run_bisecting(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<Vec<ChainOutcome>, ChainRunError> {
+        self.run_on_pool(messages, |chain, messages| chain.run_isolating(&messages))
+            .await
+    }
+
+    /// Runs `run` on the chain and `messages` on the blocking pool, in a
+    /// turn between hot swaps, and compares the outcomes in shadow.
+    async fn run_on_pool(
+        &self,
+        messages: Vec<Message>,
+        run: fn(&FunctionChain, Vec<Message>) -> Result<Vec<ChainOutcome>, ChainError>,
+    ) -> Result<Vec<ChainOutcome>, ChainRunError> {
         if self.is_empty() || messages.is_empty() {
             return Ok(self.run_blocking(messages)?);
         }
@@ -286,7 +309,7 @@ impl FunctionChain {
         Ok(tokio::task::spawn_blocking(move || {
             let _turn = chain.swaps.run_turn();
             chain.swaps.mark_first(&messages[0]);
-            let outcomes = chain.run_isolating(&messages)?;
+            let outcomes = run(&chain, messages)?;
             if let Some(shadow) = chain.shadow.get() {
                 compare_in_shadow(&shadow, &outcomes);
             }

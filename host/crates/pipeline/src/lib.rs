@@ -69,15 +69,16 @@ pub use breaker::{Breaker, Quarantine};
 pub use chain::{ChainMessage, ChainOutcome, FunctionChain, Named};
 pub use handles::SinkHandles;
 pub use load::{LoadError, load_chain, restore_cpu_shares};
-pub use sink::{Prepared, SinkPipeline, SinkPipelineError, group_id};
+pub use sink::{HeldRun, Prepared, SinkPipeline, SinkPipelineError, group_id};
 pub use sink_set::{SinkSetChange, SinkSetHandle};
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::backfill::{Backfills, ChunkStored, Watermarks};
 use append::{Appended, InFlightAppend};
@@ -92,11 +93,12 @@ use weft_store::{Store, StoredUpTo};
 const LANE_PATIENCE: Duration = Duration::from_secs(2);
 /// How often the loop looks for held changes that are due again.
 const HELD_RELEASE_INTERVAL: Duration = Duration::from_secs(1);
-/// Most held changes run through a sink's functions in one round.
+/// Most held changes run through a sink's functions in one run.
 const HELD_RELEASE_BATCH: u32 = 1000;
-/// Most rounds per sink each time the loop releases held changes, so that
-/// a long hold (a lifted quarantine) drains without starving the stream.
-const HELD_ROUNDS: usize = 10;
+
+/// A sink's run of held changes, once it is done: the sink, the
+/// [`Pipeline::sink_generation`] it started in, and what it came to.
+type HeldRunDone = (String, u64, Result<HeldRun, SinkPipelineError>);
 
 /// Why the pipeline stopped.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +159,14 @@ pub struct Pipeline {
     /// idle position): what a lane holds the feed back at while the next
     /// batch's messages are in it.
     handed_through: Lsn,
+    /// Runs of held changes under way beside the feed, at most one per
+    /// sink (see [`Pipeline::start_held_runs`]).
+    held_runs: JoinSet<HeldRunDone>,
+    /// The sinks with a run of held changes under way.
+    releasing: std::collections::HashSet<String>,
+    /// Bumped whenever a sink joins or leaves: a run of held changes that
+    /// started before belongs to a sink as it was, and is not settled.
+    sink_generation: u64,
 }
 
 impl Pipeline {
@@ -190,6 +200,9 @@ impl Pipeline {
             lanes_moved,
             stored_through: Lsn::ZERO,
             handed_through: Lsn::ZERO,
+            held_runs: JoinSet::new(),
+            releasing: std::collections::HashSet::new(),
+            sink_generation: 0,
         }
     }
 
@@ -273,8 +286,13 @@ impl Pipeline {
                 }
                 _ = held_tick.tick() => {
                     self.finish_append(&shutdown).await?;
-                    self.release_held(&shutdown).await;
-                    self.cool_down(&shutdown).await;
+                    self.start_held_runs().await;
+                    continue;
+                }
+                Some(done) = self.held_runs.join_next(), if !self.held_runs.is_empty() => {
+                    self.finish_append(&shutdown).await?;
+                    self.settle_held_run(done).await;
+                    self.start_held_runs().await;
                     continue;
                 }
                 Ok(()) = self.lanes_moved.changed() => {
@@ -459,11 +477,9 @@ impl Pipeline {
             return Ok(true);
         }
         // A clean batch stores while the next one is processed. One that
-        // held a change, dead-lettered one or owes a pause is finished at
-        // once, as the next batch must see its holds and wait out its pause.
-        let clean = !any_held
-            && sink_batches.iter().all(|b| b.dead_letters.is_empty())
-            && !self.sinks.iter().any(SinkPipeline::owes_cooldown);
+        // held a change or dead-lettered one is finished at once, as the
+        // next batch must see its holds.
+        let clean = !any_held && sink_batches.iter().all(|b| b.dead_letters.is_empty());
         self.in_flight = Some(InFlightAppend::start(
             &self.store,
             sink_batches,
@@ -502,7 +518,7 @@ impl Pipeline {
 
     /// What waits until a batch is durable: latency metrics, waking pull
     /// consumers, recording backfill chunks, confirming the batch's commit
-    /// to Postgres; then releasing due held changes and any pause owed.
+    /// to Postgres; then starting runs of due held changes.
     async fn after_stored(
         &mut self,
         after: Appended,
@@ -521,31 +537,10 @@ impl Pipeline {
             self.last_commit = self.last_commit.max(commit.commit_lsn);
             self.confirm(commit.end_lsn)?;
         }
-        self.release_held(shutdown).await;
-        self.cool_down(shutdown).await;
+        if !shutdown.is_cancelled() {
+            self.start_held_runs().await;
+        }
         Ok(())
-    }
-
-    /// Pauses for what the sinks owe for trapping function calls (see
-    /// [`sink::TRAP_COOLDOWN_FACTOR`]), after everything is stored.
-    async fn cool_down(&mut self, shutdown: &CancellationToken) {
-        let owed = self
-            .sinks
-            .iter_mut()
-            .map(SinkPipeline::take_cooldown)
-            .max()
-            .unwrap_or_default();
-        if owed.is_zero() {
-            return;
-        }
-        debug!(
-            pause_ms = owed.as_millis() as u64,
-            "pausing after trapping function calls"
-        );
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = tokio::time::sleep(owed) => {}
-        }
     }
 
     /// Records the progress of backfill chunks whose rows are stored.
@@ -563,35 +558,79 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Runs each sink's due held changes through its functions again,
-    /// a bounded round per sink. A failure is logged and left for the next
-    /// round: held changes stay held.
-    async fn release_held(&mut self, shutdown: &CancellationToken) {
+    /// Starts a run of due held changes (see [`SinkPipeline::held_run`])
+    /// for each sink without one under way. The runs go on beside the feed,
+    /// and the loop settles each once it is done; meanwhile the sink's new
+    /// changes are held behind it. A failure to read the held changes is
+    /// logged and left for the next round: held changes stay held.
+    async fn start_held_runs(&mut self) {
         for sink in &mut self.sinks {
-            for _ in 0..HELD_ROUNDS {
-                if shutdown.is_cancelled() {
-                    return;
+            if self.releasing.contains(sink.name()) {
+                continue;
+            }
+            let due = match sink.due_held(&self.store, HELD_RELEASE_BATCH).await {
+                Ok(due) if due.is_empty() => continue,
+                Ok(due) => due,
+                Err(error) => {
+                    warn!(sink = sink.name(), %error, "cannot read the sink's held changes; trying again later");
+                    continue;
                 }
-                match sink.release_held(&self.store, HELD_RELEASE_BATCH).await {
-                    Ok(0) => break,
-                    Ok(_) => {
-                        // The released messages are in the store, and their
-                        // groups are held no longer: the groups' next
-                        // messages must follow them through the store, not
-                        // overtake them through memory. The lane spills
-                        // until the store is drained.
-                        if sink.config().max_backlog_messages.is_none()
-                            && let Some(lane) = self.handles.lane(sink.name())
-                        {
-                            lane.spill();
-                        }
-                        self.handles.wake(sink.name());
-                    }
-                    Err(error) => {
-                        warn!(sink = sink.name(), %error, "cannot release held changes; trying again later");
-                        break;
-                    }
+            };
+            let (name, generation) = (sink.name().to_string(), self.sink_generation);
+            let run = sink.held_run(due);
+            self.held_runs
+                .spawn(async move { (name, generation, run.await) });
+            self.releasing.insert(sink.name().to_string());
+            sink.set_releasing(true);
+        }
+    }
+
+    /// Stores what a finished run of held changes came to, unless its sink
+    /// left or was replaced meanwhile (its changes stay held, for the next
+    /// run). A run that failed is logged; its changes stay held too.
+    async fn settle_held_run(&mut self, done: Result<HeldRunDone, tokio::task::JoinError>) {
+        let (name, generation, run) = match done {
+            Ok(done) => done,
+            Err(error) => {
+                // A run's future only awaits; a panic in it is a bug. No
+                // sink can be named: every sink may start a run again.
+                warn!(%error, "a run of held changes failed; they stay held");
+                self.releasing.clear();
+                for sink in &mut self.sinks {
+                    sink.set_releasing(false);
                 }
+                return;
+            }
+        };
+        self.releasing.remove(&name);
+        let Some(sink) = self.sinks.iter_mut().find(|sink| sink.name() == name) else {
+            return;
+        };
+        sink.set_releasing(false);
+        if generation != self.sink_generation {
+            return;
+        }
+        let settled = match run {
+            Ok(run) => sink.settle_held_run(run, &self.store).await,
+            Err(error) => Err(error),
+        };
+        match settled {
+            Ok(0) => {}
+            Ok(_) => {
+                // The released messages are in the store, and their
+                // groups are held no longer: the groups' next messages
+                // must follow them through the store, not overtake them
+                // through memory. The lane spills until the store is
+                // drained.
+                if sink.config().max_backlog_messages.is_none()
+                    && let Some(lane) = self.handles.lane(sink.name())
+                {
+                    lane.spill();
+                }
+                self.handles.wake(sink.name());
+            }
+            Err(error) => {
+                warn!(sink = %name, %error, "cannot release held changes; trying again later");
             }
         }
     }
@@ -606,6 +645,7 @@ impl Pipeline {
         // A joining sink starts after the last stored transaction.
         self.finish_append(shutdown).await?;
         for request in std::mem::take(&mut self.pending_sink_changes) {
+            self.sink_generation += 1;
             match request.change {
                 SinkSetChange::Put { sink, starts_here } => {
                     let name = sink.name().to_string();
@@ -630,9 +670,13 @@ impl Pipeline {
                             stored.unwrap_or(StoredUpTo::through(self.last_commit)),
                         );
                     }
+                    let mut sink = *sink;
+                    // A run of its held changes still under way (for the
+                    // sink as it was) keeps its new changes behind them.
+                    sink.set_releasing(self.releasing.contains(&name));
                     match self.sinks.iter_mut().find(|s| s.name() == name) {
-                        Some(running) => *running = *sink,
-                        None => self.sinks.push(*sink),
+                        Some(running) => *running = sink,
+                        None => self.sinks.push(sink),
                     }
                     info!(sink = %name, starts_here, at = %cursors[&name].cursor, "sink joined the pipeline");
                 }

@@ -62,18 +62,24 @@ pub struct SinkPipeline {
     backlog: Option<BacklogGuard>,
     retry: RetryPolicy,
     breaker: Breaker,
-    /// Time the sink owes for function calls that trapped (see
-    /// [`TRAP_COOLDOWN_FACTOR`]); the pipeline pauses for it.
-    cooldown: Duration,
+    /// A run of the sink's held changes is under way (see
+    /// [`SinkPipeline::held_run`]): new changes wait behind it in the
+    /// store, so that the feed never calls a function that may be
+    /// bisecting a hostile batch.
+    releasing: bool,
+    /// Time the sink owes for whole calls on the feed that trapped (see
+    /// [`TRAP_COOLDOWN_FACTOR`]): its next run of held changes waits it out.
+    owed: Duration,
     /// The metadata JSON the sink's consecutive messages share.
     json_cache: JsonCache,
 }
 
-/// After a chain run in which a function trapped (or timed out, ran out of
-/// memory, returned bad output), the sink's pipeline pauses this many times
-/// as long as the run took. A hostile function so gets at most a third of
-/// a core, leaving the rest to other tenants, until the breaker
-/// quarantines it; runs without traps are never slowed.
+/// After a run of held changes in which a function trapped (or timed out,
+/// ran out of memory, returned bad output), the sink's next run of held
+/// changes waits this many times as long as the run took. A hostile
+/// function so gets at most a third of a core, leaving the rest to other
+/// tenants, until the breaker quarantines it; runs without traps are
+/// never slowed, and the feed and the other sinks never wait for it.
 pub const TRAP_COOLDOWN_FACTOR: u32 = 2;
 
 /// A sink's changes on their way to becoming messages (see
@@ -123,7 +129,8 @@ impl SinkPipeline {
             config,
             plugins: plugin_names(&chain),
             chain,
-            cooldown: Duration::ZERO,
+            releasing: false,
+            owed: Duration::ZERO,
             json_cache: JsonCache::default(),
         }
     }
@@ -143,15 +150,10 @@ impl SinkPipeline {
         &self.config.name
     }
 
-    /// Takes the pause the sink owes for trapping function calls (zero if
-    /// none); the caller pauses the stream for it after storing the batch.
-    pub fn take_cooldown(&mut self) -> Duration {
-        std::mem::take(&mut self.cooldown)
-    }
-
-    /// Whether the sink owes a pause (see [`Self::take_cooldown`]).
-    pub fn owes_cooldown(&self) -> bool {
-        !self.cooldown.is_zero()
+    /// Says whether a run of the sink's held changes is under way: while
+    /// it is, [`Self::process`] holds every change behind it.
+    pub fn set_releasing(&mut self, releasing: bool) {
+        self.releasing = releasing;
     }
 
     /// The sink's quarantine breaker (shared with the API).
@@ -248,7 +250,7 @@ impl SinkPipeline {
         if prepared.is_empty() {
             return Ok(batch);
         }
-        if self.breaker.is_open() {
+        if self.breaker.is_open() || self.releasing {
             self.make_messages(prepared);
             batch.holds = prepared.pending.iter().map(|p| hold(p, None)).collect();
             return Ok(batch);
@@ -296,7 +298,30 @@ impl SinkPipeline {
             .iter()
             .partition(|p| !held_groups.contains(&p.group_id));
         batch.holds = wait.into_iter().map(|p| hold(p, None)).collect();
-        let settled = self.run_chain(&run).await?;
+        if run.is_empty() {
+            return Ok(batch);
+        }
+        // One call for the whole batch, never a bisection: that would hold
+        // the feed, and every other sink of it, for as many calls as it
+        // takes. A batch some change makes the call fail on is held whole,
+        // and the sink's next run of held changes bisects it off the feed.
+        let messages = run.iter().map(|p| p.message.clone()).collect();
+        let started = std::time::Instant::now();
+        let outcomes = match self.chain.run(messages).await {
+            Ok(outcomes) => outcomes,
+            Err(ChainRunError::Chain(failure)) if failure.source.is_caused_by_input() => {
+                self.owed += started.elapsed() * TRAP_COOLDOWN_FACTOR;
+                warn!(sink = self.name(), changes = run.len(), error = %failure, "a function failed on the batch as a whole; its changes are held and run again off the feed, one part at a time, to find the changes it fails on");
+                let why = format!("held while its batch is run again: {failure}");
+                batch.holds.extend(
+                    run.into_iter()
+                        .map(|p| hold(p, Some((why.clone(), Duration::ZERO)))),
+                );
+                return Ok(batch);
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let settled = self.sort_outcomes(&run, outcomes);
         batch.messages = settled.messages;
         batch.dead_letters = settled.dead_letters;
         batch.holds.extend(settled.retries);
@@ -305,59 +330,154 @@ impl SinkPipeline {
     }
 
     /// Runs the sink's functions again on its due held changes (unless it
-    /// is quarantined) and stores the outcome. Returns how many held changes
-    /// were settled (0: nothing was due).
+    /// is quarantined) and stores the outcome: [`Self::due_held`],
+    /// [`Self::held_run`], then [`Self::settle_held_run`]. Returns how many
+    /// held changes were settled (0: nothing was due).
     pub async fn release_held(
         &mut self,
         store: &Store,
         limit: u32,
     ) -> Result<usize, SinkPipelineError> {
-        if self.breaker.is_open() {
-            return Ok(0);
-        }
-        let (reader, sink) = (store.clone(), self.name().to_string());
-        let due = tokio::task::spawn_blocking(move || reader.due_held(&sink, limit))
-            .await
-            .map_err(ChainRunError::Task)??;
+        let due = self.due_held(store, limit).await?;
         if due.is_empty() {
             return Ok(0);
         }
-        let mut pending = Vec::with_capacity(due.len());
-        let mut settlement = HeldSettlement::default();
-        for held in due {
-            let key = (held.commit_lsn, held.commit_idx);
-            match serde_json::from_value::<Message>(held.message.clone()) {
-                Ok(mut message) => {
-                    // A replayed dead letter goes to this sink as it is now.
-                    message.metadata.consumer = self.consumer.clone();
-                    pending.push(Pending {
-                        message,
-                        group_id: held.group_id,
-                        attempts: held.attempts,
-                    });
-                }
-                Err(error) => {
-                    settlement.released.push(key);
-                    settlement.dead_letters.push(NewDeadLetter {
-                        commit_lsn: held.commit_lsn,
-                        commit_idx: held.commit_idx,
-                        group_id: held.group_id,
-                        idempotency_key: weft_core::message::idempotency_key(
-                            held.commit_lsn,
-                            held.commit_idx,
-                        ),
-                        message: held.message,
-                        attempts: held.attempts,
-                        error: format!("the held change is not a message weft can read: {error}"),
-                    });
+        let run = self.held_run(due).await?;
+        self.settle_held_run(run, store).await
+    }
+
+    /// Up to `limit` of the sink's held changes that are due to run again,
+    /// in commit order; none while the sink is quarantined.
+    pub async fn due_held(
+        &self,
+        store: &Store,
+        limit: u32,
+    ) -> Result<Vec<HeldChange>, SinkPipelineError> {
+        if self.breaker.is_open() {
+            return Ok(Vec::new());
+        }
+        let (reader, sink) = (store.clone(), self.name().to_string());
+        Ok(
+            tokio::task::spawn_blocking(move || reader.due_held(&sink, limit))
+                .await
+                .map_err(ChainRunError::Task)??,
+        )
+    }
+
+    /// A run of the held changes `due` through the sink's functions,
+    /// bisecting a batch a function fails on as a whole until the changes
+    /// it fails on stand alone. It needs nothing of the pipeline, so that
+    /// it runs beside the feed: a function that times out on every part of
+    /// a bisection costs this sink's held changes alone. After a run in
+    /// which a function trapped, it waits [`TRAP_COOLDOWN_FACTOR`] times as
+    /// long as the run took before it returns, and first for what the
+    /// feed's trapping whole calls owe.
+    pub fn held_run(
+        &mut self,
+        due: Vec<HeldChange>,
+    ) -> impl std::future::Future<Output = Result<HeldRun, SinkPipelineError>> + Send + 'static
+    {
+        let (chain, consumer) = (self.chain.clone(), self.consumer.clone());
+        let owed = std::mem::take(&mut self.owed);
+        async move {
+            if !owed.is_zero() {
+                debug!(
+                    pause_ms = owed.as_millis() as u64,
+                    "pausing the sink's held changes after a trapping call on the feed"
+                );
+                tokio::time::sleep(owed).await;
+            }
+            let mut run = HeldRun::default();
+            for held in due {
+                match serde_json::from_value::<Message>(held.message.clone()) {
+                    Ok(mut message) => {
+                        // A replayed dead letter goes to this sink as it is now.
+                        message.metadata.consumer = consumer.clone();
+                        run.pending.push(Pending {
+                            message,
+                            group_id: held.group_id,
+                            attempts: held.attempts,
+                        });
+                    }
+                    Err(error) => {
+                        run.unreadable
+                            .released
+                            .push((held.commit_lsn, held.commit_idx));
+                        run.unreadable.dead_letters.push(NewDeadLetter {
+                            commit_lsn: held.commit_lsn,
+                            commit_idx: held.commit_idx,
+                            group_id: held.group_id,
+                            idempotency_key: weft_core::message::idempotency_key(
+                                held.commit_lsn,
+                                held.commit_idx,
+                            ),
+                            message: held.message,
+                            attempts: held.attempts,
+                            error: format!(
+                                "the held change is not a message weft can read: {error}"
+                            ),
+                        });
+                    }
                 }
             }
+            if chain.is_empty() || run.pending.is_empty() {
+                return Ok(run);
+            }
+            let messages = run.pending.iter().map(|p| p.message.clone()).collect();
+            let started = std::time::Instant::now();
+            run.outcomes = chain.run_bisecting(messages).await?;
+            if run
+                .outcomes
+                .iter()
+                .any(|o| matches!(o, ChainOutcome::Failed { trapped: true, .. }))
+            {
+                let pause = started.elapsed() * TRAP_COOLDOWN_FACTOR;
+                debug!(
+                    pause_ms = pause.as_millis() as u64,
+                    "pausing the sink's held changes after trapping function calls"
+                );
+                tokio::time::sleep(pause).await;
+            }
+            Ok(run)
         }
+    }
+
+    /// Stores what `run` (see [`Self::held_run`]) made of the held changes
+    /// it ran: messages, dead letters, and changes held again. Returns how
+    /// many held changes were settled.
+    pub async fn settle_held_run(
+        &mut self,
+        run: HeldRun,
+        store: &Store,
+    ) -> Result<usize, SinkPipelineError> {
+        let HeldRun {
+            pending,
+            unreadable: mut settlement,
+            outcomes,
+        } = run;
         let keys: Vec<(Lsn, u32)> = pending
             .iter()
             .map(|p| (p.message.metadata.commit_lsn, p.message.metadata.commit_idx))
             .collect();
-        let settled = self.run_chain(&pending.iter().collect::<Vec<_>>()).await?;
+        let pending: Vec<&Pending> = pending.iter().collect();
+        let settled = if self.chain.is_empty() {
+            // Nothing can fail without functions: the messages are stored
+            // as they are (copies: the held changes' path, seldom taken).
+            Settled {
+                messages: pending
+                    .iter()
+                    .map(|&p| self.message_as_it_is(p.clone()))
+                    .collect(),
+                ..Settled::default()
+            }
+        } else if outcomes.len() != pending.len() {
+            // The functions were swapped out while the run was under way
+            // (the sink had none then): the changes stay held, for the next
+            // run with the functions the sink has now.
+            return Ok(0);
+        } else {
+            self.sort_outcomes(&pending, outcomes)
+        };
         // Every change run is settled, except those held again (a retry,
         // or behind one): their rows stay, updated or untouched.
         let still_held: HashSet<(Lsn, u32)> = settled
@@ -381,32 +501,11 @@ impl SinkPipeline {
         Ok(count)
     }
 
-    /// Runs the chain on `pending` (commit order) and sorts the outcomes:
+    /// Sorts the chain's `outcomes` for `pending` (commit order, aligned):
     /// messages to store, dead letters, and holds. After a transient
     /// failure, the later changes of its group are held behind it.
-    async fn run_chain(&mut self, pending: &[&Pending]) -> Result<Settled, SinkPipelineError> {
+    fn sort_outcomes(&mut self, pending: &[&Pending], outcomes: Vec<ChainOutcome>) -> Settled {
         let mut settled = Settled::default();
-        if pending.is_empty() {
-            return Ok(settled);
-        }
-        if self.chain.is_empty() {
-            // Nothing can fail without functions: the messages are stored
-            // as they are (copies: the held changes' path, seldom taken).
-            settled.messages = pending
-                .iter()
-                .map(|&p| self.message_as_it_is(p.clone()))
-                .collect();
-            return Ok(settled);
-        }
-        let messages = pending.iter().map(|p| p.message.clone()).collect();
-        let started = std::time::Instant::now();
-        let outcomes = self.chain.run(messages).await?;
-        if outcomes
-            .iter()
-            .any(|o| matches!(o, ChainOutcome::Failed { trapped: true, .. }))
-        {
-            self.cooldown += started.elapsed() * TRAP_COOLDOWN_FACTOR;
-        }
         let mut blocked: HashSet<&str> = HashSet::new();
         for (original, outcome) in pending.iter().copied().zip(outcomes) {
             let group_id = original.group_id.as_str();
@@ -471,7 +570,7 @@ impl SinkPipeline {
                 }
             }
         }
-        Ok(settled)
+        settled
     }
 
     /// The stored message for `message` as the chain left it, with the
@@ -557,6 +656,19 @@ impl SinkPipeline {
     fn rendered(&mut self, message: &Message) -> StoredPayload {
         StoredPayload::written(|text| json::write_message(text, message, &mut self.json_cache))
     }
+}
+
+/// A run of a sink's held changes through its functions, waiting to be
+/// settled (see [`SinkPipeline::held_run`]).
+#[derive(Default)]
+pub struct HeldRun {
+    /// The held changes run, in commit order.
+    pending: Vec<Pending>,
+    /// Held changes no message could be read from: dead-lettered.
+    unreadable: HeldSettlement,
+    /// What the functions made of `pending` (aligned); empty without
+    /// functions.
+    outcomes: Vec<ChainOutcome>,
 }
 
 /// What one chain run over pending changes came to.

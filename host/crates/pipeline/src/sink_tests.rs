@@ -201,24 +201,73 @@ async fn past_max_retry_count_a_transient_failure_is_dead_lettered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_runs_with_a_trap_owe_a_cooldown() {
+async fn a_batch_a_function_traps_on_is_held_whole_and_a_held_run_bisects_it_then_pauses() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("weft.db")).unwrap();
     let mut sink = sink(dir.path(), PULL, true);
-    let clean = change(10, 0, 1, "echo");
-    process(&mut sink, vec![clean], &store).await;
-    assert_eq!(sink.take_cooldown(), Duration::ZERO);
-    let poison = change(20, 0, 2, "panic");
+    let batch = process(&mut sink, vec![change(10, 0, 1, "echo")], &store).await;
+    assert_eq!(batch.messages.len(), 1, "a clean batch goes through");
+    assert!(batch.holds.is_empty() && batch.dead_letters.is_empty());
+    store.append(&[batch], Lsn(10)).unwrap();
+
+    // On the feed: one call, which fails, and the whole batch is held.
+    let clean = change(20, 0, 2, "echo");
+    let poison = change(20, 1, 3, "panic");
+    let batch = process(&mut sink, vec![clean, poison], &store).await;
+    assert!(batch.messages.is_empty() && batch.dead_letters.is_empty());
+    assert_eq!(batch.holds.len(), 2, "{:?}", batch.holds);
+    for hold in &batch.holds {
+        assert_eq!(hold.retry_in, Duration::ZERO, "due at once");
+        assert_eq!(hold.change.attempts, 0, "the whole call is no attempt");
+        assert!(
+            hold.change
+                .last_error
+                .as_deref()
+                .unwrap()
+                .contains("panicked"),
+            "{hold:?}"
+        );
+    }
+    store.append(&[batch], Lsn(20)).unwrap();
+
+    // While a run of held changes is under way, new changes wait behind it.
+    sink.set_releasing(true);
+    let batch = process(&mut sink, vec![change(30, 0, 4, "echo")], &store).await;
+    assert!(batch.messages.is_empty());
+    assert_eq!(batch.holds.len(), 1);
+    store.append(&[batch], Lsn(30)).unwrap();
+    sink.set_releasing(false);
+
+    // The run bisects: the poison is dead-lettered, the others go through
+    // in order, and a run with a trap pauses for twice its length.
+    let due = sink.due_held(&store, 100).await.unwrap();
+    assert_eq!(due.len(), 3);
     let started = std::time::Instant::now();
-    let batch = process(&mut sink, vec![poison], &store).await;
+    let run = sink.held_run(due).await.unwrap();
     let took = started.elapsed();
-    assert_eq!(batch.dead_letters.len(), 1);
-    let owed = sink.take_cooldown();
-    assert!(
-        owed > Duration::ZERO && owed <= took * TRAP_COOLDOWN_FACTOR,
-        "owed {owed:?} for a run of {took:?}"
+    assert_eq!(sink.settle_held_run(run, &store).await.unwrap(), 3);
+    assert_eq!(
+        stored_ids(&store),
+        vec![(10, json!(1)), (20, json!(2)), (30, json!(4))]
     );
-    assert_eq!(sink.take_cooldown(), Duration::ZERO, "taken once");
+    assert_eq!(store.held_count("s").unwrap(), 0);
+    let letters = store.dead_letters("s", 0, 10).unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+
+    // A run without a trap does not pause.
+    sink.set_releasing(true);
+    let batch = process(&mut sink, vec![change(40, 0, 5, "echo")], &store).await;
+    sink.set_releasing(false);
+    store.append(&[batch], Lsn(40)).unwrap();
+    let due = sink.due_held(&store, 100).await.unwrap();
+    let started = std::time::Instant::now();
+    let run = sink.held_run(due).await.unwrap();
+    let quick = started.elapsed();
+    assert!(
+        quick * 3 < took,
+        "a clean run ({quick:?}) pauses for nothing, a trapping one ({took:?}) for twice its length"
+    );
+    assert_eq!(sink.settle_held_run(run, &store).await.unwrap(), 1);
 }
 
 #[test]
