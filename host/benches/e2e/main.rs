@@ -11,6 +11,7 @@
 //! cargo bench -p weft --bench e2e -- backfill --changes 1000000   # scenario 3 (N rows)
 //! cargo bench -p weft --bench e2e -- backfill --stored-only       # its first phase alone
 //! cargo bench -p weft --bench e2e -- pgsink --changes 200000      # scenario 4 (N rows)
+//! cargo bench -p weft --bench e2e -- neighbour                    # scenario 5
 //! ```
 //!
 //! * `throughput`: one slot per consumer is created before any write, then
@@ -24,6 +25,9 @@
 //!   `COPY (SELECT * …) TO STDOUT` of the same table.
 //! * `pgsink`: N existing rows backfilled into the postgres sink (mirror
 //!   and append modes), next to `COPY … FROM` into the same table.
+//! * `neighbour`: a plain pull sink drains 20,000 rows alone and beside a
+//!   sink of the same database whose transform times out on every 200th
+//!   row; the ratio of its rates.
 //!
 //! A new sink is one more [`weft_run::Target`] (and [`weft_run::LiveTarget`]
 //! for latency) in `targets.rs`, listed in [`throughput_targets`] and
@@ -39,6 +43,7 @@ mod harness;
 mod backfill;
 mod baseline;
 mod latency;
+mod neighbour;
 mod pg_sink;
 mod report;
 mod targets;
@@ -90,6 +95,7 @@ fn main() {
             "throughput" => throughput::run(&settings, throughput_targets),
             "backfill" => backfill::run(&settings),
             "pgsink" => pg_sink::run(&settings),
+            "neighbour" => neighbour::run(&settings),
             _ => latency::run(&settings, latency_targets),
         }
     }
@@ -114,10 +120,10 @@ fn latency_targets() -> Vec<Box<dyn LiveTarget>> {
 }
 
 /// The scenarios, as named on the command line.
-const SCENARIOS: [&str; 4] = ["throughput", "latency", "backfill", "pgsink"];
+const SCENARIOS: [&str; 5] = ["throughput", "latency", "backfill", "pgsink", "neighbour"];
 
 /// What `--help` prints, and an unknown argument with it.
-const USAGE: &str = "usage: e2e [throughput] [latency] [backfill] [pgsink] \
+const USAGE: &str = "usage: e2e [throughput] [latency] [backfill] [pgsink] [neighbour] \
 [--changes N] [--rate N] [--seconds N] [--pull-consumers N] [--only nats|pull|hook|kafka] [--stored-only]
 (no scenario: throughput and latency; WEFT_BIN=<weft binary> runs another build of weft)";
 
