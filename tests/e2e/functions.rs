@@ -255,6 +255,22 @@ impl LookupApi {
             _runtime: runtime,
         }
     }
+
+    /// The `functions:` section with the enrichment `lookup`, the HTTP
+    /// enrichment guest asking this API, granted to reach it.
+    fn enrichment_yaml(&self) -> String {
+        format!(
+            r#"functions:
+  - name: lookup
+    type: enrichment
+    file: {enrichment}
+    config: {{ url: "http://{addr}/lookup" }}
+    grants: {{ http: {{ allow_hosts: ["{addr}"] }} }}
+"#,
+            addr = self.addr,
+            enrichment = guests::wasm("weft_http_enrichment").display(),
+        )
+    }
 }
 
 #[test]
@@ -263,13 +279,7 @@ fn an_enrichment_calls_an_allowed_http_api_on_the_pull_sink() {
     pg.psql("CREATE TABLE orders (id int PRIMARY KEY, item text)");
     let api = LookupApi::start();
     let config = format!(
-        r#"{databases}functions:
-  - name: lookup
-    type: enrichment
-    file: {enrichment}
-    config: {{ url: "http://{addr}/lookup" }}
-    grants: {{ http: {{ allow_hosts: ["{addr}"] }} }}
-sinks:
+        r#"{databases}{functions}sinks:
   - name: orders
     database: shop
     source: {{ include_tables: [public.orders] }}
@@ -277,8 +287,7 @@ sinks:
     destination: {{ type: sequin_stream, ack_wait_ms: 5000 }}
 "#,
         databases = pg.databases_yaml("weft_http"),
-        addr = api.addr,
-        enrichment = guests::wasm("weft_http_enrichment").display(),
+        functions = api.enrichment_yaml(),
     );
     let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_http", &config);
 
@@ -325,13 +334,7 @@ fn a_change_held_for_a_retry_reaches_a_push_sink_before_its_rows_later_changes()
     let nats = NatsServer::start();
     create_stream(&nats, &["sequin.>"]);
     let config = format!(
-        r#"{databases}functions:
-  - name: lookup
-    type: enrichment
-    file: {enrichment}
-    config: {{ url: "http://{addr}/lookup" }}
-    grants: {{ http: {{ allow_hosts: ["{addr}"] }} }}
-sinks:
+        r#"{databases}{functions}sinks:
   - name: items
     database: shop
     source: {{ include_tables: [public.items] }}
@@ -345,9 +348,8 @@ sinks:
       retry_backoff_max_ms: 200
 "#,
         databases = pg.databases_yaml("weft_held"),
-        addr = api.addr,
+        functions = api.enrichment_yaml(),
         nats_port = nats.port(),
-        enrichment = guests::wasm("weft_http_enrichment").display(),
     );
     let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_held", &config);
 

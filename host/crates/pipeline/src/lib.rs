@@ -162,7 +162,9 @@ pub struct Pipeline {
     /// Runs of held changes under way beside the feed, at most one per
     /// sink (see [`Pipeline::start_held_runs`]).
     held_runs: JoinSet<HeldRunDone>,
-    /// The sinks with a run of held changes under way.
+    /// The sinks with a run of held changes under way: their new changes
+    /// are held behind it (a sink that left and joined again meanwhile
+    /// too, so that no second run takes the same held changes).
     releasing: std::collections::HashSet<String>,
     /// Bumped whenever a sink joins or leaves: a run of held changes that
     /// started before belongs to a sink as it was, and is not settled.
@@ -388,13 +390,14 @@ impl Pipeline {
         });
         for (index, stored) in stored.iter().copied().enumerate() {
             let mut prepared = self.sinks[index].prepare(handout.serve(index));
+            let behind_a_run = self.releasing.contains(self.sinks[index].name());
             let sink_span = {
                 let sink = &self.sinks[index];
                 info_span!("sink", sink = sink.name(), plugins = %sink.plugins())
             };
             let mut sink_batch = loop {
                 match self.sinks[index]
-                    .process(&mut prepared, &self.store)
+                    .process(&mut prepared, &self.store, behind_a_run)
                     .instrument(sink_span.clone())
                     .await
                 {
@@ -581,7 +584,6 @@ impl Pipeline {
             self.held_runs
                 .spawn(async move { (name, generation, run.await) });
             self.releasing.insert(sink.name().to_string());
-            sink.set_releasing(true);
         }
     }
 
@@ -596,20 +598,16 @@ impl Pipeline {
                 // sink can be named: every sink may start a run again.
                 warn!(%error, "a run of held changes failed; they stay held");
                 self.releasing.clear();
-                for sink in &mut self.sinks {
-                    sink.set_releasing(false);
-                }
                 return;
             }
         };
         self.releasing.remove(&name);
-        let Some(sink) = self.sinks.iter_mut().find(|sink| sink.name() == name) else {
-            return;
-        };
-        sink.set_releasing(false);
         if generation != self.sink_generation {
             return;
         }
+        let Some(sink) = self.sinks.iter_mut().find(|sink| sink.name() == name) else {
+            return;
+        };
         let settled = match run {
             Ok(run) => sink.settle_held_run(run, &self.store).await,
             Err(error) => Err(error),
@@ -622,12 +620,10 @@ impl Pipeline {
                 // must follow them through the store, not overtake them
                 // through memory. The lane spills until the store is
                 // drained.
-                if sink.config().max_backlog_messages.is_none()
-                    && let Some(lane) = self.handles.lane(sink.name())
-                {
+                if let Some(lane) = self.lane_of(&name) {
                     lane.spill();
                 }
-                self.handles.wake(sink.name());
+                self.handles.wake(&name);
             }
             Err(error) => {
                 warn!(sink = %name, %error, "cannot release held changes; trying again later");
@@ -670,13 +666,9 @@ impl Pipeline {
                             stored.unwrap_or(StoredUpTo::through(self.last_commit)),
                         );
                     }
-                    let mut sink = *sink;
-                    // A run of its held changes still under way (for the
-                    // sink as it was) keeps its new changes behind them.
-                    sink.set_releasing(self.releasing.contains(&name));
                     match self.sinks.iter_mut().find(|s| s.name() == name) {
-                        Some(running) => *running = sink,
-                        None => self.sinks.push(sink),
+                        Some(running) => *running = *sink,
+                        None => self.sinks.push(*sink),
                     }
                     info!(sink = %name, starts_here, at = %cursors[&name].cursor, "sink joined the pipeline");
                 }

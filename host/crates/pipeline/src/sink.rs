@@ -62,11 +62,6 @@ pub struct SinkPipeline {
     backlog: Option<BacklogGuard>,
     retry: RetryPolicy,
     breaker: Breaker,
-    /// A run of the sink's held changes is under way (see
-    /// [`SinkPipeline::held_run`]): new changes wait behind it in the
-    /// store, so that the feed never calls a function that may be
-    /// bisecting a hostile batch.
-    releasing: bool,
     /// Time the sink owes for whole calls on the feed that trapped (see
     /// [`TRAP_COOLDOWN_FACTOR`]): its next run of held changes waits it out.
     owed: Duration,
@@ -129,7 +124,6 @@ impl SinkPipeline {
             config,
             plugins: plugin_names(&chain),
             chain,
-            releasing: false,
             owed: Duration::ZERO,
             json_cache: JsonCache::default(),
         }
@@ -148,12 +142,6 @@ impl SinkPipeline {
     /// The sink's name.
     pub fn name(&self) -> &str {
         &self.config.name
-    }
-
-    /// Says whether a run of the sink's held changes is under way: while
-    /// it is, [`Self::process`] holds every change behind it.
-    pub fn set_releasing(&mut self, releasing: bool) {
-        self.releasing = releasing;
     }
 
     /// The sink's quarantine breaker (shared with the API).
@@ -241,16 +229,21 @@ impl SinkPipeline {
     /// transient failure, a group with an earlier held change, or a
     /// quarantined sink). Without functions, and with nothing held, the
     /// messages move out of `prepared` into the batch.
+    ///
+    /// `behind_a_run`: a run of the sink's held changes is under way (see
+    /// [`Self::held_run`]); every change is held behind it, so that the
+    /// feed never calls a function that may be bisecting a hostile batch.
     pub async fn process(
         &mut self,
         prepared: &mut Prepared,
         store: &Store,
+        behind_a_run: bool,
     ) -> Result<SinkBatch, SinkPipelineError> {
         let mut batch = SinkBatch::of(self.name(), Vec::new());
         if prepared.is_empty() {
             return Ok(batch);
         }
-        if self.breaker.is_open() || self.releasing {
+        if self.breaker.is_open() || behind_a_run {
             self.make_messages(prepared);
             batch.holds = prepared.pending.iter().map(|p| hold(p, None)).collect();
             return Ok(batch);
@@ -327,23 +320,6 @@ impl SinkPipeline {
         batch.holds.extend(settled.retries);
         batch.holds.extend(settled.behind);
         Ok(batch)
-    }
-
-    /// Runs the sink's functions again on its due held changes (unless it
-    /// is quarantined) and stores the outcome: [`Self::due_held`],
-    /// [`Self::held_run`], then [`Self::settle_held_run`]. Returns how many
-    /// held changes were settled (0: nothing was due).
-    pub async fn release_held(
-        &mut self,
-        store: &Store,
-        limit: u32,
-    ) -> Result<usize, SinkPipelineError> {
-        let due = self.due_held(store, limit).await?;
-        if due.is_empty() {
-            return Ok(0);
-        }
-        let run = self.held_run(due).await?;
-        self.settle_held_run(run, store).await
     }
 
     /// Up to `limit` of the sink's held changes that are due to run again,
@@ -471,9 +447,10 @@ impl SinkPipeline {
                 ..Settled::default()
             }
         } else if outcomes.len() != pending.len() {
-            // The functions were swapped out while the run was under way
-            // (the sink had none then): the changes stay held, for the next
-            // run with the functions the sink has now.
+            // Outcomes that do not match the changes (a run made without
+            // the functions the sink has now) settle nothing: zipping them
+            // would release changes without their messages. The changes
+            // stay held, for the next run.
             return Ok(0);
         } else {
             self.sort_outcomes(&pending, outcomes)
