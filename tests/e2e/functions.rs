@@ -383,6 +383,71 @@ fn a_change_held_for_a_retry_reaches_a_push_sink_before_its_rows_later_changes()
     );
 }
 
+/// A held change released while an older change of its row is still being
+/// delivered from memory: the worker delivers the memory lane and the store
+/// side by side, so the release must wait until the lane is settled.
+#[test]
+fn a_released_change_waits_for_its_rows_older_change_still_in_memory() {
+    use crate::harness::webhook_receiver::{Mode, Receiver};
+
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)");
+    let api = LookupApi::start();
+    let receiver = Receiver::start(Mode::Accept);
+    // The insert of row 1 takes 4 s to be accepted: it is in flight from
+    // memory while its update fails, is held and is released.
+    receiver.set_stalled(1, 0, Duration::from_secs(4));
+    let sinks = r#"  - name: items
+    database: shop
+    source: { include_tables: [public.items] }
+    enrichment: lookup
+    destination:
+      type: webhook
+      http_endpoint: receiver
+      http_endpoint_path: /items
+      batch: false
+      max_in_flight: 4
+      request_timeout_ms: 10000
+      retry_backoff_base_ms: 50
+      retry_backoff_max_ms: 100
+"#;
+    let config = format!(
+        "{}{}",
+        api.enrichment_yaml(),
+        crate::webhook::config(&pg, &receiver, sinks)
+    );
+    let (_dir, weft) = WeftProcess::start_replicating(&pg, "weft_hook", &config);
+
+    pg.psql("INSERT INTO items VALUES (1, 0)");
+    receiver.wait_until("the insert is in flight", Duration::from_secs(60), |s| {
+        s.started >= 1
+    });
+    api.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    pg.psql("UPDATE items SET v = 1");
+    weft.wait_until("the update is held", Duration::from_secs(30), || {
+        let held = weft.store_query("SELECT count(*) || '' FROM held_changes");
+        if held == ["1"] { Ok(()) } else { Err(held) }
+    });
+    api.failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    for v in 2..=5 {
+        pg.psql(&format!("UPDATE items SET v = {v}"));
+    }
+    receiver.wait_until("six changes of row 1", Duration::from_secs(60), |s| {
+        s.accepted.len() >= 6
+    });
+    let vs: Vec<i64> = receiver.rows("/items")[&1]
+        .iter()
+        .map(|(_, v, _)| *v)
+        .collect();
+    assert_eq!(
+        vs,
+        (0..=5).collect::<Vec<_>>(),
+        "row 1 in commit order; log:\n{}",
+        weft.log_text()
+    );
+}
+
 #[test]
 fn the_store_records_the_config_and_each_plugin_weft_ran_with() {
     let pg = PgCluster::start();

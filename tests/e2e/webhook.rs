@@ -12,7 +12,8 @@ use crate::harness::postgres::PgCluster;
 use crate::harness::webhook_receiver::{Mode, Receiver, Rows, SECRET, TOKEN};
 use crate::harness::weft::{WeftProcess, http};
 
-fn config(pg: &PgCluster, receiver: &Receiver, sinks: &str) -> String {
+/// A config with the receiver as the HTTP endpoint `receiver` and `sinks`.
+pub(crate) fn config(pg: &PgCluster, receiver: &Receiver, sinks: &str) -> String {
     format!(
         r#"
 {databases}http_endpoints:

@@ -40,6 +40,8 @@ pub struct State {
     pub mode: Mode,
     /// Requests holding a message of this row id fail with 500.
     pub poisoned: Option<i64>,
+    /// Requests holding row `.0` at `v` = `.1` wait `.2` before answering.
+    pub stalled: Option<(i64, i64, Duration)>,
     /// Accepted messages in arrival order, with the path they came on.
     pub accepted: Vec<(String, Value)>,
     /// Accepted requests: method, path, `X-Table` header, message count.
@@ -76,6 +78,7 @@ impl Receiver {
         let state = Arc::new(Mutex::new(State {
             mode,
             poisoned: None,
+            stalled: None,
             accepted: Vec::new(),
             requests: Vec::new(),
             bodies: Vec::new(),
@@ -111,6 +114,12 @@ impl Receiver {
     /// Makes requests holding row `row` fail.
     pub fn set_poisoned(&self, row: Option<i64>) {
         self.state.lock().unwrap().poisoned = row;
+    }
+
+    /// Makes requests holding row `row` at `v` wait `stall` before they
+    /// are answered, as a destination slow for one message.
+    pub fn set_stalled(&self, row: i64, v: i64, stall: Duration) {
+        self.state.lock().unwrap().stalled = Some((row, v, stall));
     }
 
     /// Runs `f` on the state.
@@ -209,15 +218,22 @@ async fn handle(
         Some(batch) => batch.clone(),
         None => vec![parsed],
     };
-    let mode = {
+    let (mode, stalled) = {
         let mut s = state.lock().unwrap();
         if !problems.is_empty() {
             s.bad_requests.extend(problems);
             return StatusCode::UNAUTHORIZED;
         }
         s.started += 1;
-        s.mode
+        (s.mode, s.stalled)
     };
+    if let Some((row, v, stall)) = stalled
+        && messages.iter().any(|m| {
+            m["record"]["id"].as_i64() == Some(row) && m["record"]["v"].as_i64() == Some(v)
+        })
+    {
+        tokio::time::sleep(stall).await;
+    }
     if mode == Mode::SlowAccept {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

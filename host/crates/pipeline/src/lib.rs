@@ -567,6 +567,11 @@ impl Pipeline {
     /// changes are held behind it. A failure to read the held changes is
     /// logged and left for the next round: held changes stay held.
     async fn start_held_runs(&mut self) {
+        let lanes: HashMap<String, Lane> = self
+            .sinks
+            .iter()
+            .filter_map(|sink| Some((sink.name().to_string(), self.lane_of(sink.name())?)))
+            .collect();
         for sink in &mut self.sinks {
             if self.releasing.contains(sink.name()) {
                 continue;
@@ -581,8 +586,20 @@ impl Pipeline {
             };
             let (name, generation) = (sink.name().to_string(), self.sink_generation);
             let run = sink.held_run(due);
-            self.held_runs
-                .spawn(async move { (name, generation, run.await) });
+            let lane = lanes.get(sink.name()).cloned();
+            self.held_runs.spawn(async move {
+                let run = run.await;
+                // The lane may still hold an older message of a group the
+                // run releases, and the worker delivers the lane and the
+                // store side by side: stored first, the released message
+                // could overtake it. While the run is under way the lane
+                // gets nothing new (the sink's new changes are held), so
+                // this wait ends.
+                if let Some(lane) = lane {
+                    lane.emptied().await;
+                }
+                (name, generation, run)
+            });
             self.releasing.insert(sink.name().to_string());
         }
     }

@@ -278,6 +278,28 @@ impl Lane {
         }
     }
 
+    /// Completes once every message the lane was sent is settled
+    /// (delivered, dead-lettered or stored), or the lane is lost (then the
+    /// feed starts again, and [`Lane::reset`] empties it). Messages stored
+    /// for the sink from elsewhere wait for it: any message still in the
+    /// lane is older than they are, and the worker delivers the lane and
+    /// the store side by side, so a group's newer message stored now could
+    /// overtake its older one still in memory.
+    pub async fn emptied(&self) {
+        loop {
+            let drained = self.inner.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            {
+                let state = self.state();
+                if state.sends.is_empty() || state.lost {
+                    return;
+                }
+            }
+            drained.await;
+        }
+    }
+
     /// Completes once messages arrive after it is enabled (or arrived
     /// since the last wait): the worker's wake-up.
     pub fn arrivals(&self) -> Notified<'_> {
@@ -347,6 +369,7 @@ impl Lane {
             state.lost = true;
             drop(state);
             self.inner.moved.send_modify(|moves| *moves += 1);
+            self.inner.drained.notify_waiters();
         }
     }
 
@@ -559,6 +582,7 @@ impl Lane {
     pub fn lose(&self) {
         self.state().lost = true;
         self.inner.moved.send_modify(|moves| *moves += 1);
+        self.inner.drained.notify_waiters();
     }
 
     /// The commit LSN through which every change the pipeline handed over
@@ -806,5 +830,35 @@ mod tests {
             "nobody drains it"
         );
         assert!(lane.is_spilling(), "a lane full for too long spills");
+    }
+
+    #[tokio::test]
+    async fn emptied_waits_until_everything_sent_is_settled() {
+        let (lane, _moved) = lane(1 << 20);
+        lane.emptied().await;
+        lane.send(vec![message(1, "a"), message(2, "b")], Lsn(0), None)
+            .unwrap();
+        let taken = lane.take(1, usize::MAX);
+        let waiting = tokio::spawn({
+            let lane = lane.clone();
+            async move { lane.emptied().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "one in flight, one queued");
+        lane.settle(taken, vec![DeliveryOutcome::Delivered]);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "one still queued");
+        lane.spill();
+        let to_store = lane.to_spill();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "taken for the store, not stored yet"
+        );
+        lane.stored(&to_store);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("emptied once the last message is stored")
+            .unwrap();
     }
 }
