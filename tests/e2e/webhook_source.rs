@@ -115,11 +115,6 @@ fn wait_until_pruned(weft: &WeftProcess, timeout: Duration) {
     );
 }
 
-/// How many messages weft holds for `sink`.
-fn stored_messages(weft: &WeftProcess, sink: &str) -> usize {
-    count_rows(weft, "pull_messages", "sink", sink)
-}
-
 /// How many rows of the store's `table` have `column` = `value`.
 fn count_rows(weft: &WeftProcess, table: &str, column: &str, value: &str) -> usize {
     weft.store_query(&format!(
@@ -355,7 +350,7 @@ fn a_message_accepted_just_before_a_sigkill_is_delivered_after_the_restart() {
         "the backlog filled",
         Duration::from_secs(60),
         Duration::from_millis(50),
-        || match stored_messages(&weft, "orders") {
+        || match weft.stored_count("orders") {
             stored if stored >= 5 => Ok(()),
             stored => Err(stored),
         },

@@ -119,8 +119,9 @@ impl WeftProcess {
             .collect()
     }
 
-    /// Idempotency keys of `sink`'s undelivered messages in weft's store
-    /// (its outbox), read with SQLite directly.
+    /// Idempotency keys of a push sink's undelivered messages in weft's
+    /// store (its outbox), read with SQLite directly. A pull sink's are in
+    /// compressed segments: count them with [`Self::stored_count`].
     pub fn stored_keys(&self, sink: &str) -> std::collections::HashSet<String> {
         let db = self.open_store(rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
         let mut query = db
@@ -133,12 +134,26 @@ impl WeftProcess {
             .collect()
     }
 
+    /// How many undelivered messages weft's store holds for `sink`: its
+    /// rows, and the members of its segments not settled yet.
+    pub fn stored_count(&self, sink: &str) -> usize {
+        let db = self.open_store(rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
+        db.query_row(
+            "SELECT (SELECT count(*) FROM pull_messages WHERE sink = ?1)
+                  + (SELECT coalesce(sum(messages - settled_count), 0)
+                     FROM pull_segments WHERE sink = ?1)",
+            [sink],
+            |row| row.get::<_, i64>(0),
+        )
+        .unwrap() as usize
+    }
+
     /// Waits until `sink` holds no undelivered message: none in weft's
     /// store, and none waiting or in flight in a push sink's memory lane
     /// (the queue gauges of `/metrics`).
     pub fn wait_until_delivered(&self, sink: &str, timeout: Duration) {
         self.wait_until(&format!("{sink}'s messages delivered"), timeout, || {
-            let stored = self.stored_keys(sink).len();
+            let stored = self.stored_count(sink);
             let waiting = self
                 .metric("sequin_messages_buffered", &[("sink", sink)])
                 .unwrap_or(0.0)

@@ -113,6 +113,25 @@ pub(super) fn lease_heads(
     }
 }
 
+/// [`lease_heads`] over `pull_messages` rows alone: a sink read in place
+/// (see [`super::pull_log`]) never moves its segments into that table.
+pub(super) fn lease_row_heads(
+    tx: &Transaction<'_>,
+    sink: &str,
+    now: i64,
+    until: i64,
+    limit: u32,
+) -> Result<Vec<Leased>, StoreError> {
+    let mut lease = Lease {
+        leased: Vec::new(),
+        total_bytes: 0,
+        max_bytes: usize::MAX,
+        first_regardless: true,
+    };
+    lease_visible_heads(tx, sink, now, until, limit, &mut lease)?;
+    Ok(lease.leased)
+}
+
 /// What [`lease_heads`] has leased so far, and its byte budget.
 struct Lease {
     leased: Vec<Leased>,

@@ -193,7 +193,8 @@ impl Store {
         let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let inserted = super::store_messages(&tx, sink, &settlement.messages, now)?;
+        let in_place = self.logs.reads_in_place(sink);
+        let inserted = super::store_messages(&tx, sink, &settlement.messages, now, in_place)?;
         insert_function_dead_letters(&tx, sink, &settlement.dead_letters, now)?;
         insert_holds(&tx, sink, &settlement.holds, now)?;
         {

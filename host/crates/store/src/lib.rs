@@ -27,6 +27,7 @@ mod heads;
 mod held;
 mod inventory;
 mod pull;
+mod pull_log;
 mod registry;
 mod schema;
 mod segments;
@@ -174,6 +175,8 @@ pub struct Store {
     /// while `conn` is busy with a transaction, so the pipeline can check a
     /// batch against the store while the previous batch commits.
     reader: Arc<Mutex<Connection>>,
+    /// What memory holds of the sinks whose segments are read in place.
+    logs: Arc<pull_log::Logs>,
     path: Arc<PathBuf>,
 }
 
@@ -259,6 +262,7 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             reader: Arc::new(Mutex::new(reader)),
+            logs: Arc::default(),
             path: Arc::new(path.to_path_buf()),
         })
     }
@@ -266,6 +270,15 @@ impl Store {
     /// The store file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Stores every later batch of `sink` as segments, whatever its size:
+    /// `sink` is a pull sink, whose [`Store::receive`] reads segments in
+    /// place and whose acks mark them (see `pull_log`), so that no message
+    /// costs a row of its own. Kept in memory: call it each time weft
+    /// starts the sink.
+    pub fn read_in_place(&self, sink: &str) {
+        self.logs.read_in_place(sink);
     }
 
     /// In one SQLite transaction: inserts every message, function dead
@@ -324,7 +337,13 @@ impl Store {
             )?;
             for sink_batch in batch {
                 let sink = sink_batch.sink.as_str();
-                let inserted = store_messages(&tx, sink, &sink_batch.messages, now)?;
+                let inserted = store_messages(
+                    &tx,
+                    sink,
+                    &sink_batch.messages,
+                    now,
+                    self.logs.reads_in_place(sink),
+                )?;
                 if inserted < sink_batch.messages.len() {
                     // Only a replay stores a position twice; rare, and the
                     // first thing to look at when a consumer sees one twice.
@@ -421,6 +440,7 @@ impl Store {
         tx.execute("DELETE FROM held_changes WHERE sink = ?1", params![sink])?;
         tx.execute("DELETE FROM sink_pauses WHERE sink = ?1", params![sink])?;
         tx.commit()?;
+        self.logs.forget(sink);
         Ok(deleted as u64)
     }
 
@@ -487,13 +507,14 @@ const LAST_STORED: &str = "SELECT commit_lsn, commit_idx FROM pull_messages WHER
      ORDER BY commit_lsn DESC, commit_idx DESC LIMIT 1";
 
 /// Stores `messages` (in commit order) for `sink` at `now`, as segments
-/// when [`segments::takes`] them, else as `pull_messages` rows; returns how
-/// many were new.
+/// when `in_place` (see [`Store::read_in_place`]) or [`segments::takes`]
+/// them, else as `pull_messages` rows; returns how many were new.
 fn store_messages(
     tx: &rusqlite::Transaction<'_>,
     sink: &str,
     messages: &[NewMessage],
     now: i64,
+    in_place: bool,
 ) -> Result<usize, StoreError> {
     // Sized up front: collecting `Result`s cannot, and a backfill chunk's
     // thousands of messages would grow it by copies.
@@ -501,7 +522,7 @@ fn store_messages(
     for message in messages {
         columns.push(MessageColumns::of(message)?);
     }
-    if segments::takes(tx, sink, columns.len())? {
+    if (in_place && !columns.is_empty()) || segments::takes(tx, sink, columns.len())? {
         segments::stage(tx, sink, &columns, now)
     } else {
         insert_messages(tx, sink, &columns, now)

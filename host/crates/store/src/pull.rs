@@ -12,8 +12,12 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde_json::value::RawValue;
 
+use std::collections::HashSet;
+
 use super::codec::StoredPayload;
-use super::heads::{AckId, Held, lease_heads, move_to_dead_letters, promote_next_head};
+use super::heads::{AckId, Held, lease_row_heads, move_to_dead_letters, promote_next_head};
+use super::pull_log::{Ask, with_window};
+use super::spill::{Attempted, insert_dead_letter};
 use super::{Store, StoreError, StoreTime, now_ms, segments};
 use weft_core::metrics;
 
@@ -86,6 +90,9 @@ impl Store {
     /// messages are in flight. Group heads delivered `max_deliver` times
     /// whose lease ended become dead letters first, which lets their group's
     /// next message go. Atomic: concurrent receivers get disjoint messages.
+    ///
+    /// The sink's `pull_messages` rows go first; its segments are read in
+    /// place (see [`super::pull_log`]).
     pub fn receive(
         &self,
         sink: &str,
@@ -101,25 +108,24 @@ impl Store {
         let until = now.saturating_add(i64::try_from(ack_wait.as_millis()).unwrap_or(i64::MAX));
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        let mut windows = self.logs.windows();
         let mut delivered = Vec::new();
-        let exhausted = match max_deliver {
+        let mut exhausted = match max_deliver {
             Some(max_deliver) => dead_letter_exhausted(&tx, sink, now, max_deliver)?,
             None => 0,
         };
-        {
-            let in_flight: u32 = tx
-                .prepare_cached(
-                    "SELECT count(*) FROM (SELECT 1 FROM pull_messages
-                     WHERE sink = ?1 AND not_visible_until > ?2 LIMIT ?3)",
-                )?
-                .query_row(params![sink, now, max_ack_pending], |row| row.get(0))?;
-            let room = batch_size.min(max_ack_pending.saturating_sub(in_flight));
-            if room == 0 {
-                tx.commit()?;
-                metrics::count_dead_lettered(sink, "delivery", exhausted);
-                return Ok(delivered);
-            }
-            for leased in lease_heads(&tx, sink, now, until, room, usize::MAX, true)? {
+        let in_flight: u32 = tx
+            .prepare_cached(
+                "SELECT count(*) FROM (SELECT 1 FROM pull_messages
+                 WHERE sink = ?1 AND not_visible_until > ?2 LIMIT ?3)",
+            )?
+            .query_row(params![sink, now, max_ack_pending], |row| row.get(0))?;
+        let in_flight =
+            u64::from(in_flight) + windows.get(sink).map_or(0, |window| window.in_flight(now));
+        let room =
+            u64::from(batch_size).min(u64::from(max_ack_pending).saturating_sub(in_flight)) as u32;
+        if room > 0 {
+            for leased in lease_row_heads(&tx, sink, now, until, room)? {
                 delivered.push(Delivered {
                     ack_id: leased.ack_id,
                     payload: json_text(leased.payload)?,
@@ -127,25 +133,69 @@ impl Store {
                 });
             }
         }
-        tx.commit()?;
+        if delivered.len() < room as usize {
+            let blocked = groups_with_rows(&tx, sink)?;
+            let ask = Ask {
+                now,
+                until,
+                room: room as usize,
+                max_deliver,
+                blocked: &blocked,
+            };
+            exhausted += with_window(&mut windows, sink, |window| {
+                let (mut exhausted, mut dirty) = (Vec::new(), HashSet::new());
+                window.lease(&tx, sink, &ask, &mut delivered, &mut exhausted, &mut dirty)?;
+                for member in &exhausted {
+                    let error = exhausted_error(member.deliveries, max_deliver.unwrap_or(0));
+                    let attempted = Attempted {
+                        attempts: member.deliveries,
+                        first_at: member.first_delivered_at,
+                        last_at: member.last_delivered_at,
+                    };
+                    insert_dead_letter(&tx, sink, &member.columns(), attempted, &error, now)?;
+                }
+                window.persist(&tx, &dirty)?;
+                Ok(exhausted.len())
+            })?;
+        }
+        if let Err(error) = tx.commit() {
+            // Memory may hold leases and settlements the store does not.
+            windows.remove(sink);
+            return Err(error.into());
+        }
         metrics::count_dead_lettered(sink, "delivery", exhausted);
         metrics::count(metrics::DELIVER_ATTEMPTS, sink, delivered.len());
         Ok(delivered)
     }
 
-    /// Deletes the messages of `sink` whose current ack id is in `ack_ids`
-    /// and makes the next message of each of their groups available.
+    /// Settles the messages of `sink` whose current ack id is in `ack_ids`
+    /// (a row is deleted, a segment's member marked) and makes the next
+    /// message of each of their groups available.
     pub fn ack(&self, sink: &str, ack_ids: &[AckId]) -> Result<AckOutcome, StoreError> {
         let mut outcome = AckOutcome::default();
-        let mut stored_at = Vec::with_capacity(ack_ids.len());
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        let mut windows = self.logs.windows();
+        let (in_window, mut stored_at) = if windows.contains_key(sink) {
+            with_window(&mut windows, sink, |window| {
+                let mut dirty = HashSet::new();
+                let acked = window.ack(ack_ids, &mut dirty);
+                window.persist(&tx, &dirty)?;
+                Ok(acked)
+            })?
+        } else {
+            (vec![false; ack_ids.len()], Vec::new())
+        };
         {
             let mut delete = tx.prepare_cached(
                 "DELETE FROM pull_messages WHERE sink = ?1 AND ack_id = ?2
                  RETURNING group_id, head, inserted_at",
             )?;
-            for ack_id in ack_ids {
+            for (ack_id, in_window) in ack_ids.iter().zip(in_window) {
+                if in_window {
+                    outcome.processed += 1;
+                    continue;
+                }
                 let deleted: Option<(String, bool, i64)> = delete
                     .query_row(params![sink, ack_id.to_string()], |row| {
                         Ok((row.get(0)?, row.get(1)?, row.get(2)?))
@@ -163,7 +213,10 @@ impl Store {
                 }
             }
         }
-        tx.commit()?;
+        if let Err(error) = tx.commit() {
+            windows.remove(sink);
+            return Err(error.into());
+        }
         metrics::count(metrics::DELIVER_SUCCESSES, sink, outcome.processed);
         metrics::record_delivery_latency(sink, &stored_at);
         Ok(outcome)
@@ -174,13 +227,21 @@ impl Store {
     pub fn nack(&self, sink: &str, ack_ids: &[AckId]) -> Result<AckOutcome, StoreError> {
         let mut outcome = AckOutcome::default();
         let mut conn = self.lock();
+        let in_window = match self.logs.windows().get_mut(sink) {
+            Some(window) => window.nack(ack_ids),
+            None => vec![false; ack_ids.len()],
+        };
         let tx = conn.transaction()?;
         {
             let mut release = tx.prepare_cached(
                 "UPDATE pull_messages SET not_visible_until = NULL, ack_id = NULL
                  WHERE sink = ?1 AND ack_id = ?2",
             )?;
-            for ack_id in ack_ids {
+            for (ack_id, in_window) in ack_ids.iter().zip(in_window) {
+                if in_window {
+                    outcome.processed += 1;
+                    continue;
+                }
                 match release.execute(params![sink, ack_id.to_string()])? {
                     0 => outcome.unknown.push(*ack_id),
                     _ => outcome.processed += 1,
@@ -204,9 +265,14 @@ impl Store {
                 "SELECT count(*) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2",
             )?
             .query_row(params![sink, now], |row| row.get(0))?;
+        let in_window = self
+            .logs
+            .windows()
+            .get(sink)
+            .map_or(0, |window| window.in_flight(now));
         Ok(MessageCounts {
             stored: stored as u64 + segments::count(&conn, sink)?,
-            in_flight: in_flight as u64,
+            in_flight: in_flight as u64 + in_window,
         })
     }
 
@@ -227,9 +293,15 @@ impl Store {
         let held: i64 = conn
             .prepare_cached("SELECT count(*) FROM held_changes WHERE sink = ?1")?
             .query_row(params![sink], |row| row.get(0))?;
+        let in_window = self
+            .logs
+            .windows()
+            .get(sink)
+            .map_or(0, |window| window.in_flight(now_ms()));
+        let segmented = segments::count(&conn, sink)?;
         Ok(QueueDepths {
-            buffered: (stored - in_delivery).max(0) as u64 + segments::count(&conn, sink)?,
-            in_delivery: in_delivery as u64,
+            buffered: (stored - in_delivery).max(0) as u64 + segmented.saturating_sub(in_window),
+            in_delivery: in_delivery as u64 + in_window,
             held: held as u64,
         })
     }
@@ -250,6 +322,12 @@ impl Store {
         let next: Option<i64> = conn
             .prepare_cached("SELECT min(not_visible_until) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2")?
             .query_row(params![sink, looked_at.0], |row| row.get(0))?;
+        let in_window = self
+            .logs
+            .windows()
+            .get(sink)
+            .and_then(|window| window.next_expiry(looked_at.0));
+        let next = next.into_iter().chain(in_window).min();
         let now = now_ms();
         Ok(next.map(|at| Duration::from_millis((at - now).max(0) as u64)))
     }
@@ -258,7 +336,7 @@ impl Store {
 /// A pull consumer's view of a payload: JSON as stored, a bytes payload as
 /// its JSON view (see [`weft_core::payload::Payload::into_json_view`]). Pull
 /// sinks only ever store JSON (the pipeline sees to it).
-fn json_text(payload: StoredPayload) -> Result<Box<RawValue>, StoreError> {
+pub(super) fn json_text(payload: StoredPayload) -> Result<Box<RawValue>, StoreError> {
     let text = match payload {
         StoredPayload::Json(text) => text,
         bytes => bytes.to_payload()?.into_json_view().to_string(),
@@ -267,6 +345,23 @@ fn json_text(payload: StoredPayload) -> Result<Box<RawValue>, StoreError> {
         what: "payload",
         detail: e.to_string(),
     })
+}
+
+/// The groups of `sink` with `pull_messages` rows: their segments' members
+/// wait for them (see [`super::pull_log`]).
+fn groups_with_rows(tx: &Transaction<'_>, sink: &str) -> Result<HashSet<String>, StoreError> {
+    Ok(tx
+        .prepare_cached("SELECT DISTINCT group_id FROM pull_messages WHERE sink = ?1")?
+        .query_map(params![sink], |row| row.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// Why a message handed out `deliveries` times became a dead letter.
+fn exhausted_error(deliveries: u32, max_deliver: u32) -> String {
+    format!(
+        "handed out {deliveries} times without an ack (max_deliver = {max_deliver}); \
+         replay it once the consumer can process it"
+    )
 }
 
 /// Moves the group heads of `sink` that were handed out `max_deliver` times
@@ -289,10 +384,7 @@ fn dead_letter_exhausted(
         .collect::<Result<_, _>>()?;
     let count = exhausted.len();
     for (id, deliveries) in exhausted {
-        let error = format!(
-            "handed out {deliveries} times without an ack (max_deliver = {max_deliver}); \
-             replay it once the consumer can process it"
-        );
+        let error = exhausted_error(deliveries, max_deliver);
         move_to_dead_letters(tx, sink, Held::Row(id), &error, now)?;
     }
     Ok(count)

@@ -261,6 +261,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX pull_segments_in_order ON pull_segments (sink, id);
     "#,
+    // 15: a pull sink reads its segments in place (`store::pull_log`)
+    // instead of moving them into `pull_messages`: `settled` is a bitmap of
+    // the members acked or dead-lettered (bit i of byte i / 8 for member
+    // i; NULL when none is), `settled_count` how many bits are set. A
+    // segment whose members are all settled is deleted.
+    r#"
+    ALTER TABLE pull_segments ADD COLUMN settled BLOB;
+    ALTER TABLE pull_segments ADD COLUMN settled_count INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the schema of `conn` up to the newest version, one transaction per

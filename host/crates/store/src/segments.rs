@@ -172,17 +172,113 @@ pub(super) fn materialize_next(tx: &Transaction<'_>, sink: &str) -> Result<bool,
         return Ok(false);
     };
     let raw = decompress(&body, id)?;
-    let messages = decode(&raw, id)?;
+    let mut messages = decode(&raw, id)?;
+    // Members a pull consumer settled while the sink read the segment in
+    // place (it has since become a push sink) are not delivered again.
+    let settled: Option<Vec<u8>> = tx
+        .prepare_cached("SELECT settled FROM pull_segments WHERE id = ?1")?
+        .query_row(params![id], |row| row.get(0))?;
+    if let Some(settled) = settled {
+        let mut member = 0;
+        messages.retain(|_| {
+            member += 1;
+            !is_set(&settled, member - 1)
+        });
+    }
     insert_messages(tx, sink, &messages, inserted_at)?;
-    tx.prepare_cached("DELETE FROM pull_segments WHERE id = ?1")?
-        .execute(params![id])?;
+    delete(tx, id)?;
     Ok(true)
 }
 
-/// How many messages the segments of `sink` hold.
+/// A segment as [`next_after`] reads it.
+pub(super) struct Loaded {
+    /// Its row id: segments are read in this order.
+    pub(super) id: i64,
+    /// When it was stored, in ms since the epoch.
+    pub(super) inserted_at: i64,
+    /// Its encoded messages, decompressed: [`Loaded::members`] decodes them.
+    raw: Vec<u8>,
+    /// Which members are settled (see [`is_set`]); empty when none is.
+    pub(super) settled: Vec<u8>,
+}
+
+impl Loaded {
+    /// The segment's messages, borrowing their text.
+    pub(super) fn members(&self) -> Result<Vec<MessageColumns<'_>>, StoreError> {
+        decode(&self.raw, self.id)
+    }
+}
+
+/// The segment of `sink` stored first after segment `after` (0: the first),
+/// if any.
+pub(super) fn next_after(
+    tx: &Transaction<'_>,
+    sink: &str,
+    after: i64,
+) -> Result<Option<Loaded>, StoreError> {
+    let next = tx
+        .prepare_cached(
+            "SELECT id, body, inserted_at, settled FROM pull_segments
+             WHERE sink = ?1 AND id > ?2 ORDER BY id LIMIT 1",
+        )?
+        .query_row(params![sink, after], |row| {
+            let body: Vec<u8> = row.get(1)?;
+            let settled: Option<Vec<u8>> = row.get(3)?;
+            Ok((row.get(0)?, body, row.get(2)?, settled))
+        })
+        .optional()?;
+    let Some((id, body, inserted_at, settled)) = next else {
+        return Ok(None);
+    };
+    Ok(Some(Loaded {
+        id,
+        inserted_at,
+        raw: decompress(&body, id)?,
+        settled: settled.unwrap_or_default(),
+    }))
+}
+
+/// Records which members of segment `id` are settled: `count` of them,
+/// marked in `settled`.
+pub(super) fn record_settled(
+    tx: &Transaction<'_>,
+    id: i64,
+    settled: &[u8],
+    count: usize,
+) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE pull_segments SET settled = ?2, settled_count = ?3 WHERE id = ?1")?
+        .execute(params![id, settled, count as i64])?;
+    Ok(())
+}
+
+/// Deletes segment `id`: all its members are settled.
+pub(super) fn delete(tx: &Transaction<'_>, id: i64) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM pull_segments WHERE id = ?1")?
+        .execute(params![id])?;
+    Ok(())
+}
+
+/// Whether bit `member` of the bitmap `bits` is set.
+pub(super) fn is_set(bits: &[u8], member: usize) -> bool {
+    bits.get(member / 8)
+        .is_some_and(|byte| byte & (1 << (member % 8)) != 0)
+}
+
+/// Sets bit `member` of the bitmap `bits`, growing it as needed.
+pub(super) fn set(bits: &mut Vec<u8>, member: usize) {
+    if bits.len() <= member / 8 {
+        bits.resize(member / 8 + 1, 0);
+    }
+    bits[member / 8] |= 1 << (member % 8);
+}
+
+/// How many messages the segments of `sink` hold, not counting those
+/// settled in place.
 pub(super) fn count(conn: &rusqlite::Connection, sink: &str) -> Result<u64, StoreError> {
     let count: i64 = conn
-        .prepare_cached("SELECT coalesce(sum(messages), 0) FROM pull_segments WHERE sink = ?1")?
+        .prepare_cached(
+            "SELECT coalesce(sum(messages - settled_count), 0) FROM pull_segments WHERE sink = ?1",
+        )?
         .query_row(params![sink], |row| row.get(0))?;
     Ok(count.max(0) as u64)
 }
@@ -552,20 +648,39 @@ mod tests {
         // deliverable message once the head is in flight.
         let hot: Vec<NewMessage> = (0..6000).map(|i| msg(10, i, "hot")).collect();
         store.append(&batch("s", hot), Lsn(10)).unwrap();
+        let lease = Duration::from_secs(30);
+        let first = store.lease_deliverable("s", 10, lease).unwrap();
+        assert_eq!(first.len(), 1);
+        let moved = rows(&store, "pull_messages");
+        assert_eq!(moved, (MATERIALIZE_PER_LEASE * SEGMENT_MESSAGES) as i64);
+        assert!(store.lease_deliverable("s", 10, lease).unwrap().is_empty());
+        assert_eq!(rows(&store, "pull_messages"), 6000);
+        assert_eq!(store.message_counts("s").unwrap().stored, 6000);
+    }
+
+    #[test]
+    fn a_receive_reads_segments_in_place_and_moves_none() {
+        let (_dir, store) = open_temp();
+        let hot: Vec<NewMessage> = (0..6000).map(|i| msg(10, i, "hot")).collect();
+        store.append(&batch("s", hot), Lsn(10)).unwrap();
         assert_eq!(
             positions(&store.receive("s", 10, limits(WAIT, NO_LIMIT)).unwrap()),
             vec![(10, 0)]
         );
-        let moved = rows(&store, "pull_messages");
-        assert_eq!(moved, (MATERIALIZE_PER_LEASE * SEGMENT_MESSAGES) as i64);
         assert!(
             store
                 .receive("s", 10, limits(WAIT, NO_LIMIT))
                 .unwrap()
                 .is_empty()
         );
-        assert_eq!(rows(&store, "pull_messages"), 6000);
-        assert_eq!(store.message_counts("s").unwrap().stored, 6000);
+        assert_eq!(rows(&store, "pull_messages"), 0);
+        assert_eq!(
+            store.message_counts("s").unwrap(),
+            crate::MessageCounts {
+                stored: 6000,
+                in_flight: 1
+            }
+        );
     }
 
     #[test]

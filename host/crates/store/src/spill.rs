@@ -74,7 +74,7 @@ impl Store {
         }
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let inserted = store_messages(&tx, sink, messages, now_ms())?;
+        let inserted = store_messages(&tx, sink, messages, now_ms(), false)?;
         tx.commit()?;
         metrics::count(metrics::MESSAGES_SPILLED, sink, inserted);
         Ok(inserted)
@@ -93,32 +93,63 @@ impl Store {
     ) -> Result<(), StoreError> {
         let columns = MessageColumns::of(message)?;
         let now = now_ms();
-        self.lock().execute(
-            "INSERT INTO dead_letters
-                 (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
-                  attempts, last_error, first_attempt_at, last_attempt_at, dead_at,
-                  payload_bytes, content_type, route, stage)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?9, ?10, ?11, ?12, 'delivery')
-             ON CONFLICT (sink, commit_lsn, commit_idx) DO UPDATE
-             SET attempts = excluded.attempts, last_error = excluded.last_error,
-                 last_attempt_at = excluded.last_attempt_at, dead_at = excluded.dead_at",
-            params![
-                sink,
-                columns.commit_lsn,
-                columns.commit_idx,
-                columns.group_id,
-                columns.idempotency_key,
-                columns.payload,
-                attempts,
-                error,
-                now,
-                columns.payload_bytes,
-                columns.content_type,
-                columns.route,
-            ],
-        )?;
+        let attempted = Attempted {
+            attempts,
+            first_at: Some(now),
+            last_at: Some(now),
+        };
+        insert_dead_letter(&self.lock(), sink, &columns, attempted, error, now)?;
         metrics::count(metrics::DELIVER_FAILURES, sink, 1);
         metrics::count_dead_lettered(sink, "delivery", 1);
         Ok(())
     }
+}
+
+/// How often a message was tried before it became a dead letter, and when.
+pub(super) struct Attempted {
+    /// Attempts (or deliveries) made.
+    pub(super) attempts: u32,
+    /// When the first was made, if any.
+    pub(super) first_at: Option<i64>,
+    /// When the last was made, if any.
+    pub(super) last_at: Option<i64>,
+}
+
+/// Inserts a delivery dead letter of `sink` with `columns` at `now`; one
+/// already there for the same position takes the new attempts and error.
+pub(super) fn insert_dead_letter(
+    conn: &rusqlite::Connection,
+    sink: &str,
+    columns: &MessageColumns<'_>,
+    attempted: Attempted,
+    error: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO dead_letters
+             (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
+              attempts, last_error, first_attempt_at, last_attempt_at, dead_at,
+              payload_bytes, content_type, route, stage)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 'delivery')
+         ON CONFLICT (sink, commit_lsn, commit_idx) DO UPDATE
+         SET attempts = excluded.attempts, last_error = excluded.last_error,
+             last_attempt_at = excluded.last_attempt_at, dead_at = excluded.dead_at",
+    )?
+    .execute(params![
+        sink,
+        columns.commit_lsn,
+        columns.commit_idx,
+        columns.group_id,
+        columns.idempotency_key,
+        columns.payload,
+        attempted.attempts,
+        error,
+        attempted.first_at,
+        attempted.last_at,
+        now,
+        columns.payload_bytes,
+        columns.content_type,
+        columns.route,
+    ])?;
+    Ok(())
 }

@@ -33,7 +33,10 @@ struct Inner {
 
 impl SequinStream {
     /// The consumer side of the sink `name`, whose messages are in `store`.
+    /// The sink's messages are stored as segments, read in place (see
+    /// [`Store::read_in_place`]).
     pub fn new(name: &str, store: Store, settings: SequinStreamSettings) -> SequinStream {
+        store.read_in_place(name);
         let receivers = Semaphore::new(settings.max_waiting as usize);
         SequinStream {
             inner: Arc::new(Inner {
