@@ -26,15 +26,15 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::Transaction;
-use serde_json::value::RawValue;
 
 use super::codec::{MessageColumns, StoredPayload, payload_columns};
 use super::heads::AckId;
 use super::pull::Delivered;
 use super::{StoreError, segments};
 
-/// The most payload bytes a sink's window holds beyond its first segment:
-/// what a receive may look through for members of groups not in flight.
+/// The most bytes of waiting members a sink's window holds beyond its
+/// first segment (members handed out keep no payload in memory): what a
+/// receive may look through for members of groups not in flight.
 /// A few segments of a backfill's chunks; more only costs memory while
 /// one hot group holds its later members back.
 const WINDOW_BYTES: usize = 8 << 20;
@@ -100,7 +100,13 @@ struct Member {
     commit_idx: u32,
     group: Arc<str>,
     idempotency_key: Box<str>,
-    payload: StoredPayload,
+    /// `None` once handed out: memory holds the payloads of members that
+    /// wait, and one that must go out again reads its segment back
+    /// ([`Window::refill`]). A consumer that leaves thousands of big
+    /// messages unacked must not keep them all in memory.
+    payload: Option<StoredPayload>,
+    /// The member's size as [`MessageColumns::approx_bytes`] counts it.
+    bytes: usize,
     route: Option<Box<str>>,
     state: State,
     /// Times handed out since the window was loaded.
@@ -205,7 +211,7 @@ impl Window {
                 if delivered.len() >= ask.room {
                     return Ok(());
                 }
-                self.lease_in(index, ask, delivered, exhausted, dirty)?;
+                self.lease_in(tx, sink, index, ask, delivered, exhausted, dirty)?;
             }
             // Each member is looked at once per receive, even when a lease
             // that ends at once leaves it visible: only the segments loaded
@@ -221,8 +227,11 @@ impl Window {
     }
 
     /// [`Window::lease`] within the segment at `index`.
+    #[allow(clippy::too_many_arguments)]
     fn lease_in(
         &mut self,
+        tx: &Transaction<'_>,
+        sink: &str,
         index: usize,
         ask: &Ask<'_>,
         delivered: &mut Vec<Delivered>,
@@ -248,14 +257,23 @@ impl Window {
             if let State::Leased { ack_id, .. } = member.state {
                 self.leases.remove(&ack_id);
             }
-            if ask.max_deliver.is_some_and(|max| member.deliveries >= max) {
+            let (needs_payload, deliveries) = (member.payload.is_none(), member.deliveries);
+            if needs_payload {
+                self.refill(tx, sink, index)?;
+            }
+            if ask.max_deliver.is_some_and(|max| deliveries >= max) {
+                let member = &mut self.segments[index].members[member_index];
+                let payload = member.payload.take().expect("refilled above");
+                let bytes = member.bytes;
+                self.segments[index].bytes -= bytes;
+                self.bytes -= bytes;
                 let member = &self.segments[index].members[member_index];
                 exhausted.push(Exhausted {
                     commit_lsn: member.commit_lsn,
                     commit_idx: member.commit_idx,
                     group_id: member.group.to_string(),
                     idempotency_key: member.idempotency_key.to_string(),
-                    payload: member.payload.clone(),
+                    payload,
                     route: member.route.as_deref().map(str::to_string),
                     deliveries: member.deliveries,
                     first_delivered_at: member.first_delivered_at,
@@ -266,7 +284,8 @@ impl Window {
                 continue;
             }
             let ack_id = AckId::new();
-            let member = &mut self.segments[index].members[member_index];
+            let segment = &mut self.segments[index];
+            let member = &mut segment.members[member_index];
             member.state = State::Leased {
                 ack_id,
                 until: ask.until,
@@ -274,9 +293,12 @@ impl Window {
             member.deliveries = member.deliveries.saturating_add(1);
             member.first_delivered_at.get_or_insert(ask.now);
             member.last_delivered_at = Some(ask.now);
+            let payload = member.payload.take().expect("refilled above");
+            segment.bytes -= member.bytes;
+            self.bytes -= member.bytes;
             delivered.push(Delivered {
                 ack_id,
-                payload: json_text(&member.payload)?,
+                payload: super::pull::json_text(payload)?,
                 deliver_count: member.deliveries,
             });
             self.leases.insert(ack_id, place);
@@ -305,8 +327,10 @@ impl Window {
         };
         for (index, columns) in columns.into_iter().enumerate() {
             let settled = segments::is_set(&loaded.settled, index);
-            segment.bytes += columns.approx_bytes();
             let member = member_of(columns, settled, &mut self.groups);
+            if member.payload.is_some() {
+                segment.bytes += member.bytes;
+            }
             if !settled {
                 segment.unsettled += 1;
                 self.groups
@@ -324,6 +348,29 @@ impl Window {
         Ok(true)
     }
 
+    /// Reads back the payloads of the unsettled members of the segment at
+    /// `index` that were handed out: one of them goes out again.
+    fn refill(&mut self, tx: &Transaction<'_>, sink: &str, index: usize) -> Result<(), StoreError> {
+        let id = self.segments[index].id;
+        let Some(loaded) = segments::by_id(tx, sink, id)? else {
+            return Err(StoreError::Corrupt {
+                what: "segment",
+                detail: format!(
+                    "pull_segments row {id} of {sink} is gone while messages of it are unsettled"
+                ),
+            });
+        };
+        let segment = &mut self.segments[index];
+        for (member, columns) in segment.members.iter_mut().zip(loaded.members()?) {
+            if member.payload.is_none() && member.state != State::Settled {
+                member.payload = Some(payload_of(columns));
+                segment.bytes += member.bytes;
+                self.bytes += member.bytes;
+            }
+        }
+        Ok(())
+    }
+
     /// Settles the member at `place` (its segment at `index`): it leaves
     /// its group's queue, whose next member may be handed out.
     fn settle(&mut self, index: usize, place: Place) {
@@ -333,6 +380,10 @@ impl Window {
             return;
         }
         member.state = State::Settled;
+        if member.payload.take().is_some() {
+            segment.bytes -= member.bytes;
+            self.bytes -= member.bytes;
+        }
         segment.unsettled -= 1;
         segments::set(&mut segment.settled, place.member as usize);
         let group = Arc::clone(&member.group);
@@ -483,20 +534,24 @@ fn member_of(
             group
         }
     };
-    let payload = StoredPayload::from_columns(
-        columns.payload.into_owned(),
-        columns.payload_bytes.map(std::borrow::Cow::into_owned),
-        columns.content_type.map(std::borrow::Cow::into_owned),
-    );
+    let bytes = columns.approx_bytes();
+    let idempotency_key = columns
+        .idempotency_key
+        .clone()
+        .into_owned()
+        .into_boxed_str();
+    let route = columns
+        .route
+        .clone()
+        .map(|route| route.into_owned().into_boxed_str());
     Member {
         commit_lsn: columns.commit_lsn,
         commit_idx: columns.commit_idx,
         group,
-        idempotency_key: columns.idempotency_key.into_owned().into_boxed_str(),
-        payload,
-        route: columns
-            .route
-            .map(|route| route.into_owned().into_boxed_str()),
+        idempotency_key,
+        route,
+        payload: (!settled).then(|| payload_of(columns)),
+        bytes,
         state: if settled {
             State::Settled
         } else {
@@ -508,9 +563,13 @@ fn member_of(
     }
 }
 
-/// A pull consumer's view of a member's payload (see `pull::json_text`).
-fn json_text(payload: &StoredPayload) -> Result<Box<RawValue>, StoreError> {
-    super::pull::json_text(payload.clone())
+/// The payload of a member's columns.
+fn payload_of(columns: MessageColumns<'_>) -> StoredPayload {
+    StoredPayload::from_columns(
+        columns.payload.into_owned(),
+        columns.payload_bytes.map(std::borrow::Cow::into_owned),
+        columns.content_type.map(std::borrow::Cow::into_owned),
+    )
 }
 
 /// Runs `write` on `sink`'s window in `windows`, creating it if needed;
@@ -605,6 +664,40 @@ mod tests {
             .append(&batch("s", vec![msg(40, 0, "d")]), Lsn(40))
             .unwrap();
         assert_eq!(positions(&receive()), vec![(40, 0)]);
+    }
+
+    #[test]
+    fn messages_handed_out_and_not_acked_do_not_fill_the_window() {
+        let (_dir, store) = open_temp_for(true, &["s"]);
+        // 40 messages of 1 MiB, each a segment of its own: five times the
+        // window, all handed out and none acked.
+        for i in 0..40u64 {
+            let mut message = msg(10 + i, 0, &format!("g{i}"));
+            message.payload = weft_core::payload::Payload::Json(
+                serde_json::json!({"lsn": 10 + i, "idx": 0, "blob": "x".repeat(1 << 20)}),
+            )
+            .into();
+            store
+                .append(&batch("s", vec![message]), Lsn(10 + i))
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        for _ in 0..40 {
+            seen.extend(positions(
+                &store.receive("s", 8, limits(WAIT, NO_LIMIT)).unwrap(),
+            ));
+        }
+        assert_eq!(seen, (0..40).map(|i| (10 + i, 0)).collect::<Vec<_>>());
+        // A lease that ran out reads its segment back for the payload.
+        let short = limits(Duration::ZERO, NO_LIMIT);
+        let (_dir2, again) = open_temp_for(true, &["s"]);
+        again
+            .append(&batch("s", vec![msg(5, 0, "a")]), Lsn(5))
+            .unwrap();
+        let first = again.receive("s", 1, short).unwrap();
+        let second = again.receive("s", 1, short).unwrap();
+        assert_eq!(first[0].payload.get(), second[0].payload.get());
+        assert_eq!(second[0].deliver_count, 2);
     }
 
     #[test]

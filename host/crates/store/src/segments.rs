@@ -216,18 +216,42 @@ pub(super) fn next_after(
     sink: &str,
     after: i64,
 ) -> Result<Option<Loaded>, StoreError> {
-    let next = tx
-        .prepare_cached(
-            "SELECT id, body, inserted_at, settled FROM pull_segments
-             WHERE sink = ?1 AND id > ?2 ORDER BY id LIMIT 1",
-        )?
-        .query_row(params![sink, after], |row| {
+    read(
+        tx,
+        "SELECT id, body, inserted_at, settled FROM pull_segments
+         WHERE sink = ?1 AND id > ?2 ORDER BY id LIMIT 1",
+        params![sink, after],
+    )
+}
+
+/// Segment `id` of `sink`, if it is stored.
+pub(super) fn by_id(
+    tx: &Transaction<'_>,
+    sink: &str,
+    id: i64,
+) -> Result<Option<Loaded>, StoreError> {
+    read(
+        tx,
+        "SELECT id, body, inserted_at, settled FROM pull_segments WHERE sink = ?1 AND id = ?2",
+        params![sink, id],
+    )
+}
+
+/// The segment `sql` selects (id, body, inserted_at, settled), if any.
+fn read(
+    tx: &Transaction<'_>,
+    sql: &str,
+    values: impl rusqlite::Params,
+) -> Result<Option<Loaded>, StoreError> {
+    let row = tx
+        .prepare_cached(sql)?
+        .query_row(values, |row| {
             let body: Vec<u8> = row.get(1)?;
             let settled: Option<Vec<u8>> = row.get(3)?;
             Ok((row.get(0)?, body, row.get(2)?, settled))
         })
         .optional()?;
-    let Some((id, body, inserted_at, settled)) = next else {
+    let Some((id, body, inserted_at, settled)) = row else {
         return Ok(None);
     };
     Ok(Some(Loaded {
