@@ -567,12 +567,8 @@ impl Pipeline {
     /// changes are held behind it. A failure to read the held changes is
     /// logged and left for the next round: held changes stay held.
     async fn start_held_runs(&mut self) {
-        let lanes: HashMap<String, Lane> = self
-            .sinks
-            .iter()
-            .filter_map(|sink| Some((sink.name().to_string(), self.lane_of(sink.name())?)))
-            .collect();
-        for sink in &mut self.sinks {
+        for index in 0..self.sinks.len() {
+            let sink = &self.sinks[index];
             if self.releasing.contains(sink.name()) {
                 continue;
             }
@@ -585,8 +581,9 @@ impl Pipeline {
                 }
             };
             let (name, generation) = (sink.name().to_string(), self.sink_generation);
-            let run = sink.held_run(due);
-            let lane = lanes.get(sink.name()).cloned();
+            let lane = self.lane_of(&name);
+            let run = self.sinks[index].held_run(due);
+            self.releasing.insert(name.clone());
             self.held_runs.spawn(async move {
                 let run = run.await;
                 // The lane may still hold an older message of a group the
@@ -600,7 +597,6 @@ impl Pipeline {
                 }
                 (name, generation, run)
             });
-            self.releasing.insert(sink.name().to_string());
         }
     }
 

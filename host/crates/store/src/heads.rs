@@ -3,13 +3,15 @@
 //! a group's next message once its head leaves, and moving a head to the
 //! dead letters.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use uuid::Uuid;
 
-use super::codec::{StoredPayload, route_from_column};
+use super::codec::{MessageColumns, StoredPayload, route_from_column};
+use super::spill::{Attempted, insert_dead_letter};
 use super::{StoreError, lsn_from_sql, segments};
 use weft_core::lsn::Lsn;
 use weft_core::route::Route;
@@ -231,7 +233,7 @@ pub(super) fn move_to_dead_letters(
         Held::Lease(ack_id) => (Some(ack_id.to_string()), None),
         Held::Row(id) => (None, Some(id)),
     };
-    let moved: Option<String> = tx
+    let moved: Option<(MessageColumns<'static>, Attempted)> = tx
         .prepare_cached(
             "DELETE FROM pull_messages WHERE sink = ?1 AND (ack_id = ?2 OR id = ?3)
              RETURNING group_id, commit_lsn, commit_idx, idempotency_key, payload,
@@ -239,39 +241,29 @@ pub(super) fn move_to_dead_letters(
                        payload_bytes, content_type, route",
         )?
         .query_row(params![sink, ack_id, row], |row| {
-            let group_id: String = row.get(0)?;
-            tx.prepare_cached(
-                "INSERT INTO dead_letters
-                     (sink, commit_lsn, commit_idx, group_id, idempotency_key, payload,
-                      attempts, last_error, first_attempt_at, last_attempt_at, dead_at,
-                      payload_bytes, content_type, route)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-                 ON CONFLICT (sink, commit_lsn, commit_idx) DO UPDATE
-                 SET attempts = excluded.attempts, last_error = excluded.last_error,
-                     last_attempt_at = excluded.last_attempt_at, dead_at = excluded.dead_at",
-            )?
-            .execute(params![
-                sink,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
-                group_id,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, i64>(5)?,
-                error,
-                row.get::<_, Option<i64>>(6)?,
-                row.get::<_, Option<i64>>(7)?,
-                now,
-                row.get::<_, Option<Vec<u8>>>(8)?,
-                row.get::<_, Option<String>>(9)?,
-                row.get::<_, Option<String>>(10)?,
-            ])?;
-            Ok(group_id)
+            let columns = MessageColumns {
+                group_id: Cow::Owned(row.get(0)?),
+                commit_lsn: row.get(1)?,
+                commit_idx: row.get(2)?,
+                idempotency_key: Cow::Owned(row.get(3)?),
+                payload: Cow::Owned(row.get(4)?),
+                payload_bytes: row.get::<_, Option<Vec<u8>>>(8)?.map(Cow::Owned),
+                content_type: row.get::<_, Option<String>>(9)?.map(Cow::Owned),
+                route: row.get::<_, Option<String>>(10)?.map(Cow::Owned),
+            };
+            let attempted = Attempted {
+                attempts: row.get(5)?,
+                first_at: row.get(6)?,
+                last_at: row.get(7)?,
+            };
+            Ok((columns, attempted))
         })
         .optional()?;
-    let Some(group_id) = moved else {
+    let Some((columns, attempted)) = moved else {
         return Ok(false);
     };
+    insert_dead_letter(tx, sink, &columns, attempted, error, now)?;
+    let group_id = columns.group_id;
     promote_next_head(tx, sink, &group_id)?;
     Ok(true)
 }

@@ -265,11 +265,7 @@ impl Store {
                 "SELECT count(*) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2",
             )?
             .query_row(params![sink, now], |row| row.get(0))?;
-        let in_window = self
-            .logs
-            .windows()
-            .get(sink)
-            .map_or(0, |window| window.in_flight(now));
+        let in_window = self.logs.in_flight(sink, now);
         Ok(MessageCounts {
             stored: stored as u64 + segments::count(&conn, sink)?,
             in_flight: in_flight as u64 + in_window,
@@ -293,11 +289,7 @@ impl Store {
         let held: i64 = conn
             .prepare_cached("SELECT count(*) FROM held_changes WHERE sink = ?1")?
             .query_row(params![sink], |row| row.get(0))?;
-        let in_window = self
-            .logs
-            .windows()
-            .get(sink)
-            .map_or(0, |window| window.in_flight(now_ms()));
+        let in_window = self.logs.in_flight(sink, now_ms());
         let segmented = segments::count(&conn, sink)?;
         Ok(QueueDepths {
             buffered: (stored - in_delivery).max(0) as u64 + segmented.saturating_sub(in_window),
@@ -322,11 +314,7 @@ impl Store {
         let next: Option<i64> = conn
             .prepare_cached("SELECT min(not_visible_until) FROM pull_messages WHERE sink = ?1 AND not_visible_until > ?2")?
             .query_row(params![sink, looked_at.0], |row| row.get(0))?;
-        let in_window = self
-            .logs
-            .windows()
-            .get(sink)
-            .and_then(|window| window.next_expiry(looked_at.0));
+        let in_window = self.logs.next_expiry(sink, looked_at.0);
         let next = next.into_iter().chain(in_window).min();
         let now = now_ms();
         Ok(next.map(|at| Duration::from_millis((at - now).max(0) as u64)))

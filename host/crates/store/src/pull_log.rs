@@ -63,6 +63,21 @@ impl Logs {
         lock(&self.windows)
     }
 
+    /// Messages of `sink` handed out from its window whose lease runs
+    /// past `now`.
+    pub(super) fn in_flight(&self, sink: &str, now: i64) -> u64 {
+        self.windows()
+            .get(sink)
+            .map_or(0, |window| window.in_flight(now))
+    }
+
+    /// The earliest end of a lease on `sink`'s window running at `at`.
+    pub(super) fn next_expiry(&self, sink: &str, at: i64) -> Option<i64> {
+        self.windows()
+            .get(sink)
+            .and_then(|window| window.next_expiry(at))
+    }
+
     /// Drops what memory holds of `sink` (it was removed, or a write of
     /// its state failed): the next receive reads its segments afresh.
     pub(super) fn forget(&self, sink: &str) {
@@ -132,7 +147,18 @@ struct Segment {
     /// The `settled` bitmap as it is to be stored.
     settled: Vec<u8>,
     unsettled: usize,
+    /// The bytes of the members whose payload is in memory.
     bytes: usize,
+}
+
+impl Segment {
+    /// Takes member `member`'s payload out of memory, if it is there.
+    fn take_payload(&mut self, member: usize) -> Option<StoredPayload> {
+        let member = &mut self.members[member];
+        let payload = member.payload.take()?;
+        self.bytes -= member.bytes;
+        Some(payload)
+    }
 }
 
 /// What memory holds of one sink read in place.
@@ -146,7 +172,6 @@ pub(super) struct Window {
     groups: HashMap<Arc<str>, VecDeque<Place>>,
     /// Members handed out under each ack id still valid.
     leases: HashMap<AckId, Place>,
-    bytes: usize,
 }
 
 /// A member that receive found at its `max_deliver`, to be dead-lettered.
@@ -262,11 +287,9 @@ impl Window {
                 self.refill(tx, sink, index)?;
             }
             if ask.max_deliver.is_some_and(|max| deliveries >= max) {
-                let member = &mut self.segments[index].members[member_index];
-                let payload = member.payload.take().expect("refilled above");
-                let bytes = member.bytes;
-                self.segments[index].bytes -= bytes;
-                self.bytes -= bytes;
+                let payload = self.segments[index]
+                    .take_payload(member_index)
+                    .expect("refilled above");
                 let member = &self.segments[index].members[member_index];
                 exhausted.push(Exhausted {
                     commit_lsn: member.commit_lsn,
@@ -293,13 +316,12 @@ impl Window {
             member.deliveries = member.deliveries.saturating_add(1);
             member.first_delivered_at.get_or_insert(ask.now);
             member.last_delivered_at = Some(ask.now);
-            let payload = member.payload.take().expect("refilled above");
-            segment.bytes -= member.bytes;
-            self.bytes -= member.bytes;
+            let deliver_count = member.deliveries;
+            let payload = segment.take_payload(member_index).expect("refilled above");
             delivered.push(Delivered {
                 ack_id,
                 payload: super::pull::json_text(payload)?,
-                deliver_count: member.deliveries,
+                deliver_count,
             });
             self.leases.insert(ack_id, place);
         }
@@ -309,7 +331,8 @@ impl Window {
     /// Reads the sink's next segment into the window; false when there is
     /// none, or the window is full.
     fn load_next(&mut self, tx: &Transaction<'_>, sink: &str) -> Result<bool, StoreError> {
-        if !self.segments.is_empty() && self.bytes >= WINDOW_BYTES {
+        let bytes: usize = self.segments.iter().map(|segment| segment.bytes).sum();
+        if !self.segments.is_empty() && bytes >= WINDOW_BYTES {
             return Ok(false);
         }
         let Some(loaded) = segments::next_after(tx, sink, self.loaded_to)? else {
@@ -343,7 +366,6 @@ impl Window {
             }
             segment.members.push(member);
         }
-        self.bytes += segment.bytes;
         self.segments.push_back(segment);
         Ok(true)
     }
@@ -365,7 +387,6 @@ impl Window {
             if member.payload.is_none() && member.state != State::Settled {
                 member.payload = Some(payload_of(columns));
                 segment.bytes += member.bytes;
-                self.bytes += member.bytes;
             }
         }
         Ok(())
@@ -380,13 +401,10 @@ impl Window {
             return;
         }
         member.state = State::Settled;
-        if member.payload.take().is_some() {
-            segment.bytes -= member.bytes;
-            self.bytes -= member.bytes;
-        }
+        let group = Arc::clone(&member.group);
+        segment.take_payload(place.member as usize);
         segment.unsettled -= 1;
         segments::set(&mut segment.settled, place.member as usize);
-        let group = Arc::clone(&member.group);
         if let Some(queue) = self.groups.get_mut(&group) {
             // Only a group's first member is ever handed out, so it is the
             // one settled; anything else would be a bug, kept harmless.
@@ -467,7 +485,6 @@ impl Window {
             .is_some_and(|segment| segment.unsettled == 0)
         {
             let segment = self.segments.pop_front().expect("checked above");
-            self.bytes -= segment.bytes;
             segments::delete(tx, segment.id)?;
         }
         if self.segments.is_empty() {
@@ -487,33 +504,24 @@ impl Window {
 
     /// Members handed out whose lease runs past `now`.
     pub(super) fn in_flight(&self, now: i64) -> u64 {
-        self.leases
-            .values()
-            .filter(|place| self.is_leased_past(**place, now))
-            .count() as u64
-    }
-
-    fn is_leased_past(&self, place: Place, now: i64) -> bool {
-        self.index_of(place.segment).is_some_and(|index| {
-            matches!(
-                self.segments[index].members[place.member as usize].state,
-                State::Leased { until, .. } if until > now
-            )
-        })
+        self.lease_ends().filter(|until| *until > now).count() as u64
     }
 
     /// The earliest end of a lease running at `at`.
     pub(super) fn next_expiry(&self, at: i64) -> Option<i64> {
-        self.leases
-            .values()
-            .filter_map(|place| {
-                let index = self.index_of(place.segment)?;
-                match self.segments[index].members[place.member as usize].state {
-                    State::Leased { until, .. } if until > at => Some(until),
-                    _ => None,
-                }
-            })
-            .min()
+        self.lease_ends().filter(|until| *until > at).min()
+    }
+
+    /// When each lease still valid ends (including those that ended and
+    /// whose member was not handed out again).
+    fn lease_ends(&self) -> impl Iterator<Item = i64> + '_ {
+        self.leases.values().filter_map(|place| {
+            let index = self.index_of(place.segment)?;
+            match self.segments[index].members[place.member as usize].state {
+                State::Leased { until, .. } => Some(until),
+                _ => None,
+            }
+        })
     }
 }
 

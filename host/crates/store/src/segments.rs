@@ -159,34 +159,20 @@ fn split<'m, 'a>(messages: &'m [MessageColumns<'a>]) -> Vec<&'m [MessageColumns<
 /// would let its later message of a group overtake an earlier one still
 /// in a segment.
 pub(super) fn materialize_next(tx: &Transaction<'_>, sink: &str) -> Result<bool, StoreError> {
-    let next: Option<(i64, Vec<u8>, i64)> = tx
-        .prepare_cached(
-            "SELECT id, body, inserted_at FROM pull_segments WHERE sink = ?1
-             ORDER BY id LIMIT 1",
-        )?
-        .query_row(params![sink], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-        })
-        .optional()?;
-    let Some((id, body, inserted_at)) = next else {
+    let Some(loaded) = next_after(tx, sink, 0)? else {
         return Ok(false);
     };
-    let raw = decompress(&body, id)?;
-    let mut messages = decode(&raw, id)?;
     // Members a pull consumer settled while the sink read the segment in
     // place (it has since become a push sink) are not delivered again.
-    let settled: Option<Vec<u8>> = tx
-        .prepare_cached("SELECT settled FROM pull_segments WHERE id = ?1")?
-        .query_row(params![id], |row| row.get(0))?;
-    if let Some(settled) = settled {
-        let mut member = 0;
-        messages.retain(|_| {
-            member += 1;
-            !is_set(&settled, member - 1)
-        });
-    }
-    insert_messages(tx, sink, &messages, inserted_at)?;
-    delete(tx, id)?;
+    let messages: Vec<MessageColumns<'_>> = loaded
+        .members()?
+        .into_iter()
+        .enumerate()
+        .filter(|(member, _)| !is_set(&loaded.settled, *member))
+        .map(|(_, message)| message)
+        .collect();
+    insert_messages(tx, sink, &messages, loaded.inserted_at)?;
+    delete(tx, loaded.id)?;
     Ok(true)
 }
 
