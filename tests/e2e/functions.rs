@@ -518,3 +518,61 @@ fn functions_run_when_the_address_space_is_too_small_for_the_instance_pool() {
         json!({"customer_name": "Ada"})
     );
 }
+
+#[test]
+fn two_instances_of_each_function_keep_every_rows_changes_in_order() {
+    let pg = PgCluster::start();
+    pg.psql("CREATE TABLE customers (id bigint PRIMARY KEY, name text)");
+    pg.psql("INSERT INTO customers VALUES (10, 'Ada')");
+    pg.psql("CREATE TABLE orders (id int PRIMARY KEY, customer_id bigint, item text)");
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&pg, "grants: { source_query: true }", "").replace(
+        "    transform: upcase\n",
+        "    transform: upcase\n    function_instances: 2\n",
+    );
+    let weft = WeftProcess::start(dir.path(), &yaml);
+    pg.wait_for_active_slot("weft_fn");
+    // Batches of 200 changes: each is split between the two instances.
+    pg.psql("INSERT INTO orders SELECT id, 10, 'i' || id FROM generate_series(1, 200) id");
+    pg.psql("UPDATE orders SET item = item || 'x'");
+    pg.psql("UPDATE orders SET item = item || 'y'");
+
+    let got = weft.drain("orders", 300, Duration::from_secs(60));
+    assert_eq!(got.len(), 300, "log:\n{}", weft.log_text());
+    let mut per_row: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+    for message in &got {
+        assert_eq!(
+            message["metadata"]["enrichment"],
+            json!({"customer_name": "Ada"})
+        );
+        per_row
+            .entry(message["record"]["id"].as_i64().unwrap())
+            .or_default()
+            .push(message["record"]["item"].as_str().unwrap().to_string());
+    }
+    let expected: std::collections::BTreeMap<i64, Vec<String>> = (1..=100)
+        .map(|n| {
+            let id = n * 2;
+            (
+                id,
+                vec![format!("I{id}"), format!("I{id}X"), format!("I{id}XY")],
+            )
+        })
+        .collect();
+    assert_eq!(
+        per_row, expected,
+        "only even ids, each row's changes in order"
+    );
+    for (function, kind) in [
+        ("names", "enrichment"),
+        ("even", "filter"),
+        ("upcase", "transform"),
+    ] {
+        let labels = [("sink", "orders"), ("function", function), ("kind", kind)];
+        assert_eq!(
+            weft.metric("weft_plugin_instances", &labels),
+            Some(2.0),
+            "{function}: two live instances"
+        );
+    }
+}

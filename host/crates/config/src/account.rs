@@ -60,8 +60,8 @@ pub struct AccountLimits {
         deserialize_with = "bounds::opt_in_range::<_, u64, 1, 600_000>"
     )]
     pub plugin_timeout_ms: Option<u64>,
-    /// Most function instances its sinks may hold at once: one per function
-    /// a sink uses.
+    /// Most function instances its sinks may hold at once: a sink's
+    /// `function_instances` for each function it uses.
     #[serde(
         default,
         deserialize_with = "bounds::opt_in_range::<_, u32, 0, 100_000>"

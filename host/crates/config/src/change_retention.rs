@@ -108,6 +108,7 @@ impl ChangeRetentionConfig {
             max_backlog_messages: None,
             load_shedding_policy: LoadSheddingPolicy::default(),
             quarantine_after_traps: DEFAULT_QUARANTINE_AFTER_TRAPS,
+            function_instances: 1,
             truncate: TruncatePolicy::Skip,
             initial_backfill: None,
             column_filters: self.filters.clone(),

@@ -424,6 +424,17 @@ pub struct SinkConfig<D> {
         deserialize_with = "bounds::in_range::<_, u32, 0, 1_000_000>"
     )]
     pub quarantine_after_traps: u32,
+    /// How many instances of each of the sink's functions run side by side
+    /// (1 to 8; default 1). With more than one, a batch is split by group:
+    /// each instance takes the groups whose key hashes to it, so the
+    /// changes of one row stay in order and the batch's calls use more than
+    /// one core. Each instance has its function's `memory_mb` of its own;
+    /// functions that keep state between calls see only their groups.
+    #[serde(
+        default = "default_function_instances",
+        deserialize_with = "bounds::in_range::<_, u32, 1, 8>"
+    )]
+    pub function_instances: u32,
     /// What the sink gets for a TRUNCATE of one of its tables: nothing
     /// (`skip`, the default, as Sequin) or a `truncate` message per table
     /// (`deliver`).
@@ -495,6 +506,10 @@ fn default_quarantine_after_traps() -> u32 {
     DEFAULT_QUARANTINE_AFTER_TRAPS
 }
 
+fn default_function_instances() -> u32 {
+    1
+}
+
 impl<D> SinkConfig<D> {
     /// The name of the function this sink uses for `kind`, if any.
     pub fn function(&self, kind: FunctionKind) -> Option<&str> {
@@ -506,12 +521,14 @@ impl<D> SinkConfig<D> {
         }
     }
 
-    /// How many functions the sink uses: the instances it holds.
+    /// How many function instances the sink holds: `function_instances`
+    /// of each function it uses.
     pub fn function_count(&self) -> usize {
         FunctionKind::ALL
             .iter()
             .filter(|kind| self.function(**kind).is_some())
             .count()
+            * self.function_instances as usize
     }
 
     /// Whether a change of `action` to `schema.table` reaches this sink
@@ -550,6 +567,7 @@ impl<D> SinkConfig<D> {
             max_backlog_messages: self.max_backlog_messages,
             load_shedding_policy: self.load_shedding_policy,
             quarantine_after_traps: self.quarantine_after_traps,
+            function_instances: self.function_instances,
             truncate: self.truncate,
             initial_backfill: self.initial_backfill,
             column_filters: self.column_filters,

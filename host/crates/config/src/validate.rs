@@ -276,7 +276,7 @@ fn check_accounts<D: Destination>(config: &Config<D>, root: &DocPath, problems: 
         {
             problems.add(
                 at.key("limits").key("max_plugin_instances"),
-                format!("account {:?}'s sinks use {instances} function instances (one per function per sink), more than its max_plugin_instances {max}", account.name),
+                format!("account {:?}'s sinks use {instances} function instances (`function_instances` per function per sink), more than its max_plugin_instances {max}", account.name),
             );
         }
         for (i, function) in config.functions.iter().enumerate() {

@@ -28,36 +28,55 @@ use super::shadow::Shadow;
 use super::swap::{SwapGate, SwitchPoint};
 use weft_sinks::route as routing_keys;
 
-/// A loaded function with its config name, shareable with blocking tasks.
+/// A loaded function with its config name, shareable with blocking tasks:
+/// one instance per part of a batch (see [`FunctionChain::run`]).
 pub struct Named<F> {
     /// The function's name in the config.
     pub name: String,
-    /// The loaded component.
-    pub function: Arc<Mutex<F>>,
+    /// The loaded component's instances, at least one.
+    instances: Arc<Vec<Mutex<F>>>,
 }
 
 impl<F> Named<F> {
-    /// Wraps `function`, loaded as `name`.
+    /// Wraps `function`, loaded as `name`: one instance.
     pub fn new(name: &str, function: F) -> Self {
+        Self::of_instances(name, vec![function])
+    }
+
+    /// Wraps `instances` of one function loaded as `name`, which run side
+    /// by side on parts of a batch. Panics on none.
+    pub fn of_instances(name: &str, instances: Vec<F>) -> Self {
+        assert!(!instances.is_empty(), "a function has an instance");
         Named {
             name: name.to_string(),
-            function: Arc::new(Mutex::new(function)),
+            instances: Arc::new(instances.into_iter().map(Mutex::new).collect()),
         }
     }
 
-    /// The loaded component, once no clone shares it (a freshly loaded
+    /// How many instances run side by side.
+    pub fn instances(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// The loaded instances, once no clone shares them (a freshly loaded
     /// chain's).
-    pub fn into_inner(self) -> Option<F> {
-        Arc::try_unwrap(self.function).ok().map(|f| {
-            f.into_inner()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub fn into_inner(self) -> Option<Vec<F>> {
+        Arc::try_unwrap(self.instances).ok().map(|instances| {
+            instances
+                .into_iter()
+                .map(|f| {
+                    f.into_inner()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                })
+                .collect()
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, F> {
+    /// The instance that serves `part` of a batch.
+    fn lock(&self, part: usize) -> std::sync::MutexGuard<'_, F> {
         // A panic inside a call leaves the instance slot consistent (the
         // instance is discarded on failure); keep using it.
-        self.function
+        self.instances[part % self.instances.len()]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -67,7 +86,7 @@ impl<F> Clone for Named<F> {
     fn clone(&self) -> Self {
         Named {
             name: self.name.clone(),
-            function: Arc::clone(&self.function),
+            instances: Arc::clone(&self.instances),
         }
     }
 }
@@ -131,14 +150,17 @@ fn compare_in_shadow(shadow: &Shadow, outcomes: &[ChainOutcome]) {
     shadow.compare(&inputs, &live);
 }
 
-/// Puts `fresh`'s function into `slot` when the slot's function is one of
-/// `changed`.
+/// Puts `fresh`'s instances into `slot` when the slot's function is one of
+/// `changed`. Both come from the same sink config, so they hold as many
+/// instances.
 fn replace<F>(slot: &Option<Named<F>>, fresh: Option<Named<F>>, changed: &[String]) {
     if let (Some(slot), Some(fresh)) = (slot, fresh)
         && changed.contains(&slot.name)
-        && let Some(function) = fresh.into_inner()
+        && let Some(instances) = fresh.into_inner()
     {
-        *slot.lock() = function;
+        for (part, function) in instances.into_iter().enumerate() {
+            *slot.lock(part) = function;
+        }
     }
 }
 
@@ -275,18 +297,55 @@ impl FunctionChain {
             && self.routing.is_none()
     }
 
+    /// How many instances each of the chain's functions has (the sink's
+    /// `function_instances`); 1 without functions.
+    pub fn instances(&self) -> usize {
+        [
+            self.enrichment.as_ref().map(Named::instances),
+            self.filter.as_ref().map(Named::instances),
+            self.transform.as_ref().map(Named::instances),
+            self.routing.as_ref().map(Named::instances),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(1)
+    }
+
     /// Runs the chain on `messages` from an async task, in one call per
-    /// function: a function that fails as a whole fails the run (see
-    /// [`Self::run_bisecting`] for the run that finds the changes it fails
-    /// on). Function calls run on the blocking pool, never on an async
-    /// worker thread.
-    pub async fn run(&self, messages: Vec<Message>) -> Result<Vec<ChainOutcome>, ChainRunError> {
-        self.run_on_pool(messages, Self::run_blocking).await
+    /// function and instance: a function that fails as a whole fails the
+    /// run (see [`Self::run_bisecting`] for the run that finds the changes
+    /// it fails on). Function calls run on the blocking pool, never on an
+    /// async worker thread.
+    ///
+    /// With more than one instance per function, the batch is split by
+    /// `groups` (each message's group key, in order): each instance takes
+    /// the groups whose key hashes to it, the parts run side by side on
+    /// threads of their own, and the outcomes come back in the batch's
+    /// order. A group's changes stay in one part, in order.
+    pub async fn run<'g>(
+        &self,
+        messages: Vec<Message>,
+        groups: impl IntoIterator<Item = &'g str>,
+    ) -> Result<Vec<ChainOutcome>, ChainRunError> {
+        let instances = self.instances();
+        if instances == 1 || messages.len() < MIN_SPLIT {
+            return self.run_on_pool(messages, Self::run_blocking).await;
+        }
+        let parts: Vec<usize> = groups
+            .into_iter()
+            .map(|group| part_of(group, instances))
+            .collect();
+        assert_eq!(parts.len(), messages.len(), "one group per message");
+        self.run_on_pool(messages, move |chain, messages| {
+            chain.run_split(messages, &parts)
+        })
+        .await
     }
 
     /// Runs the chain on `messages` from an async task like [`Self::run`],
     /// but isolates the changes a whole-call failure comes from (see
-    /// [`Self::run_isolating`]).
+    /// [`Self::run_isolating`]), on the first instance alone.
     pub async fn run_bisecting(
         &self,
         messages: Vec<Message>,
@@ -300,7 +359,9 @@ impl FunctionChain {
     async fn run_on_pool(
         &self,
         messages: Vec<Message>,
-        run: fn(&FunctionChain, Vec<Message>) -> Result<Vec<ChainOutcome>, ChainError>,
+        run: impl FnOnce(&FunctionChain, Vec<Message>) -> Result<Vec<ChainOutcome>, ChainError>
+        + Send
+        + 'static,
     ) -> Result<Vec<ChainOutcome>, ChainRunError> {
         if self.is_empty() || messages.is_empty() {
             return Ok(self.run_blocking(messages)?);
@@ -316,6 +377,64 @@ impl FunctionChain {
             Ok::<_, ChainError>(outcomes)
         })
         .await??)
+    }
+
+    /// Runs the chain on the parts of `messages` that `parts` (aligned)
+    /// names, each on its own instance: part 0 on this thread, the others
+    /// on scoped threads beside it, all within the caller's turn between
+    /// hot swaps. Fails with the first part's failure, in part order.
+    /// Blocks.
+    fn run_split(
+        &self,
+        messages: Vec<Message>,
+        parts: &[usize],
+    ) -> Result<Vec<ChainOutcome>, ChainError> {
+        let count = messages.len();
+        let mut split: Vec<(Vec<usize>, Vec<Message>)> =
+            (0..self.instances()).map(|_| Default::default()).collect();
+        for (position, (message, part)) in messages.into_iter().zip(parts).enumerate() {
+            split[*part].0.push(position);
+            split[*part].1.push(message);
+        }
+        // Guests' WASI output and granted capabilities enter the runtime
+        // the pool thread belongs to; the scoped threads need it too.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let results: Vec<(usize, Result<Vec<ChainOutcome>, ChainError>)> =
+            std::thread::scope(|scope| {
+                let mut others = Vec::new();
+                for (part, (_, messages)) in split.iter_mut().enumerate().skip(1) {
+                    let messages = std::mem::take(messages);
+                    if !messages.is_empty() {
+                        let runtime = runtime.clone();
+                        others.push((
+                            part,
+                            scope.spawn(move || {
+                                let _entered = runtime.as_ref().map(|r| r.enter());
+                                self.run_part(part, messages)
+                            }),
+                        ));
+                    }
+                }
+                let own = std::mem::take(&mut split[0].1);
+                let mut results = vec![(0, self.run_part(0, own))];
+                for (part, other) in others {
+                    let result = other
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    results.push((part, result));
+                }
+                results
+            });
+        let mut outcomes: Vec<Option<ChainOutcome>> = vec![None; count];
+        for (part, result) in results {
+            for (position, outcome) in split[part].0.iter().zip(result?) {
+                outcomes[*position] = Some(outcome);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every change gets an outcome"))
+            .collect())
     }
 
     /// Replaces the functions named in `changed` with their counterparts in
@@ -373,9 +492,19 @@ impl FunctionChain {
         }
     }
 
-    /// Runs the chain on `messages`: one outcome per message, in order.
-    /// Blocks; call it from `spawn_blocking` or a plain thread.
+    /// Runs the chain on `messages` on each function's first instance: one
+    /// outcome per message, in order. Blocks; call it from `spawn_blocking`
+    /// or a plain thread.
     pub fn run_blocking(&self, messages: Vec<Message>) -> Result<Vec<ChainOutcome>, ChainError> {
+        self.run_part(0, messages)
+    }
+
+    /// Runs the chain on `messages` on each function's instance `part`.
+    fn run_part(
+        &self,
+        part: usize,
+        messages: Vec<Message>,
+    ) -> Result<Vec<ChainOutcome>, ChainError> {
         let count = messages.len();
         let mut outcomes: Vec<Option<ChainOutcome>> = vec![None; count];
         let mut alive = Alive {
@@ -387,7 +516,7 @@ impl FunctionChain {
             && !alive.messages.is_empty()
         {
             let results = step
-                .lock()
+                .lock(part)
                 .enrich(&alive.messages)
                 .map_err(|source| whole(step, "enrichment", source))?;
             let decisions = results
@@ -408,7 +537,7 @@ impl FunctionChain {
             && !alive.messages.is_empty()
         {
             let results = step
-                .lock()
+                .lock(part)
                 .filter(&alive.messages)
                 .map_err(|source| whole(step, "filter", source))?;
             let decisions = results
@@ -427,7 +556,7 @@ impl FunctionChain {
         let mut payloads: Vec<Option<Payload>> = match &self.transform {
             Some(step) if !alive.messages.is_empty() => {
                 let results = step
-                    .lock()
+                    .lock(part)
                     .transform(&alive.messages)
                     .map_err(|source| whole(step, "transform", source))?;
                 let mut payloads = Vec::with_capacity(results.len());
@@ -461,7 +590,7 @@ impl FunctionChain {
             && !alive.messages.is_empty()
         {
             let results = step
-                .lock()
+                .lock(part)
                 .route(&alive.messages)
                 .map_err(|source| whole(step, "routing", source))?;
             let mut kept_routes = Vec::with_capacity(results.len());
@@ -516,6 +645,18 @@ impl FunctionChain {
             .map(|outcome| outcome.expect("every change gets an outcome"))
             .collect())
     }
+}
+
+/// Batches smaller than this run on the first instance alone: a thread
+/// for a part costs more than such a part's calls save.
+const MIN_SPLIT: usize = 64;
+
+/// The part of a batch `group`'s changes go to, of `parts`: the same for
+/// every batch, so that each instance sees the same groups.
+fn part_of(group: &str, parts: usize) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+    (hasher.hash_one(group) % parts as u64) as usize
 }
 
 fn whole<F>(step: &Named<F>, kind: &'static str, source: PluginError) -> ChainError {

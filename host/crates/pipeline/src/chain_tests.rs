@@ -431,12 +431,98 @@ fn tagger(tag: &str) -> Named<TransformFunction> {
     Named::new("tag", loaded)
 }
 
+fn tag_instance(tag: &str) -> TransformFunction {
+    tagger(tag)
+        .into_inner()
+        .and_then(|instances| instances.into_iter().next())
+        .expect("a fresh instance")
+}
+
+fn ids(outcomes: &[ChainOutcome]) -> Vec<i64> {
+    payload_field(outcomes, "id")
+        .iter()
+        .map(|id| id.as_i64().unwrap())
+        .collect()
+}
+
+#[test]
+fn two_instances_take_a_batch_by_group_and_keep_its_order() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Instance 0 tags "a", instance 1 "b": the tag tells which one ran.
+    let chain = FunctionChain {
+        transform: Some(Named::of_instances(
+            "tag",
+            vec![tag_instance("a"), tag_instance("b")],
+        )),
+        sink_type: "sequin_stream",
+        ..FunctionChain::default()
+    };
+    assert_eq!(chain.instances(), 2);
+    // 300 changes of 100 groups, three per group, interleaved.
+    let batch = || {
+        (0..300)
+            .map(|id| row(json!({"id": id, "name": "a"})))
+            .collect::<Vec<_>>()
+    };
+    let groups: Vec<String> = (0..300).map(|id| format!("g{}", id % 100)).collect();
+    let first = runtime
+        .block_on(chain.run(batch(), groups.iter().map(String::as_str)))
+        .unwrap();
+    assert_eq!(
+        ids(&first),
+        (0..300).collect::<Vec<_>>(),
+        "the batch's order"
+    );
+    let tagged = tags(&first);
+    for (id, tag) in tagged.iter().enumerate() {
+        assert_eq!(
+            tag,
+            &tagged[id % 100],
+            "change {id}: its group's changes all go to one instance"
+        );
+    }
+    let a = tagged.iter().filter(|t| *t == "a").count();
+    assert!(
+        a > 60 && a < 240,
+        "both instances take a share of the groups: {a} of 300 on the first"
+    );
+    let second = runtime
+        .block_on(chain.run(batch(), groups.iter().map(String::as_str)))
+        .unwrap();
+    assert_eq!(
+        tags(&second),
+        tagged,
+        "a group goes to the same instance every batch"
+    );
+
+    // A small batch is not worth a thread: the first instance takes it.
+    let small = runtime
+        .block_on(
+            chain.run(
+                (0..10)
+                    .map(|id| row(json!({"id": id, "name": "a"})))
+                    .collect(),
+                groups.iter().take(10).map(String::as_str),
+            ),
+        )
+        .unwrap();
+    assert_eq!(tags(&small), vec!["a"; 10]);
+}
+
 fn tags(outcomes: &[ChainOutcome]) -> Vec<String> {
+    payload_field(outcomes, "tag")
+        .iter()
+        .map(|tag| tag.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `field` of each outcome's JSON payload; panics on anything else.
+fn payload_field(outcomes: &[ChainOutcome], field: &str) -> Vec<Value> {
     outcomes
         .iter()
         .map(|outcome| match outcome {
             ChainOutcome::Message(message) => match &*message.payload() {
-                Payload::Json(json) => json["tag"].as_str().unwrap().to_string(),
+                Payload::Json(json) => json[field].clone(),
                 other => panic!("a JSON payload, got {other:?}"),
             },
             other => panic!("a message, got {other:?}"),
@@ -462,7 +548,9 @@ fn a_swap_replaces_the_named_functions_from_the_next_run_and_records_its_first_c
             })
             .collect::<Vec<_>>()
     };
-    let before = runtime.block_on(chain.run(batch(1))).unwrap();
+    let before = runtime
+        .block_on(chain.run(batch(1), std::iter::empty()))
+        .unwrap();
     assert_eq!(tags(&before), ["v1", "v1"]);
 
     let fresh = FunctionChain {
@@ -482,7 +570,9 @@ fn a_swap_replaces_the_named_functions_from_the_next_run_and_records_its_first_c
         }],
     );
     assert_eq!(chain.swaps.switches()[0].first_change, None);
-    let after = runtime.block_on(chain.run(batch(3))).unwrap();
+    let after = runtime
+        .block_on(chain.run(batch(3), std::iter::empty()))
+        .unwrap();
     assert_eq!(
         tags(&after),
         ["v2", "v2"],
@@ -492,7 +582,9 @@ fn a_swap_replaces_the_named_functions_from_the_next_run_and_records_its_first_c
     assert_eq!(switches.len(), 1);
     let first = switches[0].first_change.as_ref().expect("recorded");
     assert_eq!(first.record_pks, ["3"], "the first change after the swap");
-    runtime.block_on(chain.run(batch(5))).unwrap();
+    runtime
+        .block_on(chain.run(batch(5), std::iter::empty()))
+        .unwrap();
     assert_eq!(
         chain.swaps.switches()[0]
             .first_change

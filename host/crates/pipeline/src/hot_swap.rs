@@ -377,10 +377,16 @@ impl FunctionRuntime {
         label: &str,
         sink: &weft_sinks::config::SinkConfig,
     ) -> Result<Shadow, SwapError> {
-        let fresh = crate::load_chain(config, &self.engine, sink, |name| name == function)?;
+        // A shadow compares on one instance, however many the sink runs.
+        let one = weft_sinks::config::SinkConfig {
+            function_instances: 1,
+            ..sink.clone()
+        };
+        let fresh = crate::load_chain(config, &self.engine, &one, |name| name == function)?;
         let transform = fresh
             .transform
             .and_then(|t| t.into_inner())
+            .and_then(|instances| instances.into_iter().next())
             .ok_or_else(|| SwapError::NoTransform(sink.name.clone()))?;
         Ok(Shadow::new(label, transform))
     }

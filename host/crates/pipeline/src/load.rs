@@ -57,68 +57,64 @@ pub fn load_chain(
     };
     if let Some(name) = sink.enrichment.as_ref().filter(wanted) {
         let f = function(name);
-        let grants = Grants {
-            source_query: if f.grants.source_query {
-                Some(source_query(config, sink, f)?)
-            } else {
-                None
-            },
-            http: f
-                .grants
-                .http
-                .as_ref()
-                .map(|grant| outbound_http(config, f, grant))
-                .transpose()
-                .map_err(failed(f))?,
-        };
-        let loaded = engine
-            .load_enrichment(
-                &f.name,
-                &f.file,
-                &f.config,
-                &plugin_limits(config, f, &sink.name),
-                grants,
-            )
-            .map_err(failed(f))?;
-        chain.enrichment = Some(Named::new(&f.name, loaded));
+        let limits = plugin_limits(config, f, &sink.name);
+        let loaded = load_instances(sink.function_instances, || {
+            let grants = Grants {
+                source_query: if f.grants.source_query {
+                    Some(source_query(config, sink, f)?)
+                } else {
+                    None
+                },
+                http: f
+                    .grants
+                    .http
+                    .as_ref()
+                    .map(|grant| outbound_http(config, f, grant))
+                    .transpose()
+                    .map_err(failed(f))?,
+            };
+            engine
+                .load_enrichment(&f.name, &f.file, &f.config, &limits, grants)
+                .map_err(failed(f))
+        })?;
+        chain.enrichment = Some(Named::of_instances(&f.name, loaded));
     }
     if let Some(name) = sink.filter.as_ref().filter(wanted) {
         let f = function(name);
-        let loaded = engine
-            .load_filter(
-                &f.name,
-                &f.file,
-                &f.config,
-                &plugin_limits(config, f, &sink.name),
-            )
-            .map_err(failed(f))?;
-        chain.filter = Some(Named::new(&f.name, loaded));
+        let limits = plugin_limits(config, f, &sink.name);
+        let loaded = load_instances(sink.function_instances, || {
+            engine.load_filter(&f.name, &f.file, &f.config, &limits)
+        })
+        .map_err(failed(f))?;
+        chain.filter = Some(Named::of_instances(&f.name, loaded));
     }
     if let Some(name) = sink.transform.as_ref().filter(wanted) {
         let f = function(name);
-        let loaded = engine
-            .load_transform(
-                &f.name,
-                &f.file,
-                &f.config,
-                &plugin_limits(config, f, &sink.name),
-            )
-            .map_err(failed(f))?;
-        chain.transform = Some(Named::new(&f.name, loaded));
+        let limits = plugin_limits(config, f, &sink.name);
+        let loaded = load_instances(sink.function_instances, || {
+            engine.load_transform(&f.name, &f.file, &f.config, &limits)
+        })
+        .map_err(failed(f))?;
+        chain.transform = Some(Named::of_instances(&f.name, loaded));
     }
     if let Some(name) = sink.routing.as_ref().filter(wanted) {
         let f = function(name);
-        let loaded = engine
-            .load_routing(
-                &f.name,
-                &f.file,
-                &f.config,
-                &plugin_limits(config, f, &sink.name),
-            )
-            .map_err(failed(f))?;
-        chain.routing = Some(Named::new(&f.name, loaded));
+        let limits = plugin_limits(config, f, &sink.name);
+        let loaded = load_instances(sink.function_instances, || {
+            engine.load_routing(&f.name, &f.file, &f.config, &limits)
+        })
+        .map_err(failed(f))?;
+        chain.routing = Some(Named::of_instances(&f.name, loaded));
     }
     Ok(chain)
+}
+
+/// `count` instances of one function, each loaded on its own: its own
+/// grants (a source-query connection, say) and state. The compiled
+/// component is cached on disk, so each further one costs a cache read
+/// and an instantiation.
+fn load_instances<F, E>(count: u32, load: impl Fn() -> Result<F, E>) -> Result<Vec<F>, E> {
+    (0..count.max(1)).map(|_| load()).collect()
 }
 
 /// The source-query capability of `function` on `sink`'s database: its own

@@ -300,7 +300,8 @@ impl SinkPipeline {
         // and the sink's next run of held changes bisects it off the feed.
         let messages = run.iter().map(|p| p.message.clone()).collect();
         let started = std::time::Instant::now();
-        let outcomes = match self.chain.run(messages).await {
+        let groups = run.iter().map(|p| p.group_id.as_str());
+        let outcomes = match self.chain.run(messages, groups).await {
             Ok(outcomes) => outcomes,
             Err(ChainRunError::Chain(failure)) if failure.source.is_caused_by_input() => {
                 self.owed += started.elapsed() * TRAP_COOLDOWN_FACTOR;

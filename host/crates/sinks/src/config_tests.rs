@@ -1108,6 +1108,37 @@ fn quarantine_after_traps_defaults_to_10_and_is_bounded() {
 }
 
 #[test]
+fn function_instances_defaults_to_1_is_bounded_and_counts_against_the_account() {
+    let config = load(&with_sink("    destination: {type: sequin_stream}\n")).unwrap();
+    assert_eq!(config.sinks[0].function_instances, 1);
+    let two = load(&with_sink(
+        "    function_instances: 2\n    destination: {type: sequin_stream}\n",
+    ))
+    .unwrap();
+    assert_eq!(two.sinks[0].function_instances, 2);
+    assert_eq!(
+        error(&with_sink(
+            "    function_instances: 9\n    destination: {type: sequin_stream}\n"
+        )),
+        "sinks[0].function_instances: must be between 1 and 8, got 9 (line 14, column 25)"
+    );
+    // Each instance counts against the account's max_plugin_instances.
+    let owned = format!(
+        "accounts:\n  - {{name: a, limits: {{max_plugin_instances: 2}}}}\n{}",
+        with_sink(
+            "    account: a\n    transform: up\n    function_instances: 3\n    destination: {type: sequin_stream}\n"
+        )
+    );
+    let lines = errors(&owned);
+    assert!(
+        lines.iter().any(|line| line.contains(
+            "sinks use 3 function instances (`function_instances` per function per sink), more than its max_plugin_instances 2"
+        )),
+        "{lines:#?}"
+    );
+}
+
+#[test]
 fn rabbitmq_sink_defaults_and_hidden_password() {
     let config = load(&with_sink(
         "    destination: {type: rabbitmq, host: mq.internal, exchange: cdc, username: u, password: hunter2}\n",
