@@ -66,7 +66,7 @@ pub fn run(settings: &Settings) {
         &[false, true]
     };
     for &transform in transforms {
-        let run = Run::new(&target, transform, "bf");
+        let run = Run::new(&target, transform, settings.function_instances, "bf");
         let dir = tempfile::tempdir().expect("temp dir");
         let weft = run.start(dir.path(), &pg, &target);
         pg.wait_for_active_slot(&run.slot);

@@ -71,7 +71,12 @@ pub fn run(settings: &Settings, targets: fn() -> Vec<Box<dyn LiveTarget>>) {
         .filter(|t| settings.only.as_deref().is_none_or(|only| only == t.key()));
     for target in targets {
         for transform in [false, true] {
-            let run = Run::new(target.as_ref(), transform, "live");
+            let run = Run::new(
+                target.as_ref(),
+                transform,
+                settings.function_instances,
+                "live",
+            );
             target.prepare(&run.database);
             let dir = tempfile::tempdir().expect("temp dir");
             let mut weft = run.start(dir.path(), &pg, target.as_ref());

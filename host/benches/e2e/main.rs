@@ -8,6 +8,7 @@
 //! cargo bench -p weft --bench e2e -- latency               # scenario 2
 //! cargo bench -p weft --bench e2e -- latency --rate 2000 --seconds 20
 //! cargo bench -p weft --bench e2e -- throughput --only pull
+//! cargo bench -p weft --bench e2e -- throughput --only nats --function-instances 2
 //! cargo bench -p weft --bench e2e -- backfill --changes 1000000   # scenario 3 (N rows)
 //! cargo bench -p weft --bench e2e -- backfill --stored-only       # its first phase alone
 //! cargo bench -p weft --bench e2e -- pgsink --changes 200000      # scenario 4 (N rows)
@@ -69,6 +70,8 @@ pub struct Settings {
     pub pull_consumers: usize,
     /// Measure only the sink whose key (`nats`, `pull`, `hook`...) this is.
     pub only: Option<String>,
+    /// The sink's `function_instances` in runs with the transform.
+    pub function_instances: u32,
     /// `backfill`: measure only how fast the backfill is stored, without
     /// a function (no drain, no transform row).
     pub stored_only: bool,
@@ -124,7 +127,7 @@ const SCENARIOS: [&str; 5] = ["throughput", "latency", "backfill", "pgsink", "ne
 
 /// What `--help` prints, and an unknown argument with it.
 const USAGE: &str = "usage: e2e [throughput] [latency] [backfill] [pgsink] [neighbour] \
-[--changes N] [--rate N] [--seconds N] [--pull-consumers N] [--only nats|pull|hook|kafka] [--stored-only]
+[--changes N] [--rate N] [--seconds N] [--pull-consumers N] [--only nats|pull|hook|kafka] [--stored-only] [--function-instances N]
 (no scenario: throughput and latency; WEFT_BIN=<weft binary> runs another build of weft)";
 
 fn parse_settings(args: &[String]) -> Settings {
@@ -135,6 +138,7 @@ fn parse_settings(args: &[String]) -> Settings {
         pull_consumers: 4,
         only: None,
         stored_only: false,
+        function_instances: 1,
     };
     let mut i = 0;
     while i < args.len() {
@@ -148,6 +152,7 @@ fn parse_settings(args: &[String]) -> Settings {
             "--rate" => settings.rate = value() as usize,
             "--seconds" => settings.seconds = value(),
             "--pull-consumers" => settings.pull_consumers = value() as usize,
+            "--function-instances" => settings.function_instances = value() as u32,
             "--stored-only" => {
                 settings.stored_only = true;
                 i += 1;

@@ -34,7 +34,12 @@ pub fn run(settings: &Settings, targets: fn(&Settings) -> Vec<Box<dyn Target>>) 
     create_slot(&pg, BASELINE_SLOT);
     for target in &targets {
         for transform in [false, true] {
-            let run = Run::new(target.as_ref(), transform, "tp");
+            let run = Run::new(
+                target.as_ref(),
+                transform,
+                settings.function_instances,
+                "tp",
+            );
             create_slot(&pg, &run.slot);
             target.prepare(&run.database);
             runs.push((target.as_ref(), run));

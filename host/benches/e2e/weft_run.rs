@@ -53,12 +53,16 @@ pub struct Run {
     pub sink: String,
     /// Whether the sink runs the upcase WASM transform.
     pub transform: bool,
+    /// The sink's `function_instances` (left out of the config at 1, so
+    /// that builds before the key run the same config).
+    pub function_instances: u32,
 }
 
 impl Run {
     /// Names for `target` with or without the transform; `tag` keeps runs of
     /// different scenarios apart.
-    pub fn new(target: &dyn Target, transform: bool, tag: &str) -> Run {
+    /// `function_instances` applies with the transform.
+    pub fn new(target: &dyn Target, transform: bool, function_instances: u32, tag: &str) -> Run {
         let base = format!(
             "{tag}_{}_{}",
             target.key(),
@@ -69,6 +73,7 @@ impl Run {
             slot: base.clone(),
             sink: base,
             transform,
+            function_instances,
         }
     }
 
@@ -81,10 +86,13 @@ impl Run {
                     "functions:\n  - name: upcase\n    type: transform\n    file: {}\n    config: {{ column: item }}\n",
                     guests::wasm("weft_upcase_transform").display()
                 ),
-                "    transform: upcase\n",
+                match self.function_instances {
+                    1 => "    transform: upcase\n".to_string(),
+                    n => format!("    transform: upcase\n    function_instances: {n}\n"),
+                },
             )
         } else {
-            (String::new(), "")
+            (String::new(), String::new())
         };
         format!(
             r#"databases:
