@@ -298,7 +298,7 @@ fn unknown_keys_are_reported_with_their_path_at_every_level() {
         )),
         "sinks[0].batch_size: unknown field `batch_size`, expected one of `name`, `account`, `database`, `source`, \
          `actions`, `transform`, `filter`, `routing`, `enrichment`, `max_retry_count`, `max_memory_mb`, \
-         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `truncate`, `initial_backfill`, `destination` (line 14, column 17)"
+         `max_backlog_messages`, `load_shedding_policy`, `quarantine_after_traps`, `function_instances`, `truncate`, `initial_backfill`, `destination` (line 14, column 17)"
     );
     assert_eq!(
         error(&with_sink(
